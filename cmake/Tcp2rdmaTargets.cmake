@@ -41,6 +41,11 @@ function(tcp2rdma_vm_test name)
     return()
   endif()
   cmake_parse_arguments(ARG "" "LABEL;TOPOLOGY;TIMEOUT;GUEST;GUEST_A;GUEST_B" "" ${ARGN})
+  if(ARG_UNPARSED_ARGUMENTS)
+    # A ';' inside a GUEST string splits it into a CMake list; the tail would be dropped silently.
+    message(FATAL_ERROR "tcp2rdma_vm_test(${name}): stray arguments '${ARG_UNPARSED_ARGUMENTS}' "
+                        "(a ';' in a GUEST string? join commands with && or || or newlines)")
+  endif()
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 120)
   endif()

@@ -1,0 +1,22 @@
+# Sourced first by every run script inside the guest (chroot of the host's root): brings up the link
+# named by T2R_NETDEV with T2R_SELF, puts the Soft-RoCE device rxe0 on it and waits until its port is
+# ACTIVE. Exits with 97 (testbed failure, not a test failure) when that cannot be done.
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/tmp
+export T2R_RDMA_DEV=rxe0
+testbed_fail() { echo "testbed: $*" >&2; echo 97 > "$T2R_WORK/exit-$T2R_HOST"; exit 97; }
+
+ip link set lo up
+if [ "$T2R_NETDEV" = dummy0 ] && ! ip link show dummy0 >/dev/null 2>&1; then
+  ip link add dummy0 type dummy || testbed_fail "cannot create dummy0"
+fi
+ip addr add "$T2R_SELF/24" dev "$T2R_NETDEV" || testbed_fail "cannot address $T2R_NETDEV"
+ip link set "$T2R_NETDEV" up || testbed_fail "cannot bring up $T2R_NETDEV"
+rdma link add rxe0 type rxe netdev "$T2R_NETDEV" || testbed_fail "rdma link add rxe0 failed"
+i=0
+until grep -q ACTIVE /sys/class/infiniband/rxe0/ports/1/state 2>/dev/null; do
+  i=$((i + 1)); [ $i -lt 100 ] || testbed_fail "rxe0 port never became ACTIVE"; sleep 0.1
+done
+# Without udev nobody relaxes the device nodes; unprivileged tests (RLIMIT_MEMLOCK) need them.
+chmod 0666 /dev/infiniband/* 2>/dev/null
+ulimit -c 0
+cd "$T2R_WORK" || testbed_fail "no work directory"
