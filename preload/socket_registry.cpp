@@ -1,0 +1,69 @@
+#include "socket_registry.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <new>
+
+#include "fd_table.h"
+
+namespace tcp2rdma::preload {
+namespace {
+
+// Bookkeeping runs after a real call whose errno the application may still read.
+class ErrnoKeeper {
+ public:
+  ErrnoKeeper() : saved_(errno) {}
+  ~ErrnoKeeper() { errno = saved_; }
+  ErrnoKeeper(const ErrnoKeeper&) = delete;
+  ErrnoKeeper& operator=(const ErrnoKeeper&) = delete;
+
+ private:
+  int saved_;
+};
+
+void replace(int fd, TrackedSocket* socket) noexcept {
+  TrackedSocket* previous = nullptr;
+  if (!fd_table().exchange(fd, socket, &previous)) {
+    if (socket != nullptr) socket->release();  // cannot track: the descriptor stays plain TCP
+    return;
+  }
+  if (previous != nullptr) previous->release();
+}
+
+}  // namespace
+
+bool is_tcp_candidate(int domain, int type, int protocol) noexcept {
+  int base_type = type & ~(SOCK_NONBLOCK | SOCK_CLOEXEC);
+  return (domain == AF_INET || domain == AF_INET6) && base_type == SOCK_STREAM &&
+         (protocol == 0 || protocol == IPPROTO_TCP);
+}
+
+void track_new_socket(int fd, int domain, SocketRole role) noexcept {
+  ErrnoKeeper keep;
+  replace(fd, new (std::nothrow) TrackedSocket(domain, role));
+}
+
+void track_duplicate(int old_fd, int new_fd) noexcept {
+  if (old_fd == new_fd) return;
+  ErrnoKeeper keep;
+  TrackedSocket* socket = fd_table().find(old_fd);
+  if (socket != nullptr) socket->add_ref();
+  replace(new_fd, socket);
+}
+
+void track_close(int fd) noexcept {
+  ErrnoKeeper keep;
+  replace(fd, nullptr);
+}
+
+void track_close_range(unsigned first, unsigned last) noexcept {
+  ErrnoKeeper keep;
+  unsigned end = static_cast<unsigned>(fd_table().high_water());
+  for (unsigned fd = first; fd <= last && fd < end; ++fd) {
+    if (fd_table().find(static_cast<int>(fd)) != nullptr) replace(static_cast<int>(fd), nullptr);
+  }
+}
+
+}  // namespace tcp2rdma::preload

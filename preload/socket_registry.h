@@ -1,0 +1,26 @@
+// Bookkeeping that keeps the fd table in step with the kernel's descriptor table: what socket(),
+// accept(), dup*(), fcntl(F_DUPFD*), close() and close_range() did to descriptors is mirrored here
+// right after the real call succeeded. None of these functions changes errno.
+#pragma once
+
+#include "tracked_socket.h"
+
+namespace tcp2rdma::preload {
+
+// A stream socket of an IP family: the only kind a rule can move onto RDMA.
+bool is_tcp_candidate(int domain, int type, int protocol) noexcept;
+
+// fd is a new descriptor for a new socket.
+void track_new_socket(int fd, int domain, SocketRole role) noexcept;
+
+// new_fd now refers to the same socket as old_fd (dup, dup2, dup3, F_DUPFD); whatever new_fd referred
+// to before was closed by the kernel.
+void track_duplicate(int old_fd, int new_fd) noexcept;
+
+// fd was closed.
+void track_close(int fd) noexcept;
+
+// Descriptors first..last were closed (close_range without CLOSE_RANGE_CLOEXEC).
+void track_close_range(unsigned first, unsigned last) noexcept;
+
+}  // namespace tcp2rdma::preload

@@ -1,0 +1,87 @@
+// Descriptor lifetime and flags: close, dup and friends change which descriptors name a tracked socket.
+#include <fcntl.h>
+#include <linux/close_range.h>
+
+#include <cerrno>
+#include <cstdarg>
+
+#include "interposed.h"
+#include "socket_registry.h"
+
+using tcp2rdma::preload::real;
+
+namespace {
+
+// fcntl's third argument is an int, a pointer or absent depending on cmd. On x86-64 all of them travel
+// in one 64-bit register or stack slot, so reading a pointer and passing it on forwards every case.
+int fcntl_common(int (*real_fcntl)(int, int, ...), int fd, int cmd, void* arg) {
+  if (real_fcntl == nullptr) {
+    errno = ENOSYS;
+    return -1;
+  }
+  int rc = real_fcntl(fd, cmd, arg);
+  if (rc >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)) tcp2rdma::preload::track_duplicate(fd, rc);
+  return rc;
+}
+
+}  // namespace
+
+T2R_INTERPOSE int close(int fd) {
+  int rc = real().close(fd);
+  // Linux releases the descriptor even when close reports an error (EINTR, EIO): forget it either way,
+  // except for EBADF, where there was nothing to close.
+  if (rc == 0 || errno != EBADF) tcp2rdma::preload::track_close(fd);
+  return rc;
+}
+
+T2R_INTERPOSE int close_range(unsigned int first, unsigned int last, int flags) {
+  if (real().close_range == nullptr) {
+    errno = ENOSYS;
+    return -1;
+  }
+  int rc = real().close_range(first, last, flags);
+  if (rc == 0 && (flags & CLOSE_RANGE_CLOEXEC) == 0) tcp2rdma::preload::track_close_range(first, last);
+  return rc;
+}
+
+T2R_INTERPOSE int dup(int fd) {
+  int rc = real().dup(fd);
+  if (rc >= 0) tcp2rdma::preload::track_duplicate(fd, rc);
+  return rc;
+}
+
+T2R_INTERPOSE int dup2(int fd, int fd2) {
+  int rc = real().dup2(fd, fd2);
+  if (rc >= 0) tcp2rdma::preload::track_duplicate(fd, rc);
+  return rc;
+}
+
+T2R_INTERPOSE int dup3(int fd, int fd2, int flags) {
+  int rc = real().dup3(fd, fd2, flags);
+  if (rc >= 0) tcp2rdma::preload::track_duplicate(fd, rc);
+  return rc;
+}
+
+T2R_INTERPOSE int fcntl(int fd, int cmd, ...) {
+  va_list ap;
+  va_start(ap, cmd);
+  void* arg = va_arg(ap, void*);
+  va_end(ap);
+  return fcntl_common(real().fcntl, fd, cmd, arg);
+}
+
+T2R_INTERPOSE int fcntl64(int fd, int cmd, ...) {
+  va_list ap;
+  va_start(ap, cmd);
+  void* arg = va_arg(ap, void*);
+  va_end(ap);
+  return fcntl_common(real().fcntl64, fd, cmd, arg);
+}
+
+T2R_INTERPOSE int ioctl(int fd, unsigned long request, ...) {
+  va_list ap;
+  va_start(ap, request);
+  void* arg = va_arg(ap, void*);  // same register argument as for fcntl
+  va_end(ap);
+  return real().ioctl(fd, request, arg);
+}

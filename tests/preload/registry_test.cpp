@@ -1,0 +1,146 @@
+// The wrappers are linked into this program, so its own socket(), dup(), close() … go through them,
+// exactly as an application's would under LD_PRELOAD; the fd table must mirror the kernel's.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <linux/close_range.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include "fd_table.h"
+#include "interposed.h"
+#include "tracked_socket.h"
+
+namespace tcp2rdma::preload {
+namespace {
+
+TrackedSocket* tracked(int fd) { return fd_table().find(fd); }
+
+TEST(Registry, TcpSocketsAreTrackedOthersAreNot) {
+  int tcp4 = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int tcp6 = socket(AF_INET6, SOCK_STREAM, IPPROTO_TCP);
+  int udp = socket(AF_INET, SOCK_DGRAM, 0);
+  int unix_stream = socket(AF_UNIX, SOCK_STREAM, 0);
+  int pipe_fds[2];
+  ASSERT_EQ(pipe(pipe_fds), 0);
+  ASSERT_NE(tracked(tcp4), nullptr);
+  EXPECT_EQ(tracked(tcp4)->domain(), AF_INET);
+  ASSERT_NE(tracked(tcp6), nullptr);
+  EXPECT_EQ(tracked(tcp6)->domain(), AF_INET6);
+  EXPECT_EQ(tracked(udp), nullptr);
+  EXPECT_EQ(tracked(unix_stream), nullptr);
+  EXPECT_EQ(tracked(pipe_fds[0]), nullptr);
+  for (int fd : {tcp4, tcp6, udp, unix_stream, pipe_fds[0], pipe_fds[1]}) EXPECT_EQ(close(fd), 0);
+  EXPECT_EQ(tracked(tcp4), nullptr);
+  EXPECT_EQ(tracked(tcp6), nullptr);
+}
+
+TEST(Registry, DupVariantsShareOneSocketUntilTheLastClose) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  TrackedSocket* shared = tracked(fd);
+  ASSERT_NE(shared, nullptr);
+  int a = dup(fd);
+  int b = fcntl(fd, F_DUPFD_CLOEXEC, 100);
+  int c = dup2(fd, 200);
+  int d = dup3(fd, 201, O_CLOEXEC);
+  ASSERT_GE(b, 100);
+  ASSERT_EQ(c, 200);
+  ASSERT_EQ(d, 201);
+  for (int dupe : {a, b, c, d}) EXPECT_EQ(tracked(dupe), shared);
+  EXPECT_EQ(close(fd), 0);
+  EXPECT_EQ(tracked(fd), nullptr);
+  EXPECT_EQ(tracked(a), shared);  // still alive: other descriptors refer to it
+  for (int dupe : {a, b, c, d}) EXPECT_EQ(close(dupe), 0);
+  for (int dupe : {a, b, c, d}) EXPECT_EQ(tracked(dupe), nullptr);
+}
+
+TEST(Registry, Dup2OverATrackedSocketReplacesIt) {
+  int tcp = socket(AF_INET, SOCK_STREAM, 0);
+  int other = socket(AF_INET6, SOCK_STREAM, 0);
+  int udp = socket(AF_INET, SOCK_DGRAM, 0);
+  ASSERT_EQ(dup2(other, tcp), tcp);
+  EXPECT_EQ(tracked(tcp), tracked(other));
+  ASSERT_EQ(dup2(udp, tcp), tcp);  // the kernel closed the TCP socket's descriptor and reused it
+  EXPECT_EQ(tracked(tcp), nullptr);
+  EXPECT_NE(tracked(other), nullptr);
+  for (int fd : {tcp, other, udp}) EXPECT_EQ(close(fd), 0);
+}
+
+TEST(Registry, DupOntoItselfChangesNothing) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  TrackedSocket* before = tracked(fd);
+  EXPECT_EQ(dup2(fd, fd), fd);
+  EXPECT_EQ(tracked(fd), before);
+  EXPECT_EQ(close(fd), 0);
+}
+
+TEST(Registry, FailedCallsLeaveTheTableAndErrnoAlone) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  TrackedSocket* before = tracked(fd);
+  errno = 0;
+  EXPECT_EQ(dup2(fd, -5), -1);
+  EXPECT_EQ(errno, EBADF);
+  EXPECT_EQ(close(987654), -1);
+  EXPECT_EQ(errno, EBADF);
+  EXPECT_EQ(tracked(fd), before);
+  EXPECT_EQ(socket(12345, SOCK_STREAM, 0), -1);
+  EXPECT_EQ(errno, EAFNOSUPPORT);
+  EXPECT_EQ(close(fd), 0);
+}
+
+TEST(Registry, CloseRangeForgetsOnlyWhatItClosed) {
+  int low = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_EQ(dup2(low, 300), 300);
+  ASSERT_EQ(dup2(low, 301), 301);
+  ASSERT_EQ(dup2(low, 310), 310);
+  ASSERT_EQ(close_range(300, 301, CLOSE_RANGE_CLOEXEC), 0);  // only marks them: still open
+  EXPECT_NE(tracked(300), nullptr);
+  ASSERT_EQ(close_range(300, 305, 0), 0);
+  EXPECT_EQ(tracked(300), nullptr);
+  EXPECT_EQ(tracked(301), nullptr);
+  EXPECT_NE(tracked(310), nullptr);
+  EXPECT_NE(tracked(low), nullptr);
+  EXPECT_EQ(close(310), 0);
+  EXPECT_EQ(close(low), 0);
+}
+
+TEST(Registry, RolesFollowListenConnectAndAccept) {
+  int listener = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  EXPECT_EQ(tracked(listener)->role(), SocketRole::kUnknown);
+  ASSERT_EQ(listen(listener, 4), 0);
+  EXPECT_EQ(tracked(listener)->role(), SocketRole::kListener);
+
+  int client = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  int rc = connect(client, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  ASSERT_TRUE(rc == 0 || errno == EINPROGRESS);
+  EXPECT_EQ(tracked(client)->role(), SocketRole::kClient);
+  int server = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+  ASSERT_GE(server, 0);
+  ASSERT_NE(tracked(server), nullptr);
+  EXPECT_EQ(tracked(server)->role(), SocketRole::kServer);
+  for (int fd : {listener, client, server}) EXPECT_EQ(close(fd), 0);
+}
+
+TEST(Registry, AChildInheritsTheTableWithItsDescriptors) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) _exit(tracked(fd) != nullptr && tracked(fd)->domain() == AF_INET ? 0 : 1);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_EQ(close(fd), 0);
+}
+
+}  // namespace
+}  // namespace tcp2rdma::preload
