@@ -13,9 +13,16 @@ using tcp2rdma::preload::SocketRole;
 namespace {
 
 int accept_common(int fd, int accepted) {
-  if (accepted < 0) return accepted;
-  const auto* listener = fd_table().find(fd);
-  if (listener != nullptr) tcp2rdma::preload::track_new_socket(accepted, listener->domain(), SocketRole::kServer);
+  // Only whether the listener is tracked is asked of the table; its state is not touched, since another
+  // thread may be closing it. The new socket's family comes from the kernel.
+  if (accepted < 0 || fd_table().find(fd) == nullptr) return accepted;
+  int domain = 0;
+  socklen_t len = sizeof domain;
+  int saved_errno = errno;
+  if (real().getsockopt(accepted, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0) {
+    tcp2rdma::preload::track_new_socket(accepted, domain, SocketRole::kServer);
+  }
+  errno = saved_errno;
   return accepted;
 }
 
