@@ -11,7 +11,7 @@ rounds=${1:-5}
 lib=${TCP2RDMA_LIB:-$root/build/preload/libtcp2rdma.so}
 [ -f "$lib" ] || { echo "no $lib: build first (integration/test-all or cmake --build build)" >&2; exit 1; }
 "$root/integration/deps.sh" testbed
-export TCP2RDMA_RULES=/dev/null   # whatever the host's rules say, nothing here may go over RDMA
+export TCP2RDMA_TRANSPORT=tcp   # whatever the host's rules say, nothing here may go over RDMA
 
 port=$((20000 + RANDOM % 20000))
 with() { if [ "$1" = shim ]; then shift; LD_PRELOAD="$lib" "$@"; else shift; "$@"; fi; }
