@@ -20,12 +20,13 @@ bool parse_number(std::string_view text, unsigned max, unsigned* out) {
 
 }  // namespace
 
-bool Cidr::contains(const Ip6& address) const {
-  unsigned full = prefix / 8, rest = prefix % 8;
-  if (std::memcmp(address.data(), base.data(), full) != 0) return false;
-  if (rest == 0) return true;
-  auto mask = static_cast<uint8_t>(0xff << (8 - rest));
-  return (address[full] & mask) == (base[full] & mask);
+Ip6Words to_words(const Ip6& address) {
+  Ip6Words words;
+  for (int i = 0; i < 8; ++i) {
+    words.hi = (words.hi << 8) | address[i];
+    words.lo = (words.lo << 8) | address[8 + i];
+  }
+  return words;
 }
 
 std::string Cidr::to_string() const {
@@ -74,6 +75,10 @@ std::optional<Cidr> parse_cidr(std::string_view text, std::string* error) {
     *error = "'" + std::string(text) + "' has host bits set: did you mean " + network.to_string() + "?";
     return std::nullopt;
   }
+  Ip6 mask{};
+  for (unsigned bit = 0; bit < cidr.prefix; ++bit) mask[bit / 8] |= static_cast<uint8_t>(0x80 >> (bit % 8));
+  cidr.base_words = to_words(cidr.base);
+  cidr.mask_words = to_words(mask);
   return cidr;
 }
 

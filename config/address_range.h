@@ -16,11 +16,23 @@ namespace tcp2rdma::config {
 // IPv4 peer whether the socket is AF_INET or AF_INET6 with a mapped address, and vice versa.
 using Ip6 = std::array<uint8_t, 16>;
 
+// An address as two big-endian 64-bit halves: what matching compares, two masked words at a time.
+struct Ip6Words {
+  uint64_t hi = 0;
+  uint64_t lo = 0;
+};
+Ip6Words to_words(const Ip6& address);
+
 struct Cidr {
   Ip6 base{};
   uint8_t prefix = 0;  // in IPv6 bits; an IPv4 /n is stored as /(96+n)
+  Ip6Words base_words;  // base and mask, precomputed by parse_cidr
+  Ip6Words mask_words;
 
-  bool contains(const Ip6& address) const;
+  bool contains(const Ip6Words& address) const {
+    return (address.hi & mask_words.hi) == base_words.hi && (address.lo & mask_words.lo) == base_words.lo;
+  }
+  bool contains(const Ip6& address) const { return contains(to_words(address)); }
   std::string to_string() const;
 };
 

@@ -5,6 +5,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
@@ -54,7 +55,13 @@ class Parser {
   void error(const YAML::Mark& mark, std::string message) {
     errors_.push_back({file_, mark.line + 1, mark.column + 1, std::move(message)});
   }
-  std::vector<Diagnostic> take_errors() { return std::move(errors_); }
+  // In file order, whatever order the checks ran in.
+  std::vector<Diagnostic> take_errors() {
+    std::stable_sort(errors_.begin(), errors_.end(), [](const Diagnostic& a, const Diagnostic& b) {
+      return a.line != b.line ? a.line < b.line : a.column < b.column;
+    });
+    return std::move(errors_);
+  }
 
   // A mapping's keys, each once and each known; returns false (after reporting) when `node` is no map.
   template <size_t N>
@@ -116,9 +123,9 @@ class Parser {
     const std::string& text = value.Scalar();
     std::string why;
     if (key == "transport") {
+      *transport_set = true;  // present: a bad value is reported as such, not also as missing
       if (text == "rdma" || text == "tcp") {
         options->transport = text == "rdma" ? Transport::kRdma : Transport::kTcp;
-        *transport_set = true;
       } else {
         error(value, "unknown transport '" + text + "': expected rdma or tcp");
       }
@@ -253,7 +260,7 @@ class Parser {
   LoadResult parse(const YAML::Node& root) {
     LoadResult result;
     if (root.IsNull()) {
-      error(root, "empty rule file: expected a mapping with 'version: 1' and 'rules'");
+      error(YAML::Mark(), "empty rule file: expected a mapping with 'version: 1' and 'rules'");
       result.errors = take_errors();
       return result;
     }

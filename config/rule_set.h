@@ -29,6 +29,18 @@ struct ConnectionFacts {
   const sockaddr* local = nullptr;
 };
 
+// A connection's facts in the form matching compares, computed once per match rather than per rule.
+struct ConnectionKey {
+  explicit ConnectionKey(const ConnectionFacts& connection);
+  Role role;
+  bool has_remote = false;
+  bool has_local = false;
+  Ip6Words remote;
+  Ip6Words local;
+  uint16_t remote_port = 0;
+  uint16_t local_port = 0;
+};
+
 struct Rule {
   std::string name;
   int line = 0;  // where the rule starts in its file (1-based); 0 for built-in rules
@@ -41,7 +53,11 @@ struct Rule {
   std::vector<uint32_t> uids;
   ConnectionOptions options;  // effective: built-in defaults, then the file's defaults, then the rule
 
-  bool matches(const ProcessFacts& process, const ConnectionFacts& connection) const;
+  bool matches(const ProcessFacts& process, const ConnectionFacts& connection) const {
+    return matches_process(process) && matches_connection(ConnectionKey(connection));
+  }
+  bool matches_process(const ProcessFacts& process) const;        // program and user
+  bool matches_connection(const ConnectionKey& connection) const;  // role, addresses, ports
 };
 
 struct Decision {
@@ -79,6 +95,21 @@ class RuleSet {
   std::string source_;
   std::vector<Rule> rules_;  // the built-in loopback rule first, then the file's, in order
   ConnectionOptions unmatched_;
+};
+
+// The rules that can apply to one process, picked once (program and user are fixed for a process's
+// life), so that matching a connection only looks at its role, addresses and ports. Refers into the
+// RuleSet, which must outlive it.
+class ProcessRuleSet {
+ public:
+  ProcessRuleSet(const RuleSet& rules, const ProcessFacts& process);
+
+  // Allocation-free; safe to call from any number of threads. Same result as RuleSet::match.
+  Decision match(const ConnectionFacts& connection) const;
+
+ private:
+  std::vector<const Rule*> candidates_;
+  const ConnectionOptions* unmatched_;
 };
 
 // Built-in rule, always first: loopback peers (127.0.0.0/8, ::1) stay TCP. Soft or hard RoCE devices
