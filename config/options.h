@@ -1,0 +1,41 @@
+// What a rule decides for one connection: the transport, how the upgrade happens, and the tunables the
+// transport uses. A plain struct of fixed-size fields, so the data path can copy it freely.
+// The defaults here are the built-in ones documented in docs/rules.md.
+#pragma once
+
+#include <cstdint>
+
+namespace tcp2rdma::config {
+
+enum class Transport : uint8_t { kTcp, kRdma };
+
+enum class UpgradeMode : uint8_t {
+  kBackground,    // connect()/accept() return at TCP speed; the stream moves to RDMA when it can
+  kBeforeReturn,  // connect()/accept() return once the upgrade succeeded or failed (then TCP)
+  kRequired,      // as before-return, but a failed upgrade fails the connection instead of staying TCP
+};
+
+constexpr uint64_t kKiB = 1024;
+constexpr uint64_t kMiB = 1024 * kKiB;
+constexpr uint64_t kMicrosPerMilli = 1000;
+constexpr uint64_t kMicrosPerSecond = 1000 * kMicrosPerMilli;
+
+struct ConnectionOptions {
+  Transport transport = Transport::kTcp;
+  UpgradeMode upgrade = UpgradeMode::kBackground;
+  uint64_t buffer_size = 1 * kMiB;           // receive ring per direction
+  uint64_t zcopy_threshold = 64 * kKiB;      // writes this large go by zero-copy RDMA Write
+  uint64_t inline_threshold = 64;            // sends this small go inline in the work request
+  uint32_t send_queue_depth = 128;
+  uint32_t recv_queue_depth = 128;
+  uint64_t connect_timeout_us = 2 * kMicrosPerSecond;   // rdma_cm address/route/connect
+  uint64_t upgrade_timeout_us = 5 * kMicrosPerSecond;   // whole upgrade, then the connection stays TCP
+  uint64_t keepalive_us = 10 * kMicrosPerSecond;        // idle time before a liveness probe
+
+  bool operator==(const ConnectionOptions&) const = default;
+};
+
+const char* to_string(Transport transport);
+const char* to_string(UpgradeMode mode);
+
+}  // namespace tcp2rdma::config

@@ -1,0 +1,108 @@
+#include "rule_set.h"
+
+#include <utility>
+
+#include "glob.h"
+
+namespace tcp2rdma::config {
+namespace {
+
+bool any_cidr(const std::vector<Cidr>& cidrs, const Ip6Words& ip) {
+  for (const Cidr& cidr : cidrs) {
+    if (cidr.contains(ip)) return true;
+  }
+  return false;
+}
+
+bool program_matches(const std::vector<std::string>& globs, const ProcessFacts& process) {
+  for (const std::string& glob : globs) {
+    bool by_path = glob.find('/') != std::string::npos;
+    if (glob_match(glob, by_path ? process.program_path : process.program_name)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool Rule::matches_process(const ProcessFacts& process) const {
+  if (!programs.empty() && !program_matches(programs, process)) return false;
+  if (!uids.empty()) {
+    bool found = false;
+    for (uint32_t uid : uids) found = found || uid == process.uid;
+    if (!found) return false;
+  }
+  return true;
+}
+
+ConnectionKey::ConnectionKey(const ConnectionFacts& connection) : role(connection.role) {
+  Ip6 ip{};
+  has_remote = to_ip6(connection.remote, &ip, &remote_port);
+  if (has_remote) remote = to_words(ip);
+  has_local = to_ip6(connection.local, &ip, &local_port);
+  if (has_local) local = to_words(ip);
+}
+
+bool Rule::matches_connection(const ConnectionKey& connection) const {
+  if (role.has_value() && *role != connection.role) return false;
+  if (!remote.empty() && !(connection.has_remote && any_cidr(remote, connection.remote))) return false;
+  if (!local.empty() && !(connection.has_local && any_cidr(local, connection.local))) return false;
+  if (!ports.empty()) {
+    // The service's port: the one a client connected to, the one a server accepted on.
+    bool client = connection.role == Role::kClient;
+    if (!(client ? connection.has_remote : connection.has_local)) return false;
+    uint16_t port = client ? connection.remote_port : connection.local_port;
+    bool found = false;
+    for (const PortRange& range : ports) found = found || range.contains(port);
+    if (!found) return false;
+  }
+  return true;
+}
+
+Rule loopback_rule() {
+  Rule rule;
+  rule.name = "built-in: loopback stays tcp";
+  std::string ignored;
+  rule.remote = {*parse_cidr("127.0.0.0/8", &ignored), *parse_cidr("::1/128", &ignored)};
+  rule.options.transport = Transport::kTcp;
+  return rule;
+}
+
+RuleSet::RuleSet(std::string source, std::vector<Rule> rules, ConnectionOptions unmatched)
+    : source_(std::move(source)), unmatched_(unmatched) {
+  rules_.reserve(rules.size() + 1);
+  rules_.push_back(loopback_rule());
+  rules_.back().options = unmatched;
+  rules_.back().options.transport = Transport::kTcp;
+  for (Rule& rule : rules) rules_.push_back(std::move(rule));
+  unmatched_.transport = Transport::kTcp;
+}
+
+RuleSet RuleSet::builtin() { return RuleSet("built-in", {}, ConnectionOptions{}); }
+
+Decision RuleSet::match(const ProcessFacts& process, const ConnectionFacts& connection) const {
+  ConnectionKey key(connection);
+  for (const Rule& rule : rules_) {
+    if (rule.matches_process(process) && rule.matches_connection(key)) return {&rule, &rule.options};
+  }
+  return {nullptr, &unmatched_};
+}
+
+}  // namespace tcp2rdma::config
+
+namespace tcp2rdma::config {
+
+ProcessRuleSet::ProcessRuleSet(const RuleSet& rules, const ProcessFacts& process) : unmatched_(&rules.unmatched()) {
+  for (const Rule& rule : rules.rules()) {
+    if (rule.matches_process(process)) candidates_.push_back(&rule);
+  }
+}
+
+Decision ProcessRuleSet::match(const ConnectionFacts& connection) const {
+  ConnectionKey key(connection);
+  for (const Rule* rule : candidates_) {
+    if (rule->matches_connection(key)) return {rule, &rule->options};
+  }
+  return {nullptr, unmatched_};
+}
+
+}  // namespace tcp2rdma::config

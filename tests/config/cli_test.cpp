@@ -1,0 +1,115 @@
+// The tcp2rdma tool run as a user runs it: a real process, its exit status and what it prints.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+namespace {
+
+struct CliResult {
+  int status;
+  std::string output;  // stdout and stderr together
+};
+
+CliResult run(const std::string& args) {
+  std::string command = std::string(TCP2RDMA_CLI) + " " + args + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  EXPECT_NE(pipe, nullptr);
+  CliResult result{-1, ""};
+  std::array<char, 4096> buffer;
+  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) result.output.append(buffer.data(), n);
+  int raw = pclose(pipe);
+  result.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  return result;
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  std::string file(const std::string& name, const std::string& text) {
+    std::string path = dir_ + "/" + name;
+    std::ofstream(path) << text;
+    return path;
+  }
+  void SetUp() override {
+    char pattern[] = "/tmp/t2r-cli-XXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override { std::system(("rm -rf " + dir_).c_str()); }
+  std::string dir_;
+};
+
+TEST_F(Cli, CheckAcceptsTheInstalledExample) {
+  CliResult r = run("check " + std::string(TCP2RDMA_EXAMPLE_RULES));
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find(": ok (3 rules)"), std::string::npos) << r.output;
+}
+
+TEST_F(Cli, CheckListsEveryErrorOfEveryFileAndFails) {
+  std::string good = file("good.yaml", "version: 1\nrules: []\n");
+  std::string bad = file("bad.yaml", "version: 1\nrules:\n  - transport: rdma\n    match: {ports: 9-1, role: peer}\n");
+  CliResult r = run("check " + good + " " + bad);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find(good + ": ok (0 rules)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(bad + ":4:20: port range '9-1' is reversed"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(bad + ":4:31: unknown role 'peer'"), std::string::npos) << r.output;
+}
+
+TEST_F(Cli, CheckWithoutFilesIsAUsageError) {
+  CliResult r = run("check");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("usage: tcp2rdma check FILE"), std::string::npos);
+}
+
+TEST_F(Cli, ExplainNamesTheRuleItsLineAndTheOptions) {
+  std::string rules = file("r.yaml",
+                           "version: 1\nrules:\n  - name: tcp-for-ssh\n    match: {ports: 22}\n    transport: tcp\n"
+                           "  - name: lab\n    match: {remote: 'fd00::/8'}\n    transport: rdma\n    buffer_size: 2MiB\n");
+  CliResult r = run("explain --rules " + rules + " --program nc --role client --remote '[fd00::7]:5201'");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("decision: rdma"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rule:     lab (" + rules + ":6)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("buffer_size       2MiB"), std::string::npos) << r.output;
+  r = run("explain --rules " + rules + " --program ssh --role client --remote 10.1.1.1:22");
+  EXPECT_NE(r.output.find("decision: tcp\nrule:     tcp-for-ssh"), std::string::npos) << r.output;
+  r = run("explain --rules " + rules + " --program nc --role server --remote 10.1.1.1:22 --local 10.1.1.2:9");
+  EXPECT_NE(r.output.find("rule:     none matched"), std::string::npos) << r.output;
+}
+
+TEST_F(Cli, ExplainUsageAndRuleErrors) {
+  EXPECT_EQ(run("explain --program nc --role client").status, 2);
+  EXPECT_EQ(run("explain --program nc --role peer --remote 1.2.3.4:5").status, 2);
+  EXPECT_EQ(run("explain --program nc --role client --remote 1.2.3.4").status, 2);
+  EXPECT_EQ(run("explain --program nc --role client --remote 1.2.3.4:5 --user no-such-user-t2r").status, 2);
+  std::string bad = file("bad.yaml", "version: 3\n");
+  CliResult r = run("explain --rules " + bad + " --program nc --role client --remote 1.2.3.4:5");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find(bad + ":1:10: unsupported version '3'"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("would keep every connection on TCP"), std::string::npos) << r.output;
+}
+
+TEST_F(Cli, ExplainWithoutRulesUsesTheEnvironment) {
+  std::string rules = file("env.yaml", "version: 1\nrules:\n  - {name: envrule, transport: rdma}\n");
+  CliResult r = run("explain --program nc --role client --remote 10.9.9.9:1 </dev/null; TCP2RDMA_RULES=" + rules +
+              " TCP2RDMA_BUFFER_SIZE=16MiB " + TCP2RDMA_CLI + " explain --program nc --role client --remote 10.9.9.9:1");
+  EXPECT_NE(r.output.find("rule:     envrule"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("buffer_size       16MiB"), std::string::npos) << r.output;
+}
+
+TEST_F(Cli, HelpVersionAndUnknownCommands) {
+  CliResult r = run("--help");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_NE(r.output.find("usage: tcp2rdma COMMAND"), std::string::npos);
+  r = run("--version");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.output.rfind("tcp2rdma ", 0), 0u);
+  EXPECT_EQ(run("frobnicate").status, 2);
+  EXPECT_EQ(run("").status, 2);
+}
+
+}  // namespace

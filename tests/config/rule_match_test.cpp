@@ -1,0 +1,259 @@
+// Which rule a connection gets: every match field, rule order, defaults, IPv6, the built-in rules and
+// the environment overrides.
+#include <arpa/inet.h>
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstring>
+#include <map>
+#include <string>
+
+#include "rule_loader.h"
+
+namespace tcp2rdma::config {
+namespace {
+
+sockaddr_storage endpoint(const char* host, uint16_t port) {
+  sockaddr_storage s{};
+  auto* v4 = reinterpret_cast<sockaddr_in*>(&s);
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(&s);
+  if (inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(port);
+  } else if (inet_pton(AF_INET6, host, &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(port);
+  }
+  return s;
+}
+
+class RuleMatch : public ::testing::Test {
+ protected:
+  void load(const char* yaml) {
+    LoadResult result = load_rules_text(yaml, "test.yaml");
+    ASSERT_TRUE(result.ok()) << result.errors.front().to_string();
+    rules_ = std::move(result.rules);
+  }
+  // The name of the deciding rule ("" when none matched) and its options.
+  std::string decide(const char* program, Role role, const char* remote_host, uint16_t remote_port,
+                     const char* local_host = "10.77.0.1", uint16_t local_port = 40000, uint32_t uid = 1000,
+                     const char* path = "/usr/bin/prog") {
+    sockaddr_storage remote = endpoint(remote_host, remote_port), local = endpoint(local_host, local_port);
+    ProcessFacts process{program, path, uid};
+    ConnectionFacts connection{role, reinterpret_cast<sockaddr*>(&remote), reinterpret_cast<sockaddr*>(&local)};
+    last_ = rules_.match(process, connection);
+    // The per-process form must always agree with the full one.
+    Decision bound = ProcessRuleSet(rules_, process).match(connection);
+    EXPECT_EQ(bound.rule, last_.rule);
+    EXPECT_EQ(bound.options, last_.options);
+    return last_.rule == nullptr ? "" : last_.rule->name;
+  }
+  RuleSet rules_ = RuleSet::builtin();
+  Decision last_{nullptr, nullptr};
+};
+
+TEST_F(RuleMatch, NoRulesMeansTcpForEverything) {
+  EXPECT_EQ(decide("iperf3", Role::kClient, "10.77.0.2", 5201), "");
+  EXPECT_EQ(last_.options->transport, Transport::kTcp);
+}
+
+TEST_F(RuleMatch, ProgramByNameByGlobAndByPath) {
+  load("version: 1\nrules:\n"
+       "  - {name: exact, match: {program: iperf3}, transport: rdma}\n"
+       "  - {name: glob, match: {program: 'redis-*'}, transport: rdma}\n"
+       "  - {name: path, match: {program: /opt/*/nc}, transport: rdma}\n");
+  EXPECT_EQ(decide("iperf3", Role::kClient, "10.77.0.2", 1), "exact");
+  EXPECT_EQ(decide("iperf", Role::kClient, "10.77.0.2", 1), "");
+  EXPECT_EQ(decide("redis-server", Role::kServer, "10.77.0.2", 1), "glob");
+  EXPECT_EQ(decide("nc", Role::kClient, "10.77.0.2", 1, "10.77.0.1", 1, 0, "/opt/x/nc"), "path");
+  EXPECT_EQ(decide("nc", Role::kClient, "10.77.0.2", 1, "10.77.0.1", 1, 0, "/usr/bin/nc"), "");
+}
+
+TEST_F(RuleMatch, RoleAndThePortItLooksAt) {
+  load("version: 1\nrules:\n"
+       "  - {name: clients, match: {role: client, ports: 5201}, transport: rdma}\n"
+       "  - {name: servers, match: {role: server, ports: [6000-6010]}, transport: rdma}\n");
+  EXPECT_EQ(decide("x", Role::kClient, "10.77.0.2", 5201), "clients");
+  EXPECT_EQ(decide("x", Role::kClient, "10.77.0.2", 5202), "");
+  // A server's port is its local one; its peer's port is ephemeral.
+  EXPECT_EQ(decide("x", Role::kServer, "10.77.0.2", 50000, "10.77.0.1", 6005), "servers");
+  EXPECT_EQ(decide("x", Role::kServer, "10.77.0.2", 6005, "10.77.0.1", 50000), "");
+  EXPECT_EQ(decide("x", Role::kServer, "10.77.0.2", 50000, "10.77.0.1", 5201), "");
+}
+
+TEST_F(RuleMatch, RemoteAndLocalAddresses) {
+  load("version: 1\nrules:\n"
+       "  - {name: remote, match: {remote: [10.77.0.0/24, 'fd00:77::/64']}, transport: rdma}\n"
+       "  - {name: local, match: {local: 192.0.2.0/24}, transport: rdma}\n");
+  EXPECT_EQ(decide("x", Role::kClient, "10.77.0.9", 1), "remote");
+  EXPECT_EQ(decide("x", Role::kClient, "::ffff:10.77.0.9", 1), "remote");  // IPv4-mapped
+  EXPECT_EQ(decide("x", Role::kClient, "fd00:77::5", 1), "remote");
+  EXPECT_EQ(decide("x", Role::kClient, "fd00:78::5", 1), "");
+  EXPECT_EQ(decide("x", Role::kClient, "10.78.0.9", 1, "192.0.2.3"), "local");
+}
+
+TEST_F(RuleMatch, UserByUidAndByName) {
+  load("version: 1\nrules:\n"
+       "  - {name: by-uid, match: {user: 1234}, transport: rdma}\n"
+       "  - {name: by-name, match: {user: root}, transport: rdma}\n");
+  EXPECT_EQ(decide("x", Role::kClient, "10.77.0.2", 1, "10.77.0.1", 1, 1234), "by-uid");
+  EXPECT_EQ(decide("x", Role::kClient, "10.77.0.2", 1, "10.77.0.1", 1, 0), "by-name");
+  EXPECT_EQ(decide("x", Role::kClient, "10.77.0.2", 1, "10.77.0.1", 1, 999), "");
+}
+
+TEST_F(RuleMatch, AllFieldsOfARuleMustHold) {
+  load("version: 1\nrules:\n"
+       "  - {name: all, match: {program: nc, role: client, remote: 10.0.0.0/8, ports: 80}, transport: rdma}\n");
+  EXPECT_EQ(decide("nc", Role::kClient, "10.1.1.1", 80), "all");
+  EXPECT_EQ(decide("nc", Role::kServer, "10.1.1.1", 80), "");
+  EXPECT_EQ(decide("nc", Role::kClient, "11.1.1.1", 80), "");
+  EXPECT_EQ(decide("nc", Role::kClient, "10.1.1.1", 81), "");
+  EXPECT_EQ(decide("cat", Role::kClient, "10.1.1.1", 80), "");
+}
+
+TEST_F(RuleMatch, FirstMatchWinsInFileOrder) {
+  load("version: 1\nrules:\n"
+       "  - {name: narrow-tcp, match: {ports: 22}, transport: tcp}\n"
+       "  - {name: wide-rdma, match: {remote: 10.0.0.0/8}, transport: rdma}\n");
+  EXPECT_EQ(decide("x", Role::kClient, "10.1.1.1", 22), "narrow-tcp");
+  EXPECT_EQ(last_.options->transport, Transport::kTcp);
+  EXPECT_EQ(decide("x", Role::kClient, "10.1.1.1", 23), "wide-rdma");
+  EXPECT_EQ(last_.options->transport, Transport::kRdma);
+}
+
+TEST_F(RuleMatch, LoopbackStaysTcpWhateverTheRules) {
+  load("version: 1\nrules:\n  - {name: all, transport: rdma}\n");
+  EXPECT_EQ(decide("x", Role::kClient, "127.0.0.1", 1), "built-in: loopback stays tcp");
+  EXPECT_EQ(decide("x", Role::kClient, "127.8.9.10", 1), "built-in: loopback stays tcp");
+  EXPECT_EQ(decide("x", Role::kClient, "::1", 1), "built-in: loopback stays tcp");
+  EXPECT_EQ(last_.options->transport, Transport::kTcp);
+  EXPECT_EQ(decide("x", Role::kClient, "10.77.0.2", 1), "all");
+}
+
+TEST_F(RuleMatch, DefaultsApplyToEveryRuleAndRulesOverrideThem) {
+  load("version: 1\n"
+       "defaults: {transport: rdma, upgrade: required, buffer_size: 4MiB, zcopy_threshold: 128KiB,\n"
+       "           inline_threshold: 128B, send_queue_depth: 64, recv_queue_depth: 256,\n"
+       "           connect_timeout: 500ms, upgrade_timeout: 3s, keepalive: 1m}\n"
+       "rules:\n"
+       "  - {name: plain, match: {ports: 1}}\n"
+       "  - {name: own, match: {ports: 2}, buffer_size: 64KiB, upgrade: before-return, keepalive: 250us}\n");
+  decide("x", Role::kClient, "10.0.0.1", 1);
+  ConnectionOptions expected;
+  expected.transport = Transport::kRdma;
+  expected.upgrade = UpgradeMode::kRequired;
+  expected.buffer_size = 4 * kMiB;
+  expected.zcopy_threshold = 128 * kKiB;
+  expected.inline_threshold = 128;
+  expected.send_queue_depth = 64;
+  expected.recv_queue_depth = 256;
+  expected.connect_timeout_us = 500 * kMicrosPerMilli;
+  expected.upgrade_timeout_us = 3 * kMicrosPerSecond;
+  expected.keepalive_us = 60 * kMicrosPerSecond;
+  EXPECT_EQ(*last_.options, expected);
+  decide("x", Role::kClient, "10.0.0.1", 2);
+  expected.buffer_size = 64 * kKiB;
+  expected.upgrade = UpgradeMode::kBeforeReturn;
+  expected.keepalive_us = 250;
+  EXPECT_EQ(*last_.options, expected);
+  // No rule matched: TCP, whatever the defaults say.
+  decide("x", Role::kClient, "10.0.0.1", 3);
+  EXPECT_EQ(last_.rule, nullptr);
+  EXPECT_EQ(last_.options->transport, Transport::kTcp);
+}
+
+TEST_F(RuleMatch, RuleLinesPointIntoTheFile) {
+  load("version: 1\nrules:\n  - name: first\n    transport: tcp\n  - name: second\n    transport: rdma\n");
+  ASSERT_EQ(rules_.rules().size(), 3u);
+  EXPECT_EQ(rules_.rules()[1].line, 3);
+  EXPECT_EQ(rules_.rules()[2].line, 5);
+}
+
+// The environment, passed in as a map.
+struct FakeEnv {
+  std::map<std::string, std::string> vars;
+  Environment get() const {
+    return [this](const char* name) -> const char* {
+      auto it = vars.find(name);
+      return it == vars.end() ? nullptr : it->second.c_str();
+    };
+  }
+};
+
+class EffectiveRules : public ::testing::Test {
+ protected:
+  std::string write(const char* yaml) {
+    char path[] = "/tmp/t2r-rules-XXXXXX";
+    int fd = mkstemp(path);
+    EXPECT_GE(fd, 0);
+    EXPECT_EQ(::write(fd, yaml, std::strlen(yaml)), static_cast<ssize_t>(std::strlen(yaml)));
+    close(fd);
+    files_.push_back(path);
+    return path;
+  }
+  ~EffectiveRules() override {
+    for (const auto& f : files_) unlink(f.c_str());
+  }
+  std::vector<std::string> files_;
+};
+
+TEST_F(EffectiveRules, NamedFileThenOverrides) {
+  FakeEnv env;
+  env.vars["TCP2RDMA_RULES"] = write("version: 1\nrules:\n  - {name: r, transport: rdma}\n");
+  env.vars["TCP2RDMA_BUFFER_SIZE"] = "8MiB";
+  env.vars["TCP2RDMA_ZCOPY_THRESHOLD"] = "256KiB";
+  env.vars["TCP2RDMA_INLINE_THRESHOLD"] = "32";
+  env.vars["TCP2RDMA_UPGRADE"] = "required";
+  LoadResult result = load_effective_rules(env.get());
+  ASSERT_TRUE(result.ok()) << result.errors.front().to_string();
+  const ConnectionOptions& o = result.rules.rules().back().options;
+  EXPECT_EQ(o.transport, Transport::kRdma);
+  EXPECT_EQ(o.buffer_size, 8 * kMiB);
+  EXPECT_EQ(o.zcopy_threshold, 256 * kKiB);
+  EXPECT_EQ(o.inline_threshold, 32u);
+  EXPECT_EQ(o.upgrade, UpgradeMode::kRequired);
+  EXPECT_EQ(result.rules.source(), env.vars["TCP2RDMA_RULES"]);
+}
+
+TEST_F(EffectiveRules, TransportTcpIsAKillSwitch) {
+  FakeEnv env;
+  env.vars["TCP2RDMA_RULES"] = write("version: 1\nrules:\n  - {name: r, transport: rdma}\n");
+  env.vars["TCP2RDMA_TRANSPORT"] = "tcp";
+  LoadResult result = load_effective_rules(env.get());
+  ASSERT_TRUE(result.ok());
+  for (const Rule& rule : result.rules.rules()) EXPECT_EQ(rule.options.transport, Transport::kTcp);
+}
+
+TEST_F(EffectiveRules, BadVariablesAreErrorsAndKeepEverythingOnTcp) {
+  FakeEnv env;
+  env.vars["TCP2RDMA_RULES"] = write("version: 1\nrules:\n  - {name: r, transport: rdma}\n");
+  env.vars["TCP2RDMA_BUFFER_SIZE"] = "lots";
+  env.vars["TCP2RDMA_TRANSPORT"] = "infiniband";
+  LoadResult result = load_effective_rules(env.get());
+  ASSERT_EQ(result.errors.size(), 2u);
+  EXPECT_EQ(result.errors[0].to_string().rfind("TCP2RDMA_BUFFER_SIZE: expected a size", 0), 0u);
+  EXPECT_EQ(result.errors[1].to_string().rfind("TCP2RDMA_TRANSPORT: unknown value 'infiniband'", 0), 0u);
+  for (const Rule& rule : result.rules.rules()) EXPECT_EQ(rule.options.transport, Transport::kTcp);
+}
+
+TEST_F(EffectiveRules, ABadFileKeepsEverythingOnTcp) {
+  FakeEnv env;
+  env.vars["TCP2RDMA_RULES"] = write("version: 1\nrules:\n  - {name: r, transport: rdma, buffer_size: 3MiB}\n");
+  LoadResult result = load_effective_rules(env.get());
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.errors[0].line, 3);
+  for (const Rule& rule : result.rules.rules()) EXPECT_EQ(rule.options.transport, Transport::kTcp);
+}
+
+TEST_F(EffectiveRules, AMissingNamedFileIsAnError) {
+  FakeEnv env;
+  env.vars["TCP2RDMA_RULES"] = "/nonexistent/rules.yaml";
+  LoadResult result = load_effective_rules(env.get());
+  ASSERT_EQ(result.errors.size(), 1u);
+  EXPECT_NE(result.errors[0].message.find("cannot read"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tcp2rdma::config

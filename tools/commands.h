@@ -1,0 +1,13 @@
+// The tcp2rdma command-line tool's subcommands, one file each. Each returns the process exit status:
+// 0 success, 1 the subject failed (a bad rule file), 2 bad usage.
+#pragma once
+
+#include <span>
+#include <string_view>
+
+namespace tcp2rdma::tools {
+
+int check_command(std::span<char*> args);
+int explain_command(std::span<char*> args);
+
+}  // namespace tcp2rdma::tools
