@@ -47,16 +47,13 @@ int log_fd() noexcept {
 
 bool log_enabled() noexcept { return log_fd() != kOff; }
 
-void log_line(const char* format, ...) noexcept {
-  int fd = log_fd();
-  if (fd == kOff) return;
+namespace {
+
+void write_line(int fd, const char* format, va_list ap) noexcept {
   int saved_errno = errno;
   char line[512];
   int n = std::snprintf(line, sizeof line, "tcp2rdma[%d]: ", static_cast<int>(getpid()));
-  va_list ap;
-  va_start(ap, format);
   int m = std::vsnprintf(line + n, sizeof line - static_cast<size_t>(n) - 1, format, ap);
-  va_end(ap);
   size_t len = static_cast<size_t>(n) + (m < 0 ? 0 : static_cast<size_t>(m));
   if (len > sizeof line - 2) len = sizeof line - 2;  // truncated: still one whole line
   line[len++] = '\n';
@@ -64,6 +61,25 @@ void log_line(const char* format, ...) noexcept {
   ssize_t ignored = real().write(fd, line, len);
   (void)ignored;
   errno = saved_errno;
+}
+
+}  // namespace
+
+void log_line(const char* format, ...) noexcept {
+  int fd = log_fd();
+  if (fd == kOff) return;
+  va_list ap;
+  va_start(ap, format);
+  write_line(fd, format, ap);
+  va_end(ap);
+}
+
+void log_always(const char* format, ...) noexcept {
+  int fd = log_fd();
+  va_list ap;
+  va_start(ap, format);
+  write_line(fd == kOff ? STDERR_FILENO : fd, format, ap);
+  va_end(ap);
 }
 
 }  // namespace tcp2rdma::preload

@@ -11,4 +11,8 @@ bool log_enabled() noexcept;
 // printf-style; prefixes "tcp2rdma[pid]: " and appends a newline. Never changes errno.
 [[gnu::format(printf, 1, 2)]] void log_line(const char* format, ...) noexcept;
 
+// As log_line, but to standard error even when logging is off: for the few problems a user must see
+// (a broken rule file), once per process.
+[[gnu::format(printf, 1, 2)]] void log_always(const char* format, ...) noexcept;
+
 }  // namespace tcp2rdma::preload

@@ -2,6 +2,7 @@
 // socket: these wrappers make the real call and then record what it did.
 #include <cerrno>
 
+#include "connection_policy.h"
 #include "fd_table.h"
 #include "interposed.h"
 #include "socket_registry.h"
@@ -21,6 +22,7 @@ int accept_common(int fd, int accepted) {
   int saved_errno = errno;
   if (real().getsockopt(accepted, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0) {
     tcp2rdma::preload::track_new_socket(accepted, domain, SocketRole::kServer);
+    tcp2rdma::preload::decide_connection(accepted, tcp2rdma::config::Role::kServer);
   }
   errno = saved_errno;
   return accepted;
@@ -58,7 +60,10 @@ T2R_INTERPOSE int connect(int fd, const struct sockaddr* addr, socklen_t len) {
   int rc = real().connect(fd, addr, len);
   // A non-blocking connect that is under way (EINPROGRESS) still makes this socket a client.
   if (rc == 0 || errno == EINPROGRESS) {
-    if (auto* socket = fd_table().find(fd)) socket->set_role(SocketRole::kClient);
+    if (auto* socket = fd_table().find(fd)) {
+      socket->set_role(SocketRole::kClient);
+      tcp2rdma::preload::decide_connection(fd, tcp2rdma::config::Role::kClient, addr, len);
+    }
   }
   return rc;
 }

@@ -5,7 +5,8 @@
 # T2R_WORK. Both check the path the bytes took against T2R_EXPECT:
 #   tcp   the RDMA device sent no packet meanwhile (default)
 #   rdma  the RDMA device sent at least one packet per 4 KiB of payload
-# With T2R_SHIM set to libtcp2rdma.so, nc runs under it (LD_PRELOAD) and logs to T2R_WORK/shim-HOST.log.
+# With T2R_SHIM set to libtcp2rdma.so, nc runs under it (LD_PRELOAD) and logs to T2R_WORK/shim-HOST.log;
+# T2R_EXPECT_LOG is then an extended regular expression that some line of that log must match.
 set -eu
 here=$(dirname "$0")
 expect=${T2R_EXPECT:-tcp}
@@ -43,5 +44,9 @@ case "$expect" in
 esac
 echo "path: $expect as expected (RDMA packets sent: $sent)"
 if [ -n "${T2R_SHIM:-}" ]; then
-  grep -q ': loaded$' "$T2R_WORK/shim-$T2R_HOST.log" || { echo "the shim was not loaded"; exit 1; }
+  log="$T2R_WORK/shim-$T2R_HOST.log"
+  grep -q ': loaded$' "$log" || { echo "the shim was not loaded"; exit 1; }
+  if [ -n "${T2R_EXPECT_LOG:-}" ]; then
+    grep -E -q "$T2R_EXPECT_LOG" "$log" || { echo "no log line matches '$T2R_EXPECT_LOG':"; cat "$log"; exit 1; }
+  fi
 fi

@@ -1,0 +1,24 @@
+// What the rules say about a new connection, and the one log line that records it. The rules are
+// loaded once per process, on the first connection that needs them (not at load time: most processes
+// an LD_PRELOAD reaches never open a TCP connection).
+#pragma once
+
+#include <sys/socket.h>
+
+#include "rule_set.h"
+
+namespace tcp2rdma::preload {
+
+// The rules of this process. A rule file or environment variable with a mistake never stops the
+// application: one line on standard error (or the TCP2RDMA_LOG file) names the first error, and the
+// rules returned keep every connection on TCP.
+const config::ProcessRuleSet& process_rules();
+
+// Decides the connection on fd (its addresses read from the kernel) and logs the decision when
+// logging is on. `remote_hint` is the address given to connect(): while a non-blocking connect is
+// under way the kernel has no peer address yet. The module does not move streams onto RDMA yet, so
+// every connection stays TCP and the line says so. Never changes errno.
+config::Decision decide_connection(int fd, config::Role role, const sockaddr* remote_hint = nullptr,
+                                   socklen_t remote_hint_len = 0);
+
+}  // namespace tcp2rdma::preload
