@@ -9,5 +9,6 @@ namespace tcp2rdma::tools {
 
 int check_command(std::span<char*> args);
 int explain_command(std::span<char*> args);
+int run_command(std::span<char*> args);
 
 }  // namespace tcp2rdma::tools

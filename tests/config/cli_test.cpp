@@ -101,6 +101,34 @@ TEST_F(Cli, ExplainWithoutRulesUsesTheEnvironment) {
   EXPECT_NE(r.output.find("buffer_size       16MiB"), std::string::npos) << r.output;
 }
 
+TEST_F(Cli, RunPreloadsTheModuleAndPassesTheRules) {
+  std::string rules = file("ok.yaml", "version: 1\nrules: []\n");
+  CliResult r = run("run --rules " + rules + " -- sh -c 'echo \"$LD_PRELOAD|$TCP2RDMA_RULES\"'");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("libtcp2rdma.so|" + rules), std::string::npos) << r.output;
+  // The module really loads into the command, and a preload the user already had stays, after ours.
+  r = run("run --log 1 -- env LD_PRELOAD_CHECK=1 sh -c 'echo \"$LD_PRELOAD\"'");
+  EXPECT_NE(r.output.find("tcp2rdma["), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("]: loaded"), std::string::npos) << r.output;
+  r = run("run -- sh -c 'echo \"$LD_PRELOAD\"' </dev/null; LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libc.so.6 " +
+          std::string(TCP2RDMA_CLI) + " run -- sh -c 'echo \"$LD_PRELOAD\"'");
+  EXPECT_NE(r.output.find("libtcp2rdma.so:/usr/lib/x86_64-linux-gnu/libc.so.6"), std::string::npos) << r.output;
+}
+
+TEST_F(Cli, RunRefusesABrokenRuleFileAndReportsCommandsItCannotRun) {
+  std::string bad = file("bad.yaml", "version: 1\nrules:\n  - {transport: warp}\n");
+  CliResult r = run("run --rules " + bad + " -- echo should-not-run");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.output.find("should-not-run"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(bad + ":3:17: unknown transport 'warp'"), std::string::npos) << r.output;
+  r = run("run -- /nonexistent/program");
+  EXPECT_EQ(r.status, 127);
+  EXPECT_NE(r.output.find("cannot run '/nonexistent/program'"), std::string::npos) << r.output;
+  EXPECT_EQ(run("run").status, 2);
+  EXPECT_EQ(run("run --rules").status, 2);
+  EXPECT_EQ(run("run echo no-separator").status, 2);
+}
+
 TEST_F(Cli, HelpVersionAndUnknownCommands) {
   CliResult r = run("--help");
   EXPECT_EQ(r.status, 0);
