@@ -1,0 +1,103 @@
+#include "flow_control.h"
+
+#include <algorithm>
+
+namespace tcp2rdma::transport {
+namespace {
+
+// a - b as a signed distance: cursors wrap modulo 2^64 and are never 2^63 apart.
+bool behind(uint64_t a, uint64_t b) { return static_cast<int64_t>(a - b) < 0; }
+
+}  // namespace
+
+FlowControl::FlowControl(const FlowConfig& config)
+    : config_(config),
+      sent_(config.our_first_byte),
+      peer_consumed_(config.our_first_byte),
+      peer_posted_(config.peer_posted),
+      produced_(config.peer_first_byte),
+      consumed_(config.peer_first_byte),
+      posted_(config.our_posted),
+      last_update_{config.peer_first_byte, config.our_posted, 0, config.our_first_byte, config.peer_posted} {}
+
+bool FlowControl::may_send_wakeup() const {
+  bool news = last_update_.consumed != peer_seen_consumed_ || last_update_.posted != peer_seen_posted_;
+  return wakeup_owed() && news && credits() >= 1;
+}
+
+uint64_t FlowControl::data_room(uint64_t want) const {
+  if (credits() < 2) return 0;  // the last credit is for a wakeup or a close
+  uint64_t free_bytes = config_.peer_ring_size - (sent_ - peer_consumed_);
+  uint64_t to_ring_end = config_.peer_ring_size - peer_ring_offset();
+  return std::min({want, free_bytes, to_ring_end});
+}
+
+void FlowControl::on_data_sent(uint64_t bytes) {
+  sent_ += bytes;
+  ++used_;
+}
+
+uint64_t FlowControl::on_wakeup_sent() {
+  answered_armed_ = peer_armed_;
+  ++used_;
+  return answered_armed_;
+}
+
+FlowError FlowControl::on_peer_mailbox(const MailboxUpdate& update) {
+  if (behind(update.consumed, peer_consumed_)) return FlowError::kConsumedBackwards;
+  if (update.consumed - peer_consumed_ > sent_ - peer_consumed_) return FlowError::kConsumedUnsent;
+  if (behind(update.posted, peer_posted_)) return FlowError::kPostedBackwards;
+  if (update.posted - used_ > config_.peer_queue_depth) return FlowError::kPostedBeyondQueue;
+  if (behind(update.armed, peer_armed_)) return FlowError::kArmedBackwards;
+  peer_consumed_ = update.consumed;
+  peer_posted_ = update.posted;
+  if (update.armed != peer_armed_) {
+    peer_seen_consumed_ = update.seen_consumed;
+    peer_seen_posted_ = update.seen_posted;
+  }
+  peer_armed_ = update.armed;
+  return FlowError::kNone;
+}
+
+FlowError FlowControl::on_data_arrived(uint64_t bytes) {
+  if (arrived_ == posted_) return FlowError::kNoReceive;
+  ++arrived_;
+  if (peer_closed_) return FlowError::kDataAfterClose;
+  if (bytes == 0) return FlowError::kEmptyData;
+  // The peer may use only the space we advertised: our consumed cursor as of our last update.
+  if (bytes > config_.our_ring_size - (produced_ - last_update_.consumed)) return FlowError::kRingOverrun;
+  produced_ += bytes;
+  return FlowError::kNone;
+}
+
+FlowError FlowControl::on_wakeup_arrived(uint64_t armed_low30) {
+  if (arrived_ == posted_) return FlowError::kNoReceive;
+  ++arrived_;
+  if (!armed() || (armed_ & ((uint64_t{1} << 30) - 1)) != armed_low30) return FlowError::kUnexpectedWakeup;
+  answered_by_peer_ = armed_;
+  return FlowError::kNone;
+}
+
+FlowError FlowControl::on_close_arrived() {
+  if (arrived_ == posted_) return FlowError::kNoReceive;
+  ++arrived_;
+  if (peer_closed_) return FlowError::kDuplicateClose;
+  peer_closed_ = true;
+  return FlowError::kNone;
+}
+
+bool FlowControl::update_due() const {
+  if (armed_ != last_update_.armed) return true;
+  uint64_t freed_bytes = consumed_ - last_update_.consumed;
+  uint64_t new_receives = posted_ - last_update_.posted;
+  if (freed_bytes == 0 && new_receives == 0) return false;
+  if (wakeup_owed()) return true;  // the peer waits: tell it at once, then wake it
+  return freed_bytes >= config_.our_ring_size / 4 || new_receives >= std::max<uint64_t>(1, config_.our_queue_depth / 4);
+}
+
+MailboxUpdate FlowControl::make_update() {
+  last_update_ = {consumed_, posted_, armed_, peer_consumed_, peer_posted_};
+  return last_update_;
+}
+
+}  // namespace tcp2rdma::transport

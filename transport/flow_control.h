@@ -1,0 +1,122 @@
+// Flow control of one stream, as pure logic: no verbs, no clocks, no allocation (docs/protocol.md,
+// "Flow control"). One instance per connection, on each side; it answers "may I post this?" and
+// "must I tell the peer?", and validates everything the peer says.
+//
+// Cursors are 64-bit counts that start anywhere and wrap modulo 2^64: only differences are compared.
+#pragma once
+
+#include <cstdint>
+
+namespace tcp2rdma::transport {
+
+enum class FlowError {
+  kNone,
+  kConsumedBackwards,   // the peer's consumed cursor went back
+  kConsumedUnsent,      // the peer claims to have consumed bytes we never sent
+  kPostedBackwards,     // the peer's posted-receive total went back
+  kPostedBeyondQueue,   // more receives outstanding than the peer's receive queue holds
+  kArmedBackwards,      // the peer's arm count went back
+  kRingOverrun,         // data beyond the ring space we had advertised as free
+  kEmptyData,           // a data message of zero bytes
+  kNoReceive,           // a message arrived with no receive of ours left for it
+  kUnexpectedWakeup,    // a wakeup answering an arm count we never set
+  kDuplicateClose,      // a second close
+  kDataAfterClose,      // data after the peer's close
+};
+
+// What one side writes into the peer's mailbox.
+struct MailboxUpdate {
+  uint64_t consumed;       // bytes of the peer's stream our application has consumed
+  uint64_t posted;         // receives we have posted, in total
+  uint64_t armed;          // our arm count: we wait for a wakeup answering it
+  uint64_t seen_consumed;  // with an arm: the peer's `consumed` as we last read it
+  uint64_t seen_posted;    // with an arm: the peer's `posted` as we last read it
+};
+
+struct FlowConfig {
+  uint64_t peer_ring_size;       // ring we write into (power of two)
+  uint64_t our_first_byte;       // our stream's starting cursor (what the peer consumed initially)
+  uint64_t peer_posted;          // receives the peer had posted at setup
+  uint64_t peer_queue_depth;     // bound on the peer's outstanding receives
+  uint64_t our_ring_size;        // ring the peer writes into (power of two)
+  uint64_t peer_first_byte;      // the peer's stream's starting cursor
+  uint64_t our_posted;           // receives we posted at setup
+  uint64_t our_queue_depth;
+};
+
+class FlowControl {
+ public:
+  explicit FlowControl(const FlowConfig& config);
+
+  // --- Sending (our stream into the peer's ring) ---
+  // Bytes that may go in one data message now: within the free ring space, up to the ring's end (one
+  // RDMA Write is contiguous), and zero unless two receive credits are left (one stays back).
+  uint64_t data_room(uint64_t want) const;
+  uint64_t peer_ring_offset() const { return sent_ & (config_.peer_ring_size - 1); }
+  void on_data_sent(uint64_t bytes);
+
+  // A wakeup is owed when the peer armed with a count we have not answered. It is sent once we have
+  // advertised more than the peer had seen when it armed (so the woken peer finds something; until
+  // then a wakeup would only make it arm again). Its receive is the one we kept back;
+  // on_wakeup_sent returns the count it answers.
+  bool wakeup_owed() const { return peer_armed_ != answered_armed_; }
+  bool may_send_wakeup() const;
+  uint64_t on_wakeup_sent();
+
+  bool may_send_close() const { return !close_sent_ && credits() >= 1; }
+  void on_close_sent() { close_sent_ = true; ++used_; }
+
+  // The peer's mailbox update, read from our mailbox.
+  FlowError on_peer_mailbox(const MailboxUpdate& update);
+
+  // --- Receiving (the peer's stream in our ring) ---
+  FlowError on_data_arrived(uint64_t bytes);
+  FlowError on_wakeup_arrived(uint64_t armed_low30);
+  FlowError on_close_arrived();
+  uint64_t readable() const { return produced_ - consumed_; }
+  uint64_t our_ring_offset() const { return consumed_ & (config_.our_ring_size - 1); }
+  bool peer_closed() const { return peer_closed_; }
+  void on_app_consumed(uint64_t bytes) { consumed_ += bytes; }
+  uint64_t receives_to_repost() const { return arrived_ - (posted_ - config_.our_posted); }
+  void on_reposted(uint64_t n) { posted_ += n; }
+
+  // Blocked: ask the peer for a wakeup with the next mailbox update. Only with no arm outstanding and
+  // every consumed receive reposted, so that the update carrying the arm also restores the receive
+  // the peer's wakeup will use.
+  bool may_arm() const { return armed_ == answered_by_peer_ && receives_to_repost() == 0; }
+  void arm() { ++armed_; }
+  bool armed() const { return armed_ != answered_by_peer_; }
+
+  // Whether our mailbox update to the peer is due: a quarter of our ring or receive queue freed since
+  // the last, or an arm the peer does not know of yet, or the peer is armed and anything was freed.
+  bool update_due() const;
+  MailboxUpdate make_update();  // records it as sent
+
+  uint64_t sent() const { return sent_; }
+  uint64_t peer_consumed() const { return peer_consumed_; }
+  uint64_t credits() const { return peer_posted_ - used_; }
+
+ private:
+  FlowConfig config_;
+  // sending
+  uint64_t sent_;
+  uint64_t peer_consumed_;
+  uint64_t peer_posted_;
+  uint64_t used_ = 0;
+  uint64_t peer_armed_ = 0;
+  uint64_t answered_armed_ = 0;
+  uint64_t peer_seen_consumed_ = 0;  // what the peer had seen of our receiving side when it armed
+  uint64_t peer_seen_posted_ = 0;
+  bool close_sent_ = false;
+  // receiving
+  uint64_t produced_;
+  uint64_t consumed_;
+  uint64_t posted_;
+  uint64_t arrived_ = 0;  // messages that consumed one of our receives
+  uint64_t armed_ = 0;
+  uint64_t answered_by_peer_ = 0;
+  bool peer_closed_ = false;
+  MailboxUpdate last_update_;
+};
+
+}  // namespace tcp2rdma::transport
