@@ -1,0 +1,21 @@
+// One status for everything the transport reports; the preload layer maps it to errno in one place.
+#pragma once
+
+namespace tcp2rdma::transport {
+
+enum class Status {
+  kOk,
+  kWouldBlock,     // non-blocking call, nothing could be done now
+  kNoDevice,       // no RDMA device, or none for this address
+  kNoRoute,        // rdma_cm could not resolve the address or route
+  kMemoryLock,     // ibv_reg_mr failed: RLIMIT_MEMLOCK
+  kResources,      // CQ, QP or channel creation failed
+  kRejected,       // the peer refused the connection (no listener, or not a tcp2rdma peer)
+  kTimeout,
+  kReset,          // the connection failed or the peer aborted
+  kProtocolError,  // the peer broke the protocol; the connection was aborted
+};
+
+const char* to_string(Status status);
+
+}  // namespace tcp2rdma::transport
