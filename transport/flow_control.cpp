@@ -26,7 +26,7 @@ bool FlowControl::may_send_wakeup() const {
 }
 
 uint64_t FlowControl::data_room(uint64_t want) const {
-  if (credits() < 2) return 0;  // the last credit is for a wakeup or a close
+  if (credits() < 3) return 0;  // the last two credits are for signalling
   uint64_t free_bytes = config_.peer_ring_size - (sent_ - peer_consumed_);
   uint64_t to_ring_end = config_.peer_ring_size - peer_ring_offset();
   return std::min({want, free_bytes, to_ring_end});
@@ -75,6 +75,12 @@ FlowError FlowControl::on_wakeup_arrived(uint64_t armed_low30) {
   ++arrived_;
   if (!armed() || (armed_ & ((uint64_t{1} << 30) - 1)) != armed_low30) return FlowError::kUnexpectedWakeup;
   answered_by_peer_ = armed_;
+  return FlowError::kNone;
+}
+
+FlowError FlowControl::on_arm_arrived() {
+  if (arrived_ == posted_) return FlowError::kNoReceive;
+  ++arrived_;
   return FlowError::kNone;
 }
 

@@ -50,7 +50,8 @@ class FlowControl {
 
   // --- Sending (our stream into the peer's ring) ---
   // Bytes that may go in one data message now: within the free ring space, up to the ring's end (one
-  // RDMA Write is contiguous), and zero unless two receive credits are left (one stays back).
+  // RDMA Write is contiguous), and zero unless three receive credits are left: two stay back, for an
+  // arm and for a wakeup or close, so that signalling never waits on data credits.
   uint64_t data_room(uint64_t want) const;
   uint64_t peer_ring_offset() const { return sent_ & (config_.peer_ring_size - 1); }
   void on_data_sent(uint64_t bytes);
@@ -72,6 +73,7 @@ class FlowControl {
   // --- Receiving (the peer's stream in our ring) ---
   FlowError on_data_arrived(uint64_t bytes);
   FlowError on_wakeup_arrived(uint64_t armed_low30);
+  FlowError on_arm_arrived();  // the peer's arm message; its count comes with the mailbox update
   FlowError on_close_arrived();
   uint64_t readable() const { return produced_ - consumed_; }
   uint64_t our_ring_offset() const { return consumed_ & (config_.our_ring_size - 1); }
@@ -80,11 +82,14 @@ class FlowControl {
   uint64_t receives_to_repost() const { return arrived_ - (posted_ - config_.our_posted); }
   void on_reposted(uint64_t n) { posted_ += n; }
 
-  // Blocked: ask the peer for a wakeup with the next mailbox update. Only with no arm outstanding and
-  // every consumed receive reposted, so that the update carrying the arm also restores the receive
-  // the peer's wakeup will use.
-  bool may_arm() const { return armed_ == answered_by_peer_ && receives_to_repost() == 0; }
+  // Blocked: ask the peer for a wakeup. The arm is a mailbox update (carrying the new count and what
+  // we have seen) followed by an arm message, which raises a completion: the peer may be asleep.
+  // Only with no arm outstanding and every consumed receive reposted, so that the update also
+  // restores the receive the peer's wakeup will use.
+  bool may_arm() const { return armed_ == answered_by_peer_ && receives_to_repost() == 0 && credits() >= 1; }
   void arm() { ++armed_; }
+  void on_arm_sent() { ++used_; }
+  uint64_t arm_count() const { return armed_; }
   bool armed() const { return armed_ != answered_by_peer_; }
 
   // Whether our mailbox update to the peer is due: a quarter of our ring or receive queue freed since

@@ -304,6 +304,17 @@ Status RdmaStream::send_credits() {
   return Status::kOk;
 }
 
+Status RdmaStream::request_wakeup() {
+  // Blocked on the peer. Once per wakeup: the new arm count goes out with a mailbox update, then an
+  // arm message, whose completion wakes the peer if it sleeps (RC order: the update lands first).
+  if (!flow_->may_arm()) return Status::kOk;  // already armed, or receives to repost first
+  flow_->arm();
+  if (Status s = send_credits(); s != Status::kOk) return s;
+  flow_->on_arm_sent();
+  return post_write(0, 0, 0, encode_imm(MessageType::kArm, static_cast<uint32_t>(flow_->arm_count())), true,
+                    bounce_mr_);
+}
+
 bool RdmaStream::read_mailbox(MailboxUpdate* update) {
   // The peer's RDMA Write may land in any order: seq is written at both ends; equal means whole.
   const volatile uint64_t* box = reinterpret_cast<const volatile uint64_t*>(ring_ + ring_size_);
@@ -339,12 +350,16 @@ Status RdmaStream::handle_completion(const ibv_wc& wc) {
       e = flow_->on_wakeup_arrived(imm_arg(imm));
       ++wakeups_received_;
       break;
-    case MessageType::kClose:
+    case MessageType::kArm:
+      e = flow_->on_arm_arrived();  // the count itself came with the mailbox update before it
+      break;
+    case MessageType::kEnd:
+      if (imm_arg(imm) != kEndClose) {
+        failed_ = true;
+        return Status::kReset;
+      }
       e = flow_->on_close_arrived();
       break;
-    case MessageType::kAbort:
-      failed_ = true;
-      return Status::kReset;
   }
   if (e != FlowError::kNone) return Status::kProtocolError;
   if (Status s = post_receive(); s != Status::kOk) return s;
@@ -370,6 +385,20 @@ Status RdmaStream::progress() {
   return send_credits();
 }
 
+Status RdmaStream::handle_cm_event() {
+  rdma_cm_event* event = nullptr;
+  if (rdma_get_cm_event(cm_channel_, &event) != 0) return Status::kOk;  // nothing after all
+  rdma_cm_event_type type = event->event;
+  rdma_ack_cm_event(event);
+  if (type != RDMA_CM_EVENT_DISCONNECTED && type != RDMA_CM_EVENT_DEVICE_REMOVAL) return Status::kOk;
+  disconnected_ = true;
+  // After the peer's orderly close a disconnect is the normal end; before it, the peer (or its
+  // process, or the link) is gone: a reset, never a clean end of stream.
+  if (flow_->peer_closed()) return Status::kOk;
+  failed_ = true;
+  return Status::kReset;
+}
+
 Status RdmaStream::wait_for_event() {
   // Arm the completion channel, then look once more: a completion that came in between would
   // otherwise raise no event.
@@ -381,10 +410,20 @@ Status RdmaStream::wait_for_event() {
     Status s = handle_completion(wc);
     return s == Status::kOk ? progress() : s;
   }
-  ibv_cq* cq = nullptr;
-  void* context = nullptr;
-  if (ibv_get_cq_event(comp_channel_, &cq, &context) != 0) return Status::kReset;
-  ibv_ack_cq_events(cq, 1);
+  // Sleep on both channels: completions, and connection events (a dead peer raises no completion
+  // at a side that only waits to read).
+  pollfd fds[2] = {{comp_channel_->fd, POLLIN, 0}, {cm_channel_->fd, POLLIN, 0}};
+  int nfds = disconnected_ ? 1 : 2;
+  if (::poll(fds, static_cast<nfds_t>(nfds), -1) < 0 && errno != EINTR) return Status::kReset;
+  if (nfds == 2 && (fds[1].revents & POLLIN)) {
+    if (Status s = handle_cm_event(); s != Status::kOk) return s;
+  }
+  if (fds[0].revents & POLLIN) {
+    ibv_cq* cq = nullptr;
+    void* context = nullptr;
+    if (ibv_get_cq_event(comp_channel_, &cq, &context) != 0) return Status::kReset;
+    ibv_ack_cq_events(cq, 1);
+  }
   return progress();
 }
 
@@ -397,9 +436,7 @@ Status RdmaStream::write(const iovec* iov, int iovcnt, size_t* done) {
       if (Status s = progress(); s != Status::kOk) return s;
       uint64_t room = flow_->data_room(left);
       if (room == 0) {
-        // Blocked on the peer: ask for a wakeup (once), tell it, sleep until a completion.
-        if (flow_->may_arm()) flow_->arm();
-        if (Status s = send_credits(); s != Status::kOk) return s;
+        if (Status s = request_wakeup(); s != Status::kOk) return s;
         if (Status s = wait_for_event(); s != Status::kOk) return s;
         continue;
       }
@@ -445,18 +482,19 @@ Status RdmaStream::close() {
   while (!flow_->may_send_close()) {
     if (Status s = progress(); s != Status::kOk) return s;
     if (flow_->may_send_close()) break;
-    if (flow_->may_arm()) flow_->arm();
-    if (Status s = send_credits(); s != Status::kOk) return s;
+    if (Status s = request_wakeup(); s != Status::kOk) return s;
     if (Status s = wait_for_event(); s != Status::kOk) return s;
   }
-  if (Status s = post_write(0, 0, 0, encode_imm(MessageType::kClose, 0), true, bounce_mr_); s != Status::kOk) return s;
+  if (Status s = post_write(0, 0, 0, encode_imm(MessageType::kEnd, kEndClose), true, bounce_mr_); s != Status::kOk) {
+    return s;
+  }
   flow_->on_close_sent();
   // Wait (bounded by the peer's own close) for its close; bytes it still sends are dropped.
   while (!flow_->peer_closed()) {
     if (Status s = wait_for_event(); s != Status::kOk) return s;
     flow_->on_app_consumed(flow_->readable());
   }
-  while (sends_outstanding_ > 0) {
+  while (sends_outstanding_ > 0 && !disconnected_) {
     if (Status s = wait_for_event(); s != Status::kOk) return s;
   }
   rdma_disconnect(id_);

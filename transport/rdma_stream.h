@@ -67,10 +67,12 @@ class RdmaStream {
   // Progress: completions, the mailbox, credit updates and wakeups owed.
   Status progress();
   Status wait_for_event();
+  Status handle_cm_event();
   Status handle_completion(const ibv_wc& wc);
   Status post_write(uint64_t local_offset, uint32_t length, uint64_t remote_offset, uint32_t imm, bool with_imm,
                     ibv_mr* local_mr);
   Status send_credits();
+  Status request_wakeup();
   bool read_mailbox(MailboxUpdate* update);
   Status post_receive();
 
@@ -95,6 +97,7 @@ class RdmaStream {
   int sends_outstanding_ = 0;
   uint64_t wakeups_received_ = 0;
   bool failed_ = false;
+  bool disconnected_ = false;
   std::unique_ptr<FlowControl> flow_;
 };
 
