@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "test_endpoint.h"
+
 #include "address_range.h"
 #include "glob.h"
 #include "options.h"
@@ -46,21 +48,6 @@ TEST(Units, FormattingPicksTheLargestExactUnit) {
   EXPECT_EQ(format_duration_us(5000), "5ms");
   EXPECT_EQ(format_duration_us(1500), "1500us");
   EXPECT_EQ(format_duration_us(120000000), "2m");
-}
-
-sockaddr_storage endpoint(const char* host, uint16_t port) {
-  sockaddr_storage s{};
-  auto* v4 = reinterpret_cast<sockaddr_in*>(&s);
-  auto* v6 = reinterpret_cast<sockaddr_in6*>(&s);
-  if (inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
-    v4->sin_family = AF_INET;
-    v4->sin_port = htons(port);
-  } else {
-    EXPECT_EQ(inet_pton(AF_INET6, host, &v6->sin6_addr), 1) << host;
-    v6->sin6_family = AF_INET6;
-    v6->sin6_port = htons(port);
-  }
-  return s;
 }
 
 bool cidr_contains(const char* cidr_text, const char* host) {

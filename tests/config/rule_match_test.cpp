@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "test_endpoint.h"
+
 #include <unistd.h>
 
 #include <cstring>
@@ -14,20 +16,6 @@
 
 namespace tcp2rdma::config {
 namespace {
-
-sockaddr_storage endpoint(const char* host, uint16_t port) {
-  sockaddr_storage s{};
-  auto* v4 = reinterpret_cast<sockaddr_in*>(&s);
-  auto* v6 = reinterpret_cast<sockaddr_in6*>(&s);
-  if (inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
-    v4->sin_family = AF_INET;
-    v4->sin_port = htons(port);
-  } else if (inet_pton(AF_INET6, host, &v6->sin6_addr) == 1) {
-    v6->sin6_family = AF_INET6;
-    v6->sin6_port = htons(port);
-  }
-  return s;
-}
 
 class RuleMatch : public ::testing::Test {
  protected:

@@ -1,0 +1,21 @@
+#include "status.h"
+
+namespace tcp2rdma::transport {
+
+const char* to_string(Status status) {
+  switch (status) {
+    case Status::kOk: return "ok";
+    case Status::kWouldBlock: return "would block";
+    case Status::kNoDevice: return "no RDMA device";
+    case Status::kNoRoute: return "no route to the peer over RDMA";
+    case Status::kMemoryLock: return "cannot register memory (RLIMIT_MEMLOCK)";
+    case Status::kResources: return "cannot create RDMA resources";
+    case Status::kRejected: return "rejected by the peer";
+    case Status::kTimeout: return "timed out";
+    case Status::kReset: return "connection reset";
+    case Status::kProtocolError: return "protocol violation by the peer";
+  }
+  return "?";
+}
+
+}  // namespace tcp2rdma::transport
