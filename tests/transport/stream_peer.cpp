@@ -110,10 +110,11 @@ std::unique_ptr<RdmaStream> connect_to(const char* host, const char* port, const
   if (getaddrinfo(host, port, &hints, &res) != 0) return nullptr;
   std::unique_ptr<RdmaStream> s;
   Status st = Status::kRejected;
-  // The server may not be listening yet.
+  // The server may not be listening yet: retry what that looks like, and nothing else.
   for (int attempt = 0; attempt < 50 && st != Status::kOk; ++attempt) {
     st = RdmaStream::connect(res->ai_addr, options, &s);
-    if (st != Status::kOk) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    if (st != Status::kRejected && st != Status::kNoRoute && st != Status::kTimeout) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   freeaddrinfo(res);
   if (st != Status::kOk) std::fprintf(stderr, "connect: %s\n", to_string(st));
