@@ -4,6 +4,8 @@
 //   stream_peer server-until-reset PORT SEED     reads and checks until the stream fails; exit 0 only
 //                                                 if it failed as a reset (never a clean end of stream)
 //   stream_peer client-forever ADDR PORT SEED    writes until killed
+//   stream_peer server-expect-violation PORT     reads until the stream fails; exit 0 only if it
+//                                                 failed as a protocol violation (tests/hostile_peer)
 // The client writes BYTES of a seeded pseudo-random stream in writes of random sizes (1 B to 256 KiB);
 // the server reads it in reads of random sizes, checks every byte, then answers with BYTES/2 bytes of
 // its own stream, which the client checks. Both close in order. Exit 0 only when every byte matched.
@@ -121,6 +123,20 @@ std::unique_ptr<RdmaStream> connect_to(const char* host, const char* port, const
   return s;
 }
 
+// Reads until the stream fails; the failure must be `expected`.
+int read_until_failure(RdmaStream& s, Status expected) {
+  std::vector<uint8_t> buf(65536);
+  for (;;) {
+    iovec iov{buf.data(), buf.size()};
+    size_t done = 0;
+    Status st = s.read(&iov, 1, &done);
+    if (st != Status::kOk || done == 0) {
+      std::printf("server: the stream ended with: %s\n", st == Status::kOk ? "a clean end of stream" : to_string(st));
+      return st == expected ? 0 : 1;
+    }
+  }
+}
+
 // Reads and checks until the stream fails. A killed peer must show as a reset, not as an end.
 int read_until_reset(RdmaStream& s, uint64_t seed) {
   std::vector<uint8_t> buf(65536);
@@ -170,6 +186,10 @@ int main(int argc, char** argv) {
   if (argc == 4 && mode == "server-until-reset") {
     std::unique_ptr<RdmaStream> s = accept_one(argv[2], options);
     return s ? read_until_reset(*s, std::strtoull(argv[3], nullptr, 10)) : 1;
+  }
+  if (argc == 3 && mode == "server-expect-violation") {
+    std::unique_ptr<RdmaStream> s = accept_one(argv[2], options);
+    return s ? read_until_failure(*s, Status::kProtocolError) : 1;
   }
   if (argc == 5 && mode == "client-forever") {
     std::unique_ptr<RdmaStream> s = connect_to(argv[2], argv[3], options);
