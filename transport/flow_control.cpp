@@ -60,7 +60,7 @@ FlowError FlowControl::on_peer_mailbox(const MailboxUpdate& update) {
 }
 
 FlowError FlowControl::on_data_arrived(uint64_t bytes) {
-  if (arrived_ == posted_) return FlowError::kNoReceive;
+  if (!receive_advertised()) return FlowError::kNoReceive;
   ++arrived_;
   if (peer_closed_) return FlowError::kDataAfterClose;
   if (bytes == 0) return FlowError::kEmptyData;
@@ -71,7 +71,7 @@ FlowError FlowControl::on_data_arrived(uint64_t bytes) {
 }
 
 FlowError FlowControl::on_wakeup_arrived(uint64_t armed_low30) {
-  if (arrived_ == posted_) return FlowError::kNoReceive;
+  if (!receive_advertised()) return FlowError::kNoReceive;
   ++arrived_;
   if (!armed() || (armed_ & ((uint64_t{1} << 30) - 1)) != armed_low30) return FlowError::kUnexpectedWakeup;
   answered_by_peer_ = armed_;
@@ -79,13 +79,13 @@ FlowError FlowControl::on_wakeup_arrived(uint64_t armed_low30) {
 }
 
 FlowError FlowControl::on_arm_arrived() {
-  if (arrived_ == posted_) return FlowError::kNoReceive;
+  if (!receive_advertised()) return FlowError::kNoReceive;
   ++arrived_;
   return FlowError::kNone;
 }
 
 FlowError FlowControl::on_close_arrived() {
-  if (arrived_ == posted_) return FlowError::kNoReceive;
+  if (!receive_advertised()) return FlowError::kNoReceive;
   ++arrived_;
   if (peer_closed_) return FlowError::kDuplicateClose;
   peer_closed_ = true;

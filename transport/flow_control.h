@@ -102,6 +102,10 @@ class FlowControl {
   uint64_t credits() const { return peer_posted_ - used_; }
 
  private:
+  // The peer may use only the receives we have told it of (our last update), not those we reposted
+  // since: anything beyond is a violation even when the hardware happened to have a receive for it.
+  bool receive_advertised() const { return arrived_ != last_update_.posted; }
+
   FlowConfig config_;
   // sending
   uint64_t sent_;

@@ -1,103 +1,187 @@
 // A reliable byte stream over one RC queue pair: setup with librdmacm, data by RDMA Write with
 // immediate into the peer's ring, credits through the mailbox (docs/protocol.md).
-// First cut: blocking calls, one thread per stream, bytes copied through a registered bounce buffer.
+//
+// Thread safety: every call may come from any thread. Writers are serialised among themselves, as are
+// readers; a reader and a writer run at the same time. A blocking call sleeps on the stream's channels
+// without holding its lock.
 #pragma once
 
 #include <rdma/rdma_cma.h>
 #include <sys/uio.h>
 
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 
 #include "flow_control.h"
+#include "registration_cache.h"
 #include "status.h"
 #include "wire.h"
 
 namespace tcp2rdma::transport {
 
 struct StreamOptions {
-  uint32_t ring_size_log2 = 20;  // 1 MiB receive ring
-  uint16_t recv_queue_depth = 64;
-  uint16_t send_queue_depth = 160;  // data (bounded by the peer's receives) plus mailbox updates and wakeups
-  int timeout_ms = 5000;
+  uint32_t ring_size_log2 = 20;     // 1 MiB receive ring (10..29)
+  uint16_t recv_queue_depth = 64;   // receives posted for the peer's messages (4..255)
+  uint16_t send_queue_depth = 320;  // at least the peer's receive depth plus signalling headroom
+  int timeout_ms = 5000;            // setup, and how long close() waits for its bytes to be acknowledged
+  size_t zcopy_threshold = 64 * 1024;  // a contiguous piece at least this long goes from the caller's
+                                       // buffer by RDMA Write (0: never)
+  uint32_t inline_threshold = 128;  // pieces up to this long travel inside the work request
+  int busy_poll_us = 50;            // a blocked call polls this long before it sleeps
+  int keepalive_ms = 5000;          // a blocked call probes an idle peer this often (0: never)
+  size_t registration_cache_entries = 16;
 };
 
-class RdmaStream;
+// Flags of read() and write().
+inline constexpr int kNonBlocking = 1;  // return kWouldBlock instead of waiting
+inline constexpr int kPeek = 2;         // read: leave the bytes in the stream
+inline constexpr int kWaitAll = 4;      // read: wait until every iovec is full (or end, or error)
 
-// Listens with librdmacm on a port and accepts streams.
-class StreamListener {
- public:
-  static Status listen(const sockaddr* address, const StreamOptions& options, std::unique_ptr<StreamListener>* out);
-  ~StreamListener();
-  Status accept(std::unique_ptr<RdmaStream>* out);
-
- private:
-  StreamListener() = default;
-  rdma_event_channel* channel_ = nullptr;
-  rdma_cm_id* id_ = nullptr;
-  StreamOptions options_;
+struct StreamCounters {
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;  // consumed by the application
+  uint64_t zcopy_bytes = 0;     // sent by RDMA Write straight from the caller's buffer
+  uint64_t zcopy_fallbacks = 0; // large pieces copied because their buffer could not be registered
+  uint64_t inline_messages = 0;
+  uint64_t credit_stalls = 0;   // a write found no ring space or receive credit
+  uint64_t completions = 0;
+  uint64_t wakeups_received = 0;
+  uint64_t mailbox_updates_sent = 0;
+  uint64_t keepalives_sent = 0;
+  RegistrationCache::Counters registrations;
 };
+
+struct Readiness {
+  bool readable = false;  // read() would not block: bytes, end of stream, or an error
+  bool writable = false;  // write() would take at least one byte, or fail at once
+  bool failed = false;    // reset or protocol error: every call now fails
+  bool peer_closed = false;
+};
+
+// The TCP connection a client stream belongs to, and the client's nonce (docs/protocol.md, "Setup").
+struct Pairing {
+  TcpTuple tuple{};
+  uint64_t client_nonce = 0;
+};
+uint64_t random_nonce();  // from getrandom(2)
 
 class RdmaStream {
  public:
-  static Status connect(const sockaddr* address, const StreamOptions& options, std::unique_ptr<RdmaStream>* out);
+  // Connects to a StreamListener at `address` (an IP address and the rdma_cm port).
+  static Status connect(const sockaddr* address, const Pairing& pairing, const StreamOptions& options,
+                        std::unique_ptr<RdmaStream>* out);
   ~RdmaStream();
   RdmaStream(const RdmaStream&) = delete;
   RdmaStream& operator=(const RdmaStream&) = delete;
 
-  // Blocks until at least one byte was taken; returns the count in *done.
-  Status write(const iovec* iov, int iovcnt, size_t* done);
-  // Blocks until at least one byte is there or the peer closed (*done == 0: end of stream).
-  Status read(const iovec* iov, int iovcnt, size_t* done);
-  // Sends what is pending, then an orderly close, and waits (bounded) for the peer's.
+  // Blocking: returns when every byte was taken. kNonBlocking: takes what fits now (*done may be
+  // short), kWouldBlock when nothing fits. Bytes sent by zero-copy have been placed in the peer's ring
+  // before write returns, so the caller may reuse its buffer at once.
+  Status write(const iovec* iov, int iovcnt, int flags, size_t* done);
+  // Returns at least one byte, or *done == 0 at the end of the stream. Bytes that arrived before an
+  // error are delivered before the error is reported.
+  Status read(const iovec* iov, int iovcnt, int flags, size_t* done);
+  // Sends an orderly end after the bytes already written; reading goes on.
+  Status shutdown_write();
+  // shutdown_write, waits (up to timeout_ms) until every byte is acknowledged, then disconnects. The
+  // peer reads all of them, then the end of the stream.
   Status close();
+  // Tells the peer to reset (best effort) and disconnects at once: the peer never reads a clean end.
+  void abort();
 
-  uint64_t bytes_sent() const { return flow_->sent(); }
-  uint64_t wakeups_received() const { return wakeups_received_; }
+  // Pollable (POLLIN) when the stream may have news: call readiness() then. When readiness() reports
+  // neither readable nor writable, the fd will fire on the next change.
+  int readiness_fd() const { return epoll_fd_; }
+  Readiness readiness();
+  // Probes the peer with a zero-byte RDMA Write when nothing was sent since the last call: a dead peer
+  // shows as a failed completion (reset), a live one costs nothing at its CPU.
+  Status keepalive();
+
+  StreamCounters counters() const;
+  uint64_t client_nonce() const { return client_nonce_; }
+  uint64_t server_nonce() const { return server_nonce_; }
+  const TcpTuple& tuple() const { return tuple_; }
 
  private:
   friend class StreamListener;
   RdmaStream() = default;
 
-  // Setup, shared by both ends: resources on `id`, then our SetupInfo for the private data.
-  Status create_resources(rdma_cm_id* id, const StreamOptions& options);
-  SetupInfo local_setup() const;
-  Status start(const SetupInfo& peer);
+  // What a send completion was for (its wr_id).
+  static constexpr uint64_t kWrSignal = 0;  // mailbox update, wakeup, arm, end, keepalive
+  static constexpr uint64_t kWrCopy = 1;    // data from the bounce buffer, or inline
+  static constexpr uint64_t kWrZeroCopy = 2;
+  static constexpr size_t kMailboxSlot = 64;  // the mailbox's place after the ring, and each outgoing copy
 
-  // Progress: completions, the mailbox, credit updates and wakeups owed.
+  // Setup (stream_setup.cpp).
+  Status create_resources(rdma_cm_id* id, const StreamOptions& options);
+  Status create_wait_set();
+  Status start(uint8_t peer_ring_log2, uint32_t peer_rkey, uint8_t peer_depth, bool is_client);
+
+  // Progress (stream_progress.cpp), all with mu_ held.
   Status progress();
-  Status wait_for_event();
-  Status handle_cm_event();
+  void drain_channels();
   Status handle_completion(const ibv_wc& wc);
-  Status post_write(uint64_t local_offset, uint32_t length, uint64_t remote_offset, uint32_t imm, bool with_imm,
-                    ibv_mr* local_mr);
+  Status handle_cm_events();
   Status send_credits();
   Status request_wakeup();
   bool read_mailbox(MailboxUpdate* update);
   Status post_receive();
+  Status post_write(const void* local, uint32_t length, uint32_t lkey, uint64_t remote_offset, uint32_t imm,
+                    bool with_imm, int send_flags, uint64_t wr_id);
+  bool send_queue_has_room(int n) const { return sends_outstanding_ + n <= options_.send_queue_depth; }
+  Status wait(std::unique_lock<std::mutex>& lock);
+  Status arm_channel(bool* news);
+  Status keepalive_locked();
+  void kick();
+
+  // Data path (stream_io.cpp), with mu_ held.
+  Status write_piece(const uint8_t* src, size_t len, int flags, size_t* done, std::unique_lock<std::mutex>& lock);
+  Status write_zero_copy(const uint8_t* src, size_t len, int flags, size_t* done, std::unique_lock<std::mutex>& lock);
+  Status write_copy(const uint8_t* src, size_t len, int flags, size_t* done, std::unique_lock<std::mutex>& lock);
+  size_t copy_out(const iovec* iov, int iovcnt, size_t skip, bool consume);
+  bool failed() const { return failure_ != Status::kOk; }
+  void fail(Status s);
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool poller_ = false;       // a thread sleeps on epoll_fd_
+  bool writer_busy_ = false;  // a write() is in progress (writes are not interleaved)
+  bool reader_busy_ = false;
 
   StreamOptions options_;
   rdma_event_channel* cm_channel_ = nullptr;
   rdma_cm_id* id_ = nullptr;
   ibv_comp_channel* comp_channel_ = nullptr;
   ibv_cq* cq_ = nullptr;
-  uint8_t* ring_ = nullptr;  // our receive ring, then our mailbox
+  bool cq_armed_ = false;
+  int epoll_fd_ = -1;  // comp channel, cm channel, kick_fd_
+  int kick_fd_ = -1;   // eventfd: wakes the sleeping thread when another one changed the state
+  uint8_t* ring_ = nullptr;  // our receive ring, then our mailbox; registered at iova 0
   ibv_mr* ring_mr_ = nullptr;
   uint8_t* bounce_ = nullptr;  // staging for our outgoing bytes, mirrors the peer's ring offsets
   ibv_mr* bounce_mr_ = nullptr;
-  uint8_t* mailbox_out_ = nullptr;  // what we write into the peer's mailbox
+  uint8_t* mailbox_out_ = nullptr;  // what we write into the peer's mailbox, one slot per send WR
   ibv_mr* mailbox_out_mr_ = nullptr;
+  std::unique_ptr<RegistrationCache> registrations_;
+  uint32_t max_inline_ = 0;
   uint64_t ring_size_ = 0;
   uint64_t peer_ring_size_ = 0;
-  uint64_t peer_ring_addr_ = 0;
   uint32_t peer_rkey_ = 0;
-  uint64_t first_byte_ = 0;
   uint64_t mailbox_seq_ = 0;
   uint64_t last_mailbox_seq_read_ = 0;
   int sends_outstanding_ = 0;
-  uint64_t wakeups_received_ = 0;
-  bool failed_ = false;
-  bool disconnected_ = false;
+  int zcopy_outstanding_ = 0;
+  uint64_t sends_since_keepalive_ = 0;
+  Status failure_ = Status::kOk;
+  bool disconnect_seen_ = false;
+  bool disconnected_ = false;  // we called rdma_disconnect
+  bool write_shut_ = false;
+  TcpTuple tuple_{};
+  uint64_t client_nonce_ = 0;
+  uint64_t server_nonce_ = 0;
+  StreamCounters counters_;
   std::unique_ptr<FlowControl> flow_;
 };
 

@@ -14,6 +14,8 @@ const char* to_string(Status status) {
     case Status::kTimeout: return "timed out";
     case Status::kReset: return "connection reset";
     case Status::kProtocolError: return "protocol violation by the peer";
+    case Status::kShutDown: return "the stream is shut down for writing";
+    case Status::kInvalid: return "invalid argument";
   }
   return "?";
 }

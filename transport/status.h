@@ -14,6 +14,8 @@ enum class Status {
   kTimeout,
   kReset,          // the connection failed or the peer aborted
   kProtocolError,  // the peer broke the protocol; the connection was aborted
+  kShutDown,       // write after shutdown_write() or close()
+  kInvalid,        // bad options or arguments
 };
 
 const char* to_string(Status status);

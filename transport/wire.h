@@ -1,5 +1,5 @@
 // What crosses the wire at setup and in immediate data (docs/protocol.md). Fixed layouts with static
-// asserts; little-endian hosts only (x86-64), which the setup magic would expose otherwise.
+// asserts; every integer little-endian (x86-64 hosts only; a big-endian peer fails the magic check).
 #pragma once
 
 #include <cstddef>
@@ -8,21 +8,56 @@
 namespace tcp2rdma::transport {
 
 inline constexpr uint16_t kSetupMagic = 0x7452;  // "Rt"
-inline constexpr uint8_t kProtocolVersion = 1;
+inline constexpr uint8_t kProtocolVersion = 2;
 
-// In the private data of the connect request and of the accept: where to write, from where to count.
-// The mailbox sits right after the ring in the same registration.
-struct [[gnu::packed]] SetupInfo {
+// The TCP connection a stream belongs to, as its client sees it. IPv4 addresses sit in the first four
+// bytes of the 16 and the rest is zero.
+struct [[gnu::packed]] TcpTuple {
+  uint8_t family;  // AF_INET or AF_INET6
+  uint8_t reserved;
+  uint16_t client_port;  // host order
+  uint16_t server_port;
+  uint8_t client_addr[16];
+  uint8_t server_addr[16];
+};
+static_assert(sizeof(TcpTuple) == 38);
+
+// The private data of the connect request. rdma_cm leaves 56 bytes of the CM REQ for it, so the ring
+// is addressed from zero (registered with iova 0: no address to send) and each stream's first cursor
+// is derived from the two nonces (stream_cursor_origin) instead of being sent.
+struct [[gnu::packed]] ConnectRequest {
+  uint16_t magic;
+  uint8_t version;
+  uint8_t ring_size_log2;  // 10..30
+  uint32_t rkey;           // of the client's ring, then its mailbox at offset 2^ring_size_log2
+  uint8_t queue_depth;     // receives the client posted before connecting (all of them)
+  uint8_t reserved;
+  TcpTuple tuple;
+  uint64_t client_nonce;
+};
+static_assert(sizeof(ConnectRequest) == 56, "exactly the 56 bytes rdma_cm leaves in a connect request");
+
+// The private data of the accept.
+struct [[gnu::packed]] AcceptReply {
   uint16_t magic;
   uint8_t version;
   uint8_t ring_size_log2;
   uint32_t rkey;
-  uint64_t ring_addr;
-  uint64_t first_byte;     // this side's stream starts here (random)
-  uint16_t posted;         // receives posted before the connection was established
-  uint16_t queue_depth;    // bound on posted receives
+  uint8_t queue_depth;
+  uint8_t reserved[7];
+  uint64_t client_nonce;  // echoed: the client checks it is the answer to its own request
+  uint64_t server_nonce;
 };
-static_assert(sizeof(SetupInfo) == 28, "private data layout is part of the protocol");
+static_assert(sizeof(AcceptReply) == 32);
+
+// Where each direction's byte cursor starts: a mix of both nonces, so neither side can choose it alone
+// and wraparound past 2^64 is an ordinary event in practice, not a special case.
+inline uint64_t stream_cursor_origin(uint64_t client_nonce, uint64_t server_nonce, bool client_to_server) {
+  uint64_t x = client_nonce * 0x9e3779b97f4a7c15ull ^ server_nonce ^ (client_to_server ? 0x6a09e667f3bcc908ull : 0);
+  x ^= x >> 29;
+  x *= 0xbf58476d1ce4e5b9ull;
+  return x ^ (x >> 32);
+}
 
 inline constexpr size_t kMailboxSize = 56;  // seq, consumed, posted, armed, seen_consumed, seen_posted, seq
 

@@ -3,10 +3,14 @@
 // MODE: length-mismatch  data whose immediate claims more bytes than were written
 //       overrun          more data than the ring space the server advertised
 //       stray-wakeup     a wakeup answering an arm the server never made
+//       bad-mailbox      a mailbox update claiming bytes consumed that the server never sent
+//       data-after-close data after an orderly end
+//       bad-end          an end message with an unknown argument
+//       malformed-setup  first a connect request with garbage private data (must be rejected), then
+//                        a well-formed one followed by a stray wakeup: the listener survived
 // The server (stream_peer server-expect-violation) must report a protocol violation: no crash, no
-// write outside its buffers (the writes here all stay inside the ring it registered).
+// write outside its buffers (the writes here all stay inside the ring and mailbox it registered).
 #include <arpa/inet.h>
-#include <netdb.h>
 #include <rdma/rdma_cma.h>
 
 #include <chrono>
@@ -22,13 +26,74 @@ using namespace tcp2rdma::transport;
 
 namespace {
 
-bool expect_event(rdma_event_channel* ch, rdma_cm_event_type want, SetupInfo* peer = nullptr) {
+struct Connection {
+  rdma_event_channel* channel = nullptr;
+  rdma_cm_id* id = nullptr;
+  ibv_cq* cq = nullptr;
+  ibv_mr* mr = nullptr;
+  AcceptReply peer{};
+};
+
+// What the last connection attempt ended with: ESTABLISHED, REJECTED, ...
+rdma_cm_event_type last_event = RDMA_CM_EVENT_ESTABLISHED;
+
+bool expect_event(rdma_event_channel* ch, rdma_cm_event_type want, AcceptReply* peer = nullptr) {
   rdma_cm_event* ev = nullptr;
   if (rdma_get_cm_event(ch, &ev) != 0) return false;
+  last_event = ev->event;
   bool ok = ev->event == want;
   if (ok && peer != nullptr) std::memcpy(peer, ev->param.conn.private_data, sizeof *peer);
   rdma_ack_cm_event(ev);
   return ok;
+}
+
+// Connects with `private_data`; retries while the server is not listening yet.
+bool connect(const sockaddr_in& addr, std::vector<uint8_t>& buf, const void* private_data, uint8_t len,
+             Connection* c) {
+  c->channel = rdma_create_event_channel();
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    rdma_create_id(c->channel, &c->id, nullptr, RDMA_PS_TCP);
+    if (rdma_resolve_addr(c->id, nullptr, (sockaddr*)&addr, 2000) != 0 ||
+        !expect_event(c->channel, RDMA_CM_EVENT_ADDR_RESOLVED) || rdma_resolve_route(c->id, 2000) != 0 ||
+        !expect_event(c->channel, RDMA_CM_EVENT_ROUTE_RESOLVED)) {
+      return false;
+    }
+    c->cq = ibv_create_cq(c->id->verbs, 64, nullptr, nullptr, 0);
+    ibv_qp_init_attr attr{};
+    attr.send_cq = attr.recv_cq = c->cq;
+    attr.qp_type = IBV_QPT_RC;
+    attr.cap.max_send_wr = attr.cap.max_recv_wr = 32;
+    attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
+    rdma_create_qp(c->id, nullptr, &attr);
+    c->mr = ibv_reg_mr(c->id->pd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    rdma_conn_param param{};
+    param.private_data = private_data;
+    param.private_data_len = len;
+    param.retry_count = 7;
+    if (rdma_connect(c->id, &param) != 0) return false;
+    if (expect_event(c->channel, RDMA_CM_EVENT_ESTABLISHED, &c->peer)) return true;
+    ibv_dereg_mr(c->mr);
+    rdma_destroy_qp(c->id);
+    ibv_destroy_cq(c->cq);
+    rdma_destroy_id(c->id);
+    if (last_event == RDMA_CM_EVENT_REJECTED && std::memcmp(private_data, "garbage", 7) == 0) return false;
+  }
+  return false;
+}
+
+ConnectRequest good_request(const sockaddr_in& addr, uint32_t rkey) {
+  ConnectRequest r{};
+  r.magic = kSetupMagic;
+  r.version = kProtocolVersion;
+  r.ring_size_log2 = 16;
+  r.rkey = rkey;
+  r.queue_depth = 8;
+  r.tuple.family = AF_INET;
+  r.tuple.server_port = ntohs(addr.sin_port);
+  std::memcpy(r.tuple.server_addr, &addr.sin_addr, 4);
+  r.client_nonce = 0x1234;
+  return r;
 }
 
 }  // namespace
@@ -36,61 +101,39 @@ bool expect_event(rdma_event_channel* ch, rdma_cm_event_type want, SetupInfo* pe
 int main(int argc, char** argv) {
   if (argc != 4) return 2;
   std::string_view mode = argv[3];
-  addrinfo hints{}, *res = nullptr;
-  hints.ai_family = AF_INET;
-  if (getaddrinfo(argv[1], argv[2], &hints, &res) != 0) return 2;
-  rdma_event_channel* ch = rdma_create_event_channel();
-  rdma_cm_id* id = nullptr;
-  SetupInfo peer{};
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(std::atoi(argv[2])));
+  if (inet_pton(AF_INET, argv[1], &addr.sin_addr) != 1) return 2;
   std::vector<uint8_t> buf(1 << 20);
-  ibv_mr* mr = nullptr;
-  ibv_cq* cq = nullptr;
-  bool connected = false;
-  for (int attempt = 0; attempt < 50 && !connected; ++attempt) {  // the server may not listen yet
-    if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    rdma_create_id(ch, &id, nullptr, RDMA_PS_TCP);
-    if (rdma_resolve_addr(id, nullptr, res->ai_addr, 2000) != 0 || !expect_event(ch, RDMA_CM_EVENT_ADDR_RESOLVED) ||
-        rdma_resolve_route(id, 2000) != 0 || !expect_event(ch, RDMA_CM_EVENT_ROUTE_RESOLVED)) {
-      return 1;
-    }
-    cq = ibv_create_cq(id->verbs, 16, nullptr, nullptr, 0);
-    ibv_qp_init_attr attr{};
-    attr.send_cq = attr.recv_cq = cq;
-    attr.qp_type = IBV_QPT_RC;
-    attr.cap.max_send_wr = attr.cap.max_recv_wr = 8;
-    attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
-    rdma_create_qp(id, nullptr, &attr);
-    mr = ibv_reg_mr(id->pd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-    SetupInfo mine{kSetupMagic, kProtocolVersion, 16, mr->rkey, reinterpret_cast<uint64_t>(buf.data()), 0, 0, 8};
-    rdma_conn_param param{};
-    param.private_data = &mine;
-    param.private_data_len = sizeof mine;
-    param.retry_count = 7;
-    if (rdma_connect(id, &param) != 0) return 1;
-    connected = expect_event(ch, RDMA_CM_EVENT_ESTABLISHED, &peer);
-    if (!connected) {
-      ibv_dereg_mr(mr);
-      rdma_destroy_qp(id);
-      ibv_destroy_cq(cq);
-      rdma_destroy_id(id);
-    }
+  Connection c;
+  if (mode == "malformed-setup") {
+    const char garbage[] = "garbage: not a tcp2rdma request at all";
+    bool established = connect(addr, buf, garbage, sizeof garbage, &c);
+    std::printf("hostile: malformed request %s\n",
+                established ? "was ACCEPTED (wrong)" : last_event == RDMA_CM_EVENT_REJECTED ? "rejected" : "failed");
+    if (established || last_event != RDMA_CM_EVENT_REJECTED) return 1;
+    c = Connection{};
   }
-  if (!connected) return 1;
-  uint64_t ring = uint64_t{1} << peer.ring_size_log2;
+  ConnectRequest request = good_request(addr, 0);
+  // The rkey is known only after registration, inside connect(); the server never writes to us in
+  // these tests, so any rkey will do.
+  if (!connect(addr, buf, &request, sizeof request, &c)) return 1;
+  uint64_t ring = uint64_t{1} << c.peer.ring_size_log2;
 
-  auto write_imm = [&](uint32_t length, uint32_t imm, uint64_t remote_offset) {
-    ibv_sge sge{reinterpret_cast<uint64_t>(buf.data()), length, mr->lkey};
+  auto write_imm = [&](uint32_t length, uint32_t imm, uint64_t remote_offset, bool with_imm = true) {
+    ibv_sge sge{reinterpret_cast<uint64_t>(buf.data()), length, c.mr->lkey};
     ibv_send_wr wr{}, *bad = nullptr;
-    wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+    wr.opcode = with_imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
     wr.send_flags = IBV_SEND_SIGNALED;
     wr.sg_list = length > 0 ? &sge : nullptr;
     wr.num_sge = length > 0 ? 1 : 0;
     wr.imm_data = htonl(imm);
-    wr.wr.rdma.remote_addr = peer.ring_addr + remote_offset;
-    wr.wr.rdma.rkey = peer.rkey;
-    ibv_post_send(id->qp, &wr, &bad);
+    wr.wr.rdma.remote_addr = remote_offset;  // the server's ring is registered at iova 0
+    wr.wr.rdma.rkey = c.peer.rkey;
+    ibv_post_send(c.id->qp, &wr, &bad);
     ibv_wc wc{};
-    while (ibv_poll_cq(cq, 1, &wc) == 0) {
+    while (ibv_poll_cq(c.cq, 1, &wc) == 0) {
     }
     std::printf("hostile: posted %u bytes, immediate 0x%08x: %s\n", length, imm, ibv_wc_status_str(wc.status));
   };
@@ -101,8 +144,19 @@ int main(int argc, char** argv) {
     // mailbox follows the ring), so only the server's own check can catch it.
     uint32_t too_much = static_cast<uint32_t>(ring + 8);
     write_imm(too_much, encode_imm(MessageType::kData, too_much), 0);
-  } else if (mode == "stray-wakeup") {
+  } else if (mode == "stray-wakeup" || mode == "malformed-setup") {
     write_imm(0, encode_imm(MessageType::kWakeup, 7), 0);
+  } else if (mode == "bad-mailbox") {
+    // "I have consumed a million bytes of your stream": the server has sent none.
+    uint64_t words[7] = {1, 1000000, 8, 0, 0, 0, 1};
+    std::memcpy(buf.data(), words, sizeof words);
+    write_imm(sizeof words, 0, ring, false);
+    write_imm(1, encode_imm(MessageType::kData, 1), 0);  // a message, so that the server looks
+  } else if (mode == "data-after-close") {
+    write_imm(0, encode_imm(MessageType::kEnd, kEndClose), 0);
+    write_imm(1, encode_imm(MessageType::kData, 1), 0);
+  } else if (mode == "bad-end") {
+    write_imm(0, encode_imm(MessageType::kEnd, 5), 0);
   } else {
     return 2;
   }

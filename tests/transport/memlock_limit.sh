@@ -3,10 +3,10 @@
 # "cannot register memory (RLIMIT_MEMLOCK)" from connect, not a crash or a hang. Root has
 # CAP_IPC_LOCK, so the client runs as nobody without capabilities.
 peer=$1
-"$peer" server 7482 100000 3 &
+"$peer" server 7482 3 100000 0 &
 server=$!
 out=$(setpriv --reuid=nobody --regid=nogroup --clear-groups --inh-caps=-all \
-      sh -c "ulimit -l 16 && exec $peer client $T2R_PEER 7482 100000 3" 2>&1)
+      sh -c "ulimit -l 16 && exec $peer client $T2R_PEER 7482 3 100000 0" 2>&1)
 status=$?
 kill "$server" 2>/dev/null
 echo "client (RLIMIT_MEMLOCK 16 KiB) exited $status: $out"

@@ -1,201 +1,282 @@
-// stream_peer: both ends of a byte-exact test of RdmaStream, run in the Soft-RoCE VM.
-//   stream_peer server PORT BYTES SEED
-//   stream_peer client ADDR PORT BYTES SEED
+// stream_peer: both ends of byte-exact tests of RdmaStream, run in the Soft-RoCE VM.
+//   stream_peer server PORT SEED BYTES ANSWER [slow]
+//       accepts one stream; checks that exactly BYTES of stream SEED arrive, then the end; meanwhile
+//       sends ANSWER bytes of stream SEED+1 in writes of random sizes. "slow": reads in small pieces
+//       with pauses, so the writer runs out of credits again and again.
+//   stream_peer client ADDR PORT SEED BYTES ANSWER [PATTERN]
+//       the other end; checks ANSWER bytes of stream SEED+1 while it sends BYTES. PATTERN:
+//         random          writes of random sizes from 1 B to 8 MiB (default)
+//         zcopy-edge      writes just below, at and above the zero-copy threshold; asserts exactly the
+//                         ones at or above it went by zero-copy
+//         remap           a buffer sent twice (the second time a proven cache hit), unmapped, mapped
+//                         again at the same address with other bytes, sent again; then the same with
+//                         malloc/free. BYTES must be 11534336.
+//         close-in-flight one write of BYTES, then close at once; the peer still reads every byte
 //   stream_peer server-until-reset PORT SEED     reads and checks until the stream fails; exit 0 only
 //                                                 if it failed as a reset (never a clean end of stream)
 //   stream_peer client-forever ADDR PORT SEED    writes until killed
-//   stream_peer server-expect-violation PORT     reads until the stream fails; exit 0 only if it
-//                                                 failed as a protocol violation (tests/hostile_peer)
-// The client writes BYTES of a seeded pseudo-random stream in writes of random sizes (1 B to 256 KiB);
-// the server reads it in reads of random sizes, checks every byte, then answers with BYTES/2 bytes of
-// its own stream, which the client checks. Both close in order. Exit 0 only when every byte matched.
-#include <arpa/inet.h>
-#include <netdb.h>
+//   stream_peer server-expect-violation PORT     exit 0 only if the stream failed as a protocol
+//                                                 violation (tests/transport/hostile_peer)
+// Environment: PEER_RING_LOG2 and PEER_DEPTH set the ring size and receive queue depth (default 16
+// and 8: small, so that credits run out often); PEER_EXPECT_STALLS=1 makes the client fail unless it
+// ran out of credits at least once. Exit 0 only when every byte matched.
+#include <sys/mman.h>
 
-#include <chrono>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <random>
+#include <atomic>
 #include <string_view>
-#include <thread>
 #include <vector>
 
-#include "rdma_stream.h"
+#include "peer_util.h"
 
-using tcp2rdma::transport::RdmaStream;
-using tcp2rdma::transport::Status;
-using tcp2rdma::transport::StreamListener;
-using tcp2rdma::transport::StreamOptions;
+using namespace peer_util;
+using tcp2rdma::transport::kNonBlocking;
+using tcp2rdma::transport::StreamCounters;
 
 namespace {
 
-// The byte at position i of stream `seed`: cheap, and any misplaced or repeated byte shows.
-uint8_t stream_byte(uint64_t seed, uint64_t i) {
-  uint64_t x = (i + 1) * 0x9e3779b97f4a7c15ull ^ seed;
-  x ^= x >> 31;
-  x *= 0xbf58476d1ce4e5b9ull;
-  return static_cast<uint8_t>(x >> 56);
-}
-
-size_t random_size(std::mt19937_64& rng) {
-  switch (rng() % 4) {
-    case 0: return 1 + rng() % 16;
-    case 1: return 1 + rng() % 4096;
-    case 2: return 1 + rng() % 65536;
-    default: return 1 + rng() % 262144;
+size_t random_size(std::mt19937_64& rng, size_t max) {
+  size_t n = 0;
+  switch (rng() % 6) {
+    case 0: n = 1 + rng() % 16; break;
+    case 1: n = 1 + rng() % 4096; break;
+    case 2: n = 1 + rng() % 65536; break;
+    case 3: n = 60000 + rng() % 10000; break;  // around the zero-copy threshold
+    case 4: n = 1 + rng() % (1 << 20); break;
+    default: n = 1 + rng() % (8 << 20); break;
   }
+  return std::min(n, max);
 }
 
-bool send_stream(RdmaStream& s, uint64_t seed, uint64_t bytes, std::mt19937_64& rng) {
-  std::vector<uint8_t> buf(262144);
-  for (uint64_t pos = 0; pos < bytes;) {
-    size_t n = std::min<uint64_t>(random_size(rng), bytes - pos);
-    for (size_t i = 0; i < n; ++i) buf[i] = stream_byte(seed, pos + i);
-    iovec iov{buf.data(), n};
-    size_t done = 0;
-    if (Status st = s.write(&iov, 1, &done); st != Status::kOk) {
-      std::fprintf(stderr, "write at %llu: %s\n", static_cast<unsigned long long>(pos), to_string(st));
-      return false;
-    }
-    pos += done;
+// Writes one piece of the stream from `buf` (already filled), all of it.
+bool write_all(RdmaStream& s, const uint8_t* buf, size_t n, uint64_t pos) {
+  iovec iov{const_cast<uint8_t*>(buf), n};
+  size_t done = 0;
+  if (Status st = s.write(&iov, 1, 0, &done); st != Status::kOk || done != n) {
+    std::fprintf(stderr, "write of %zu at %llu: %s (took %zu)\n", n, ull(pos), to_string(st), done);
+    return false;
   }
   return true;
 }
 
-bool receive_stream(RdmaStream& s, uint64_t seed, uint64_t bytes, std::mt19937_64& rng) {
-  std::vector<uint8_t> buf(262144);
+bool send_random(RdmaStream& s, uint64_t seed, uint64_t bytes, std::mt19937_64 rng) {
+  std::vector<uint8_t> buf(8 << 20);
   for (uint64_t pos = 0; pos < bytes;) {
-    iovec iov{buf.data(), std::min<uint64_t>(random_size(rng), bytes - pos)};
-    size_t done = 0;
-    if (Status st = s.read(&iov, 1, &done); st != Status::kOk || done == 0) {
-      std::fprintf(stderr, "read at %llu: %s\n", static_cast<unsigned long long>(pos),
-                   done == 0 && st == Status::kOk ? "early end of stream" : to_string(st));
-      return false;
-    }
-    for (size_t i = 0; i < done; ++i) {
-      if (buf[i] != stream_byte(seed, pos + i)) {
-        std::fprintf(stderr, "byte %llu differs\n", static_cast<unsigned long long>(pos + i));
-        return false;
-      }
-    }
-    pos += done;
+    size_t n = random_size(rng, bytes - pos);
+    fill(buf.data(), n, seed, pos);
+    if (!write_all(s, buf.data(), n, pos)) return false;
+    pos += n;
   }
   return true;
 }
 
-int finish(RdmaStream& s, bool ok, const char* who, uint64_t bytes) {
-  Status st = s.close();
-  std::printf("%s: %s, %llu bytes client->server and %llu back checked, close %s, %llu wakeups received\n", who,
-              ok ? "ok" : "FAILED", static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(bytes / 2),
-              to_string(st), static_cast<unsigned long long>(s.wakeups_received()));
-  return ok && st == Status::kOk ? 0 : 1;
-}
-
-std::unique_ptr<RdmaStream> accept_one(const char* port, const StreamOptions& options) {
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(std::atoi(port)));
-  std::unique_ptr<StreamListener> listener;
-  if (Status st = StreamListener::listen(reinterpret_cast<sockaddr*>(&addr), options, &listener); st != Status::kOk) {
-    std::fprintf(stderr, "listen: %s\n", to_string(st));
-    return nullptr;
-  }
-  std::unique_ptr<RdmaStream> s;
-  if (Status st = listener->accept(&s); st != Status::kOk) std::fprintf(stderr, "accept: %s\n", to_string(st));
-  return s;
-}
-
-std::unique_ptr<RdmaStream> connect_to(const char* host, const char* port, const StreamOptions& options) {
-  addrinfo hints{}, *res = nullptr;
-  hints.ai_family = AF_INET;
-  if (getaddrinfo(host, port, &hints, &res) != 0) return nullptr;
-  std::unique_ptr<RdmaStream> s;
-  Status st = Status::kRejected;
-  // The server may not be listening yet: retry what that looks like, and nothing else.
-  for (int attempt = 0; attempt < 50 && st != Status::kOk; ++attempt) {
-    st = RdmaStream::connect(res->ai_addr, options, &s);
-    if (st != Status::kRejected && st != Status::kNoRoute && st != Status::kTimeout) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
-  freeaddrinfo(res);
-  if (st != Status::kOk) std::fprintf(stderr, "connect: %s\n", to_string(st));
-  return s;
-}
-
-// Reads until the stream fails; the failure must be `expected`.
-int read_until_failure(RdmaStream& s, Status expected) {
-  std::vector<uint8_t> buf(65536);
+// Reads exactly `bytes` of stream `seed` in reads of random sizes, then requires the end of stream.
+bool receive_checked(RdmaStream& s, uint64_t seed, uint64_t bytes, std::mt19937_64 rng, bool slow, const char* who) {
+  std::vector<uint8_t> buf(8 << 20);
+  uint64_t pos = 0;
   for (;;) {
-    iovec iov{buf.data(), buf.size()};
+    size_t want = slow ? 1 + rng() % 3000 : random_size(rng, buf.size());
+    iovec iov{buf.data(), want};
     size_t done = 0;
-    Status st = s.read(&iov, 1, &done);
-    if (st != Status::kOk || done == 0) {
-      std::printf("server: the stream ended with: %s\n", st == Status::kOk ? "a clean end of stream" : to_string(st));
-      return st == expected ? 0 : 1;
+    Status st = s.read(&iov, 1, 0, &done);
+    if (st != Status::kOk) {
+      std::fprintf(stderr, "%s: read at %llu: %s\n", who, ull(pos), to_string(st));
+      return false;
     }
+    if (done == 0) break;
+    if (size_t bad = first_difference(buf.data(), done, seed, pos); bad != done) {
+      std::fprintf(stderr, "%s: byte %llu differs\n", who, ull(pos + bad));
+      return false;
+    }
+    pos += done;
+    if (slow) std::this_thread::sleep_for(std::chrono::microseconds(500));
   }
+  if (pos != bytes) std::fprintf(stderr, "%s: the stream ended after %llu bytes, not %llu\n", who, ull(pos), ull(bytes));
+  return pos == bytes;
 }
 
-// Reads and checks until the stream fails. A killed peer must show as a reset, not as an end.
-int read_until_reset(RdmaStream& s, uint64_t seed) {
+void print_counters(const char* who, bool ok, const StreamCounters& c) {
+  std::printf("%s: %s; sent %llu (zero-copy %llu, fallbacks %llu, inline messages %llu), received %llu, credit stalls "
+              "%llu, wakeups %llu, mailbox updates %llu, completions %llu; registrations %llu, cache hits %llu, "
+              "stale %llu, unverifiable %llu\n",
+              who, ok ? "ok" : "FAILED", ull(c.bytes_sent), ull(c.zcopy_bytes), ull(c.zcopy_fallbacks),
+              ull(c.inline_messages), ull(c.bytes_received), ull(c.credit_stalls), ull(c.wakeups_received),
+              ull(c.mailbox_updates_sent), ull(c.completions), ull(c.registrations.registrations),
+              ull(c.registrations.hits), ull(c.registrations.stale), ull(c.registrations.unverifiable));
+}
+
+// Writes of sizes around the threshold, each from its own buffer; exactly those at or above it must go
+// by zero-copy.
+bool send_zcopy_edge(RdmaStream& s, uint64_t seed, uint64_t bytes, size_t threshold) {
+  const size_t sizes[] = {threshold - 1, threshold, threshold + 1, 1, threshold - 1, 2 * threshold, 3 * threshold + 7};
+  std::vector<uint8_t> buf(4 * threshold);
+  uint64_t pos = 0, expect_zcopy = 0;
+  for (size_t i = 0; pos < bytes; ++i) {
+    size_t n = std::min<uint64_t>(sizes[i % std::size(sizes)], bytes - pos);
+    fill(buf.data(), n, seed, pos);
+    if (!write_all(s, buf.data(), n, pos)) return false;
+    if (n >= threshold) expect_zcopy += n;
+    pos += n;
+  }
+  StreamCounters c = s.counters();
+  std::printf("client: zero-copy bytes %llu, expected %llu\n", ull(c.zcopy_bytes), ull(expect_zcopy));
+  return c.zcopy_bytes == expect_zcopy && expect_zcopy > 0;
+}
+
+// The registration cache must never send what an old mapping held at a reused address.
+bool send_remap(RdmaStream& s, uint64_t seed, uint64_t bytes) {
+  constexpr size_t kMap = 1 << 20, kMalloc = 4 << 20;
+  if (bytes != 3 * kMap + 2 * kMalloc) {
+    std::fprintf(stderr, "remap: BYTES must be %zu\n", 3 * kMap + 2 * kMalloc);
+    return false;
+  }
+  uint64_t pos = 0;
+  auto send = [&](uint8_t* p, size_t n) {
+    fill(p, n, seed, pos);
+    bool ok = write_all(s, p, n, pos);
+    pos += n;
+    return ok;
+  };
+  void* map = mmap(nullptr, kMap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (map == MAP_FAILED || !send(static_cast<uint8_t*>(map), kMap) || !send(static_cast<uint8_t*>(map), kMap)) return false;
+  uint64_t hits = s.counters().registrations.hits;
+  munmap(map, kMap);
+  void* again = mmap(map, kMap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+  if (again != map) {
+    std::fprintf(stderr, "remap: could not map the same address again\n");
+    return false;
+  }
+  if (!send(static_cast<uint8_t*>(again), kMap)) return false;
+  munmap(again, kMap);
+  uint64_t stale = s.counters().registrations.stale;
+  auto* first = static_cast<uint8_t*>(std::malloc(kMalloc));
+  if (first == nullptr || !send(first, kMalloc)) return false;
+  std::free(first);
+  auto* second = static_cast<uint8_t*>(std::malloc(kMalloc));
+  bool same = second == first;
+  if (second == nullptr || !send(second, kMalloc)) return false;
+  std::free(second);
+  StreamCounters c = s.counters();
+  std::printf("client: remap: cache hit on the second send %s, stale entry caught after the remap %s, malloc gave "
+              "the same address again: %s\n",
+              hits >= 1 ? "yes" : "NO", stale >= 1 ? "yes" : "NO", same ? "yes" : "no");
+  // Without frame numbers (no CAP_SYS_ADMIN) nothing is cached: every send registers afresh.
+  if (c.registrations.unverifiable > 0) return c.registrations.hits == 0;
+  return hits >= 1 && stale >= 1;
+}
+
+bool send_close_in_flight(RdmaStream& s, uint64_t seed, uint64_t bytes) {
+  std::vector<uint8_t> buf(bytes);
+  fill(buf.data(), bytes, seed, 0);
+  if (!write_all(s, buf.data(), bytes, 0)) return false;
+  Status st = s.close();  // at once: most of it is still in flight or unread at the peer
+  std::printf("client: wrote %llu bytes and closed: %s\n", ull(bytes), to_string(st));
+  return st == Status::kOk;
+}
+
+StreamOptions test_options() {
+  StreamOptions options;
+  const char* ring = std::getenv("PEER_RING_LOG2");
+  const char* depth = std::getenv("PEER_DEPTH");
+  options.ring_size_log2 = ring ? static_cast<uint32_t>(std::atoi(ring)) : 16;
+  options.recv_queue_depth = depth ? static_cast<uint16_t>(std::atoi(depth)) : 8;
+  return options;
+}
+
+// Reads and checks until the stream fails with `expected` (never a clean end of stream).
+int read_until_failure(RdmaStream& s, uint64_t seed, Status expected, bool check) {
   std::vector<uint8_t> buf(65536);
+  int ends = 0;
   for (uint64_t pos = 0;;) {
     iovec iov{buf.data(), buf.size()};
     size_t done = 0;
-    Status st = s.read(&iov, 1, &done);
-    if (st != Status::kOk || done == 0) {
-      std::printf("server: after %llu good bytes the stream ended with: %s\n", static_cast<unsigned long long>(pos),
-                  st == Status::kOk ? "a clean end of stream (WRONG: the peer was killed)" : to_string(st));
-      return st == Status::kReset && pos > 0 ? 0 : 1;
+    Status st = s.read(&iov, 1, 0, &done);
+    if (st == Status::kOk && done == 0 && expected == Status::kProtocolError && ++ends < 30) {
+      // An end of stream followed by more messages must still turn into a violation: look again.
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      continue;
     }
-    for (size_t i = 0; i < done; ++i) {
-      if (buf[i] != stream_byte(seed, pos + i)) {
-        std::printf("server: byte %llu differs\n", static_cast<unsigned long long>(pos + i));
-        return 1;
-      }
+    if (st != Status::kOk || done == 0) {
+      std::printf("server: after %llu good bytes the stream ended with: %s\n", ull(pos),
+                  st == Status::kOk ? "a clean end of stream" : to_string(st));
+      return st == expected ? 0 : 1;
+    }
+    if (check && first_difference(buf.data(), done, seed, pos) != done) {
+      std::printf("server: a byte differs near %llu\n", ull(pos));
+      return 1;
     }
     pos += done;
   }
+}
+
+int run_server(int argc, char** argv, const StreamOptions& options) {
+  std::unique_ptr<StreamListener> listener = listen_on(argv[2], options);
+  if (!listener) return 1;
+  std::unique_ptr<RdmaStream> s = accept_one(*listener);
+  if (!s) return 1;
+  uint64_t seed = std::strtoull(argv[3], nullptr, 10), bytes = std::strtoull(argv[4], nullptr, 10);
+  uint64_t answer = std::strtoull(argv[5], nullptr, 10);
+  bool slow = argc > 6 && std::string_view(argv[6]) == "slow";
+  std::atomic<bool> sent{true};
+  std::thread writer([&] {
+    sent = send_random(*s, seed + 1, answer, std::mt19937_64(seed * 7)) && s->shutdown_write() == Status::kOk;
+  });
+  bool received = receive_checked(*s, seed, bytes, std::mt19937_64(seed * 5), slow, "server");
+  writer.join();
+  bool ok = received && sent;
+  Status st = s->close();
+  print_counters("server", ok && st == Status::kOk, s->counters());
+  return ok && st == Status::kOk ? 0 : 1;
+}
+
+int run_client(int argc, char** argv, const StreamOptions& options) {
+  std::unique_ptr<RdmaStream> s = connect_to(argv[2], argv[3], options);
+  if (!s) return 1;
+  uint64_t seed = std::strtoull(argv[4], nullptr, 10), bytes = std::strtoull(argv[5], nullptr, 10);
+  uint64_t answer = std::strtoull(argv[6], nullptr, 10);
+  std::string_view pattern = argc > 7 ? argv[7] : "random";
+  std::atomic<bool> received{true};
+  std::thread reader([&] { received = receive_checked(*s, seed + 1, answer, std::mt19937_64(seed * 3), false, "client"); });
+  bool sent = false;
+  if (pattern == "random") sent = send_random(*s, seed, bytes, std::mt19937_64(seed));
+  else if (pattern == "zcopy-edge") sent = send_zcopy_edge(*s, seed, bytes, options.zcopy_threshold);
+  else if (pattern == "remap") sent = send_remap(*s, seed, bytes);
+  else if (pattern == "close-in-flight") sent = send_close_in_flight(*s, seed, bytes);
+  else std::fprintf(stderr, "unknown pattern\n");
+  Status st = pattern == "close-in-flight" ? Status::kOk : s->shutdown_write();
+  reader.join();
+  if (pattern != "close-in-flight" && st == Status::kOk) st = s->close();
+  bool ok = sent && received && st == Status::kOk;
+  StreamCounters c = s->counters();
+  if (std::getenv("PEER_EXPECT_STALLS") != nullptr && c.credit_stalls == 0) {
+    std::fprintf(stderr, "client: the slow reader never ran this writer out of credits\n");
+    ok = false;
+  }
+  print_counters("client", ok, c);
+  return ok ? 0 : 1;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  StreamOptions options;
-  options.ring_size_log2 = 16;  // a small ring: credits run out often
-  options.recv_queue_depth = 8;
+  StreamOptions options = test_options();
   std::string_view mode = argc > 1 ? argv[1] : "";
-  if (argc == 5 && mode == "server") {
-    std::unique_ptr<RdmaStream> s = accept_one(argv[2], options);
-    if (!s) return 1;
-    uint64_t bytes = std::strtoull(argv[3], nullptr, 10), seed = std::strtoull(argv[4], nullptr, 10);
-    std::mt19937_64 rng(seed * 7);
-    bool ok = receive_stream(*s, seed, bytes, rng) && send_stream(*s, seed + 1, bytes / 2, rng);
-    return finish(*s, ok, "server", bytes);
-  }
-  if (argc == 6 && mode == "client") {
-    std::unique_ptr<RdmaStream> s = connect_to(argv[2], argv[3], options);
-    if (!s) return 1;
-    uint64_t bytes = std::strtoull(argv[4], nullptr, 10), seed = std::strtoull(argv[5], nullptr, 10);
-    std::mt19937_64 rng(seed);
-    bool ok = send_stream(*s, seed, bytes, rng) && receive_stream(*s, seed + 1, bytes / 2, rng);
-    return finish(*s, ok, "client", bytes);
-  }
+  if (argc >= 6 && mode == "server") return run_server(argc, argv, options);
+  if (argc >= 7 && mode == "client") return run_client(argc, argv, options);
   if (argc == 4 && mode == "server-until-reset") {
-    std::unique_ptr<RdmaStream> s = accept_one(argv[2], options);
-    return s ? read_until_reset(*s, std::strtoull(argv[3], nullptr, 10)) : 1;
+    std::unique_ptr<StreamListener> listener = listen_on(argv[2], options);
+    std::unique_ptr<RdmaStream> s = listener ? accept_one(*listener) : nullptr;
+    return s ? read_until_failure(*s, std::strtoull(argv[3], nullptr, 10), Status::kReset, true) : 1;
   }
   if (argc == 3 && mode == "server-expect-violation") {
-    std::unique_ptr<RdmaStream> s = accept_one(argv[2], options);
-    return s ? read_until_failure(*s, Status::kProtocolError) : 1;
+    std::unique_ptr<StreamListener> listener = listen_on(argv[2], options);
+    std::unique_ptr<RdmaStream> s = listener ? accept_one(*listener) : nullptr;
+    return s ? read_until_failure(*s, 0, Status::kProtocolError, false) : 1;
   }
   if (argc == 5 && mode == "client-forever") {
     std::unique_ptr<RdmaStream> s = connect_to(argv[2], argv[3], options);
     if (!s) return 1;
-    std::mt19937_64 rng(1);
-    send_stream(*s, std::strtoull(argv[4], nullptr, 10), ~uint64_t{0} >> 1, rng);
+    send_random(*s, std::strtoull(argv[4], nullptr, 10), ~uint64_t{0} >> 1, std::mt19937_64(1));
     return 1;  // only a kill should end it
   }
   std::fprintf(stderr, "usage: see the comment at the top of stream_peer.cpp\n");

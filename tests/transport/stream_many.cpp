@@ -1,0 +1,143 @@
+// stream_many: N streams at once between two processes, each carrying BYTES checked bytes in both
+// directions, all driven by one thread without blocking: non-blocking read/write, readiness(), and
+// epoll on the streams' readiness fds. Run in the Soft-RoCE VM.
+//   stream_many server PORT N BYTES
+//   stream_many client ADDR PORT N BYTES
+// Each stream's bytes are seeded by its client nonce (client to server) and nonce + 1 (back), so the
+// server needs no other way to tell the streams apart.
+#include <sys/epoll.h>
+
+#include <string_view>
+#include <vector>
+
+#include "peer_util.h"
+
+using namespace peer_util;
+using tcp2rdma::transport::kNonBlocking;
+using tcp2rdma::transport::Readiness;
+
+namespace {
+
+struct Peer {
+  std::unique_ptr<RdmaStream> stream;
+  uint64_t send_seed = 0, receive_seed = 0;
+  uint64_t sent = 0, received = 0;
+  bool shut = false, ended = false;
+};
+
+// One pass over a stream: write what fits, read what is there. Returns false on any failure.
+bool step(Peer& p, uint64_t bytes, std::vector<uint8_t>& buf, bool* progressed) {
+  Readiness r = p.stream->readiness();
+  if (r.failed) {
+    std::fprintf(stderr, "a stream failed after %llu/%llu bytes\n", ull(p.sent), ull(p.received));
+    return false;
+  }
+  if (r.writable && p.sent < bytes) {
+    size_t n = std::min<uint64_t>(bytes - p.sent, 1 + (p.sent * 7919) % 70000);
+    fill(buf.data(), n, p.send_seed, p.sent);
+    iovec iov{buf.data(), n};
+    size_t done = 0;
+    Status st = p.stream->write(&iov, 1, kNonBlocking, &done);
+    if (st != Status::kOk && st != Status::kWouldBlock) return false;
+    p.sent += done;
+    *progressed |= done > 0;
+  }
+  if (p.sent == bytes && !p.shut) {
+    if (p.stream->shutdown_write() != Status::kOk) return false;
+    p.shut = *progressed = true;
+  }
+  if (r.readable && !p.ended) {
+    iovec iov{buf.data(), buf.size()};
+    size_t done = 0;
+    Status st = p.stream->read(&iov, 1, kNonBlocking, &done);
+    if (st == Status::kWouldBlock) return true;
+    if (st != Status::kOk) return false;
+    if (done == 0) {
+      p.ended = *progressed = true;
+      if (p.received != bytes) std::fprintf(stderr, "end after %llu bytes\n", ull(p.received));
+      return p.received == bytes;
+    }
+    if (first_difference(buf.data(), done, p.receive_seed, p.received) != done) {
+      std::fprintf(stderr, "a byte differs near %llu\n", ull(p.received));
+      return false;
+    }
+    p.received += done;
+    *progressed = true;
+  }
+  return true;
+}
+
+int drive(std::vector<Peer>& peers, uint64_t bytes, const char* who) {
+  int ep = epoll_create1(EPOLL_CLOEXEC);
+  for (size_t i = 0; i < peers.size(); ++i) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = i;
+    epoll_ctl(ep, EPOLL_CTL_ADD, peers[i].stream->readiness_fd(), &ev);
+  }
+  std::vector<uint8_t> buf(1 << 17);
+  size_t finished = 0;
+  uint64_t sleeps = 0;
+  while (finished < peers.size()) {
+    bool progressed = false;
+    finished = 0;
+    for (Peer& p : peers) {
+      if (!step(p, bytes, buf, &progressed)) return 1;
+      finished += p.ended && p.shut;
+    }
+    if (!progressed && finished < peers.size()) {
+      epoll_event evs[64];
+      if (epoll_wait(ep, evs, 64, 10000) == 0) {
+        std::fprintf(stderr, "%s: nothing happened for 10 s\n", who);
+        return 1;
+      }
+      ++sleeps;
+    }
+  }
+  for (Peer& p : peers) {
+    if (p.stream->close() != Status::kOk) return 1;
+  }
+  std::printf("%s: %zu streams, %llu bytes each way on each, all checked; slept %llu times\n", who, peers.size(),
+              ull(bytes), ull(sleeps));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  StreamOptions options;
+  options.ring_size_log2 = 16;
+  options.recv_queue_depth = 16;
+  options.send_queue_depth = 64;
+  std::string_view mode = argc > 1 ? argv[1] : "";
+  std::vector<Peer> peers;
+  if (argc == 5 && mode == "server") {
+    std::unique_ptr<StreamListener> listener = listen_on(argv[2], options);
+    if (!listener) return 1;
+    int n = std::atoi(argv[3]);
+    for (int i = 0; i < n; ++i) {
+      Peer p;
+      p.stream = accept_one(*listener);
+      if (!p.stream) return 1;
+      p.receive_seed = p.stream->client_nonce();
+      p.send_seed = p.receive_seed + 1;
+      peers.push_back(std::move(p));
+    }
+    return drive(peers, std::strtoull(argv[4], nullptr, 10), "server");
+  }
+  if (argc == 6 && mode == "client") {
+    int n = std::atoi(argv[4]);
+    for (int i = 0; i < n; ++i) {
+      Peer p;
+      p.stream = connect_to(argv[2], argv[3], options);
+      if (!p.stream) return 1;
+      p.send_seed = p.stream->client_nonce();
+      p.receive_seed = p.send_seed + 1;
+      peers.push_back(std::move(p));
+    }
+    return drive(peers, std::strtoull(argv[5], nullptr, 10), "client");
+  }
+  std::fprintf(stderr, "usage: see the comment at the top of stream_many.cpp\n");
+  return 2;
+}

@@ -1,0 +1,20 @@
+// Waiting for librdmacm's connection events during setup (stream_setup.cpp, stream_listener.cpp).
+#pragma once
+
+#include <rdma/rdma_cma.h>
+
+#include "status.h"
+#include "wire.h"
+
+namespace tcp2rdma::transport {
+
+// The next event on `channel` within `timeout_ms` (-1: no limit).
+Status next_cm_event(rdma_event_channel* channel, int timeout_ms, rdma_cm_event** event);
+// What an unexpected event means for the caller.
+Status status_of_cm_event(rdma_cm_event_type type);
+// Waits for `want`; any other event is the failure it stands for.
+Status expect_cm_event(rdma_event_channel* channel, int timeout_ms, rdma_cm_event_type want);
+// Waits for ESTABLISHED and copies the peer's AcceptReply out of it.
+Status expect_established(rdma_event_channel* channel, int timeout_ms, AcceptReply* reply);
+
+}  // namespace tcp2rdma::transport

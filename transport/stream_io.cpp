@@ -1,0 +1,257 @@
+// The data path of an RdmaStream: write (inline, bounce buffer, zero-copy), read, shutdown, close,
+// abort. Buffer ownership at each step is in docs/protocol.md ("Who owns which buffer").
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "rdma_stream.h"
+
+namespace tcp2rdma::transport {
+namespace {
+
+// One data message carries at most what its immediate can count.
+constexpr uint64_t kMaxMessage = kImmArgMask;
+
+}  // namespace
+
+Status RdmaStream::write(const iovec* iov, int iovcnt, int flags, size_t* done) {
+  *done = 0;
+  std::unique_lock lock(mu_);
+  while (writer_busy_) {
+    if (flags & kNonBlocking) return Status::kWouldBlock;
+    cv_.wait(lock);
+  }
+  writer_busy_ = true;
+  Status s = Status::kOk;
+  for (int i = 0; i < iovcnt && s == Status::kOk; ++i) {
+    size_t piece = 0;
+    s = write_piece(static_cast<const uint8_t*>(iov[i].iov_base), iov[i].iov_len, flags, &piece, lock);
+    *done += piece;
+    if (piece < iov[i].iov_len) break;
+  }
+  writer_busy_ = false;
+  cv_.notify_all();
+  // Like the kernel: bytes taken are reported; an error after them comes with the next call.
+  return *done > 0 ? Status::kOk : s;
+}
+
+Status RdmaStream::write_piece(const uint8_t* src, size_t len, int flags, size_t* done,
+                               std::unique_lock<std::mutex>& lock) {
+  if (write_shut_) return Status::kShutDown;
+  if (failed()) return failure_;
+  if (len == 0) return Status::kOk;
+  if (registrations_ && len >= options_.zcopy_threshold) {
+    Status s = write_zero_copy(src, len, flags, done, lock);
+    if (s != Status::kMemoryLock && s != Status::kResources) return s;
+    // The buffer could not be registered (RLIMIT_MEMLOCK, say): the same bytes go by copy instead.
+    ++counters_.zcopy_fallbacks;
+  }
+  return write_copy(src, len, flags, done, lock);
+}
+
+Status RdmaStream::write_copy(const uint8_t* src, size_t len, int flags, size_t* done,
+                              std::unique_lock<std::mutex>& lock) {
+  size_t left = len;
+  while (left > 0) {
+    if (Status s = progress(); s != Status::kOk) return s;
+    if (disconnect_seen_) return Status::kReset;  // the peer has gone: nothing more can arrive there
+    uint64_t room = std::min(flow_->data_room(left), kMaxMessage);
+    if (room == 0 || !send_queue_has_room(1)) {
+      if (room == 0) {
+        ++counters_.credit_stalls;
+        if (Status s = request_wakeup(); s != Status::kOk) return s;
+      }
+      if (flags & kNonBlocking) return *done > 0 ? Status::kOk : Status::kWouldBlock;
+      if (Status s = wait(lock); s != Status::kOk) return s;
+      continue;
+    }
+    uint64_t offset = flow_->peer_ring_offset();
+    uint32_t imm = encode_imm(MessageType::kData, static_cast<uint32_t>(room));
+    Status s;
+    if (room <= max_inline_ && room <= options_.inline_threshold) {
+      // Small: the adapter copies it into the work request now, so no staging copy is needed.
+      s = post_write(src, static_cast<uint32_t>(room), 0, offset, imm, true, IBV_SEND_INLINE, kWrCopy);
+      ++counters_.inline_messages;
+    } else {
+      // The bounce buffer mirrors the peer's ring: this region is free again once the peer has
+      // consumed these bytes, which is after our write of them completed.
+      std::memcpy(bounce_ + offset, src, room);
+      s = post_write(bounce_ + offset, static_cast<uint32_t>(room), bounce_mr_->lkey, offset, imm, true, 0, kWrCopy);
+    }
+    if (s != Status::kOk) return s;
+    flow_->on_data_sent(room);
+    counters_.bytes_sent += room;
+    src += room;
+    left -= room;
+    *done += room;
+  }
+  return Status::kOk;
+}
+
+Status RdmaStream::write_zero_copy(const uint8_t* src, size_t len, int flags, size_t* done,
+                                   std::unique_lock<std::mutex>& lock) {
+  ibv_mr* mr = nullptr;
+  if (Status s = registrations_->acquire(src, len, &mr); s != Status::kOk) return s;
+  Status result = Status::kOk;
+  size_t left = len;
+  while (left > 0) {
+    if (result = progress(); result != Status::kOk) break;
+    if (disconnect_seen_) {
+      result = Status::kReset;
+      break;
+    }
+    uint64_t room = std::min(flow_->data_room(left), kMaxMessage);
+    if (room == 0 || !send_queue_has_room(1)) {
+      if (room == 0) {
+        ++counters_.credit_stalls;
+        if (result = request_wakeup(); result != Status::kOk) break;
+      }
+      if (flags & kNonBlocking) break;
+      if (result = wait(lock); result != Status::kOk) break;
+      continue;
+    }
+    uint64_t offset = flow_->peer_ring_offset();
+    result = post_write(src, static_cast<uint32_t>(room), mr->lkey, offset,
+                        encode_imm(MessageType::kData, static_cast<uint32_t>(room)), true, 0, kWrZeroCopy);
+    if (result != Status::kOk) break;
+    flow_->on_data_sent(room);
+    counters_.bytes_sent += room;
+    counters_.zcopy_bytes += room;
+    src += room;
+    left -= room;
+    *done += room;
+  }
+  // The caller owns its buffer again when we return: wait until the adapter has read all of it. That
+  // takes acknowledgements only, never the peer application's reading.
+  while (zcopy_outstanding_ > 0 && !failed()) {
+    if (Status s = progress(); s != Status::kOk || zcopy_outstanding_ == 0) break;
+    wait(lock);
+  }
+  registrations_->release(mr);
+  if (result == Status::kOk && *done == 0 && len > 0) return Status::kWouldBlock;
+  return result;
+}
+
+size_t RdmaStream::copy_out(const iovec* iov, int iovcnt, size_t skip, bool consume) {
+  // Reads from the ring at our consumed cursor; a peek reads the same bytes without moving it.
+  uint64_t available = flow_->readable();
+  uint64_t cursor = 0;  // bytes copied so far in this call
+  for (int i = 0; i < iovcnt && cursor < available; ++i) {
+    size_t len = iov[i].iov_len;
+    if (skip >= len) {
+      skip -= len;
+      continue;
+    }
+    auto* dst = static_cast<uint8_t*>(iov[i].iov_base) + skip;
+    uint64_t want = std::min<uint64_t>(len - skip, available - cursor);
+    skip = 0;
+    while (want > 0) {
+      uint64_t offset = (flow_->our_ring_offset() + (consume ? 0 : cursor)) & (ring_size_ - 1);
+      uint64_t chunk = std::min<uint64_t>(want, ring_size_ - offset);  // the ring wraps
+      std::memcpy(dst, ring_ + offset, chunk);
+      if (consume) {
+        flow_->on_app_consumed(chunk);
+        counters_.bytes_received += chunk;
+      }
+      dst += chunk;
+      want -= chunk;
+      cursor += chunk;
+    }
+  }
+  return cursor;
+}
+
+Status RdmaStream::read(const iovec* iov, int iovcnt, int flags, size_t* done) {
+  *done = 0;
+  size_t want = 0;
+  for (int i = 0; i < iovcnt; ++i) want += iov[i].iov_len;
+  std::unique_lock lock(mu_);
+  while (reader_busy_) {
+    if (flags & kNonBlocking) return Status::kWouldBlock;
+    cv_.wait(lock);
+  }
+  reader_busy_ = true;
+  bool consume = !(flags & kPeek);
+  bool wait_all = (flags & kWaitAll) && consume;
+  Status s = Status::kOk;
+  for (;;) {
+    progress();  // a failure is reported below, after the bytes that came before it
+    if (flow_->readable() > 0 && *done < want) {
+      *done += copy_out(iov, iovcnt, *done, consume);
+      if (consume && !failed() && !disconnect_seen_) send_credits();
+      if (!wait_all || *done == want) break;
+      continue;
+    }
+    if (failed()) {
+      s = *done > 0 ? Status::kOk : failure_;
+      break;
+    }
+    if (flow_->peer_closed() || want == 0) break;  // the end of the stream (after any bytes read)
+    if (flags & kNonBlocking) {
+      s = *done > 0 ? Status::kOk : Status::kWouldBlock;
+      break;
+    }
+    wait(lock);
+  }
+  reader_busy_ = false;
+  cv_.notify_all();
+  return s;
+}
+
+Status RdmaStream::shutdown_write() {
+  std::unique_lock lock(mu_);
+  while (writer_busy_) cv_.wait(lock);
+  if (write_shut_) return Status::kOk;
+  for (;;) {
+    if (Status s = progress(); s != Status::kOk) return s;
+    if (disconnect_seen_) return Status::kReset;
+    if (flow_->may_send_close() && send_queue_has_room(1)) break;
+    if (Status s = request_wakeup(); s != Status::kOk) return s;
+    if (Status s = wait(lock); s != Status::kOk) return s;
+  }
+  if (Status s = post_write(nullptr, 0, 0, 0, encode_imm(MessageType::kEnd, kEndClose), true, 0, kWrSignal);
+      s != Status::kOk) {
+    fail(s);
+    return s;
+  }
+  flow_->on_close_sent();
+  write_shut_ = true;
+  return Status::kOk;
+}
+
+Status RdmaStream::close() {
+  Status s = shutdown_write();
+  std::unique_lock lock(mu_);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.timeout_ms);
+  // Everything we sent, the end included, is in the peer's memory once acknowledged; only then may
+  // the connection go. What the peer still sends us after this is dropped, as TCP drops it.
+  while (s == Status::kOk && sends_outstanding_ > 0 && !failed() && !disconnect_seen_) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      s = Status::kTimeout;
+      break;
+    }
+    progress();
+    if (sends_outstanding_ > 0) wait(lock);
+  }
+  if (s == Status::kOk && failed()) s = failure_;
+  disconnected_ = true;
+  rdma_disconnect(id_);
+  return s;
+}
+
+void RdmaStream::abort() {
+  std::unique_lock lock(mu_);
+  if (!failed() && !disconnected_ && !disconnect_seen_) {
+    progress();
+    // Best effort: if the abort message cannot go (or is flushed by the disconnect), the peer sees a
+    // disconnect without an orderly end, which it reads as a reset all the same.
+    if (!failed() && flow_->credits() >= 1 && send_queue_has_room(1)) {
+      post_write(nullptr, 0, 0, 0, encode_imm(MessageType::kEnd, kEndAbort), true, 0, kWrSignal);
+    }
+  }
+  fail(Status::kReset);
+  disconnected_ = true;
+  rdma_disconnect(id_);
+}
+
+}  // namespace tcp2rdma::transport

@@ -1,0 +1,144 @@
+#include "stream_listener.h"
+
+#include <fcntl.h>
+#include <poll.h>
+
+#include <cstring>
+
+#include "setup_events.h"
+
+namespace tcp2rdma::transport {
+
+Status StreamListener::listen(const sockaddr* address, const StreamOptions& options,
+                              std::unique_ptr<StreamListener>* out) {
+  if (!valid_options(options)) return Status::kInvalid;
+  std::unique_ptr<StreamListener> listener(new StreamListener);
+  listener->options_ = options;
+  listener->channel_ = rdma_create_event_channel();
+  if (listener->channel_ == nullptr) return Status::kNoDevice;
+  int flags = ::fcntl(listener->channel_->fd, F_GETFL);
+  if (flags < 0 || ::fcntl(listener->channel_->fd, F_SETFL, flags | O_NONBLOCK) != 0) return Status::kResources;
+  if (rdma_create_id(listener->channel_, &listener->id_, nullptr, RDMA_PS_TCP) != 0) return Status::kResources;
+  if (rdma_bind_addr(listener->id_, const_cast<sockaddr*>(address)) != 0) return Status::kNoDevice;
+  if (rdma_listen(listener->id_, 64) != 0) return Status::kResources;
+  *out = std::move(listener);
+  return Status::kOk;
+}
+
+StreamListener::~StreamListener() {
+  for (Held& h : held_) reject(h.id);
+  if (id_ != nullptr) rdma_destroy_id(id_);
+  if (channel_ != nullptr) rdma_destroy_event_channel(channel_);
+}
+
+void StreamListener::reject(rdma_cm_id* id) {
+  rdma_reject(id, nullptr, 0);
+  rdma_destroy_id(id);
+}
+
+void StreamListener::take_event(rdma_cm_event* event) {
+  rdma_cm_id* id = event->id;
+  if (event->event != RDMA_CM_EVENT_CONNECT_REQUEST) {
+    // Only held requests have ids of their own here; any event for one (the client gave up) ends it.
+    rdma_ack_cm_event(event);
+    for (size_t i = 0; i < held_.size(); ++i) {
+      if (held_[i].id == id) {
+        rdma_destroy_id(id);
+        held_[i] = held_.back();
+        held_.pop_back();
+        break;
+      }
+    }
+    return;
+  }
+  ++counters_.requests;
+  ConnectRequest request{};
+  bool whole = event->param.conn.private_data_len >= sizeof request;
+  if (whole) std::memcpy(&request, event->param.conn.private_data, sizeof request);
+  rdma_ack_cm_event(event);
+  if (!whole || !valid_request(request)) {
+    ++counters_.rejected_malformed;
+    reject(id);
+    return;
+  }
+  held_.push_back(Held{id, request, std::chrono::steady_clock::now()});
+}
+
+void StreamListener::collect(std::chrono::milliseconds hold) {
+  rdma_cm_event* event = nullptr;
+  while (rdma_get_cm_event(channel_, &event) == 0) take_event(event);
+  auto now = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < held_.size();) {
+    if (now - held_[i].since > hold) {
+      ++counters_.rejected_expired;
+      reject(held_[i].id);
+      held_[i] = held_.back();
+      held_.pop_back();
+    } else {
+      ++i;
+    }
+  }
+}
+
+Status StreamListener::accept(const TcpTuple& tuple, uint64_t server_nonce, std::unique_ptr<RdmaStream>* out) {
+  for (size_t i = 0; i < held_.size(); ++i) {
+    if (std::memcmp(&held_[i].request.tuple, &tuple, sizeof tuple) == 0) return accept_held(i, server_nonce, out);
+  }
+  return Status::kWouldBlock;
+}
+
+Status StreamListener::accept_any(std::chrono::milliseconds timeout, std::unique_ptr<RdmaStream>* out) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (held_.empty()) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return Status::kTimeout;
+    pollfd p{channel_->fd, POLLIN, 0};
+    ::poll(&p, 1, static_cast<int>(left.count()));
+    collect(timeout);
+  }
+  return accept_held(0, random_nonce(), out);
+}
+
+Status StreamListener::accept_held(size_t index, uint64_t server_nonce, std::unique_ptr<RdmaStream>* out) {
+  Held held = held_[index];
+  held_[index] = held_.back();
+  held_.pop_back();
+  std::unique_ptr<RdmaStream> stream(new RdmaStream);
+  stream->tuple_ = held.request.tuple;
+  stream->client_nonce_ = held.request.client_nonce;
+  stream->server_nonce_ = server_nonce;
+  stream->cm_channel_ = rdma_create_event_channel();
+  // Each stream gets its own event channel, so that its events never reach the listener.
+  if (stream->cm_channel_ == nullptr || rdma_migrate_id(held.id, stream->cm_channel_) != 0) {
+    reject(held.id);
+    return Status::kResources;
+  }
+  Status s = stream->create_resources(held.id, options_);
+  if (s == Status::kOk) s = stream->start(held.request.ring_size_log2, held.request.rkey, held.request.queue_depth, false);
+  if (s != Status::kOk) {
+    rdma_reject(held.id, nullptr, 0);  // the stream's destructor destroys the id
+    return s;
+  }
+  AcceptReply reply{};
+  reply.magic = kSetupMagic;
+  reply.version = kProtocolVersion;
+  reply.ring_size_log2 = static_cast<uint8_t>(options_.ring_size_log2);
+  reply.rkey = stream->ring_mr_->rkey;
+  reply.queue_depth = static_cast<uint8_t>(options_.recv_queue_depth);
+  reply.client_nonce = held.request.client_nonce;
+  reply.server_nonce = server_nonce;
+  rdma_conn_param param{};
+  param.private_data = &reply;
+  param.private_data_len = sizeof reply;
+  param.rnr_retry_count = 0;
+  if (rdma_accept(held.id, &param) != 0) return Status::kReset;
+  // The cm channel was made non-blocking by start(); wait on it with poll.
+  if (s = expect_cm_event(stream->cm_channel_, options_.timeout_ms, RDMA_CM_EVENT_ESTABLISHED); s != Status::kOk) {
+    return s;
+  }
+  ++counters_.accepted;
+  *out = std::move(stream);
+  return Status::kOk;
+}
+
+}  // namespace tcp2rdma::transport

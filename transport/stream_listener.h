@@ -1,0 +1,68 @@
+// The server side of stream setup: listens with librdmacm and holds each connection request until the
+// TCP connection it names has been accepted (docs/protocol.md, "Setup"). A request that nobody claims
+// within the hold time is rejected, as is any whose private data is malformed.
+#pragma once
+
+#include <rdma/rdma_cma.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "rdma_stream.h"
+
+namespace tcp2rdma::transport {
+
+class StreamListener {
+ public:
+  struct Counters {
+    uint64_t requests = 0;
+    uint64_t accepted = 0;
+    uint64_t rejected_malformed = 0;
+    uint64_t rejected_expired = 0;
+  };
+
+  static Status listen(const sockaddr* address, const StreamOptions& options, std::unique_ptr<StreamListener>* out);
+  ~StreamListener();
+  StreamListener(const StreamListener&) = delete;
+  StreamListener& operator=(const StreamListener&) = delete;
+
+  // Pollable (POLLIN) when a connection request may be waiting: call collect() then.
+  int fd() const { return channel_->fd; }
+  // Takes the requests that arrived off the channel without waiting, and rejects those held longer
+  // than `hold`.
+  void collect(std::chrono::milliseconds hold);
+  // Accepts the held request for `tuple` (as its client sees it). kWouldBlock when there is none yet.
+  Status accept(const TcpTuple& tuple, uint64_t server_nonce, std::unique_ptr<RdmaStream>* out);
+  // Waits up to `timeout` for any request and accepts it (tests and tools, where no TCP connection
+  // is paired).
+  Status accept_any(std::chrono::milliseconds timeout, std::unique_ptr<RdmaStream>* out);
+
+  size_t held() const { return held_.size(); }
+  const Counters& counters() const { return counters_; }
+
+ private:
+  struct Held {
+    rdma_cm_id* id;
+    ConnectRequest request;
+    std::chrono::steady_clock::time_point since;
+  };
+  StreamListener() = default;
+  void take_event(rdma_cm_event* event);
+  Status accept_held(size_t index, uint64_t server_nonce, std::unique_ptr<RdmaStream>* out);
+  void reject(rdma_cm_id* id);
+
+  rdma_event_channel* channel_ = nullptr;
+  rdma_cm_id* id_ = nullptr;
+  StreamOptions options_;
+  std::vector<Held> held_;
+  Counters counters_;
+};
+
+// Whether a ConnectRequest or AcceptReply describes a peer we can talk to.
+bool valid_request(const ConnectRequest& r);
+bool valid_reply(const AcceptReply& r, uint64_t client_nonce);
+bool valid_options(const StreamOptions& o);
+
+}  // namespace tcp2rdma::transport

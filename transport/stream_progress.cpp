@@ -1,0 +1,309 @@
+// Progress of an RdmaStream: completions, connection events, the mailbox, credit updates and wakeups,
+// and the one place a thread sleeps. Everything here runs with mu_ held.
+#include <arpa/inet.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+#include "rdma_stream.h"
+
+namespace tcp2rdma::transport {
+void RdmaStream::fail(Status s) {
+  if (failure_ == Status::kOk) failure_ = s;
+  kick();
+}
+
+void RdmaStream::kick() {
+  // Wakes a thread asleep in wait() (or an application polling readiness_fd) after another thread
+  // changed what it may be waiting for.
+  uint64_t one = 1;
+  if (poller_) (void)!::write(kick_fd_, &one, sizeof one);
+  cv_.notify_all();
+}
+
+Status RdmaStream::post_receive() {
+  ibv_recv_wr wr{}, *bad = nullptr;  // no buffer: every message is an RDMA Write with immediate
+  return ibv_post_recv(id_->qp, &wr, &bad) == 0 ? Status::kOk : Status::kResources;
+}
+
+Status RdmaStream::post_write(const void* local, uint32_t length, uint32_t lkey, uint64_t remote_offset,
+                              uint32_t imm, bool with_imm, int send_flags, uint64_t wr_id) {
+  // Callers check send_queue_has_room first: posting never waits, so it never recurses into progress.
+  ibv_sge sge{reinterpret_cast<uint64_t>(local), length, lkey};
+  ibv_send_wr wr{}, *bad = nullptr;
+  wr.wr_id = wr_id;
+  wr.opcode = with_imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
+  wr.send_flags = IBV_SEND_SIGNALED | send_flags;
+  wr.sg_list = length > 0 ? &sge : nullptr;
+  wr.num_sge = length > 0 ? 1 : 0;
+  wr.imm_data = htonl(imm);
+  wr.wr.rdma.remote_addr = remote_offset;  // the peer's ring is registered at iova 0
+  wr.wr.rdma.rkey = peer_rkey_;
+  if (ibv_post_send(id_->qp, &wr, &bad) != 0) return Status::kReset;
+  ++sends_outstanding_;
+  ++sends_since_keepalive_;
+  if (wr_id == kWrZeroCopy) ++zcopy_outstanding_;
+  return Status::kOk;
+}
+
+Status RdmaStream::send_credits() {
+  if (flow_->update_due() && send_queue_has_room(1)) {
+    MailboxUpdate u = flow_->make_update();
+    ++mailbox_seq_;
+    uint8_t* slot = mailbox_out_ + (mailbox_seq_ % options_.send_queue_depth) * kMailboxSlot;
+    uint64_t words[7] = {mailbox_seq_, u.consumed, u.posted, u.armed, u.seen_consumed, u.seen_posted, mailbox_seq_};
+    std::memcpy(slot, words, sizeof words);
+    if (Status s = post_write(slot, kMailboxSize, mailbox_out_mr_->lkey, peer_ring_size_, 0, false, 0, kWrSignal);
+        s != Status::kOk) {
+      return s;
+    }
+    ++counters_.mailbox_updates_sent;
+  }
+  if (flow_->may_send_wakeup() && send_queue_has_room(1)) {
+    uint64_t answered = flow_->on_wakeup_sent();
+    return post_write(nullptr, 0, 0, 0, encode_imm(MessageType::kWakeup, static_cast<uint32_t>(answered)), true, 0,
+                      kWrSignal);
+  }
+  return Status::kOk;
+}
+
+Status RdmaStream::request_wakeup() {
+  // Blocked on the peer. Once per wakeup: the new arm count goes out with a mailbox update, then an
+  // arm message, whose completion wakes the peer if it sleeps (RC order: the update lands first).
+  if (!flow_->may_arm() || !send_queue_has_room(2)) return Status::kOk;  // already armed, or not yet
+  flow_->arm();
+  if (Status s = send_credits(); s != Status::kOk) return s;
+  flow_->on_arm_sent();
+  return post_write(nullptr, 0, 0, 0, encode_imm(MessageType::kArm, static_cast<uint32_t>(flow_->arm_count())), true,
+                    0, kWrSignal);
+}
+
+bool RdmaStream::read_mailbox(MailboxUpdate* update) {
+  // The peer's RDMA Write may land in any order: seq is written at both ends; equal means whole.
+  const volatile uint64_t* box = reinterpret_cast<const volatile uint64_t*>(ring_ + ring_size_);
+  uint64_t seq_end = box[6];
+  std::atomic_thread_fence(std::memory_order_acquire);
+  uint64_t words[5] = {box[1], box[2], box[3], box[4], box[5]};
+  std::atomic_thread_fence(std::memory_order_acquire);
+  uint64_t seq_start = box[0];
+  if (seq_start != seq_end || seq_start == last_mailbox_seq_read_) return false;
+  last_mailbox_seq_read_ = seq_start;
+  *update = {words[0], words[1], words[2], words[3], words[4]};
+  return true;
+}
+
+Status RdmaStream::handle_completion(const ibv_wc& wc) {
+  ++counters_.completions;
+  bool is_send = !(wc.opcode & IBV_WC_RECV);
+  if (is_send) {
+    --sends_outstanding_;
+    if (wc.wr_id == kWrZeroCopy) --zcopy_outstanding_;
+  }
+  if (wc.status != IBV_WC_SUCCESS) {
+    // After an orderly end from the peer, or once we disconnected, the queue pair's flushed work is
+    // the expected tail of the connection. Anything else is the connection failing.
+    bool expected = wc.status == IBV_WC_WR_FLUSH_ERR && (disconnected_ || (disconnect_seen_ && flow_->peer_closed()));
+    return expected ? Status::kOk : Status::kReset;
+  }
+  if (is_send) return Status::kOk;
+  if (wc.opcode != IBV_WC_RECV_RDMA_WITH_IMM) return Status::kProtocolError;
+  uint32_t imm = ntohl(wc.imm_data);
+  FlowError e = FlowError::kNone;
+  switch (imm_type(imm)) {
+    case MessageType::kData:
+      if (imm_arg(imm) != wc.byte_len) return Status::kProtocolError;
+      e = flow_->on_data_arrived(imm_arg(imm));
+      break;
+    case MessageType::kWakeup:
+      e = flow_->on_wakeup_arrived(imm_arg(imm));
+      ++counters_.wakeups_received;
+      break;
+    case MessageType::kArm:
+      e = flow_->on_arm_arrived();  // the count itself came with the mailbox update before it
+      break;
+    case MessageType::kEnd:
+      if (imm_arg(imm) == kEndAbort) return Status::kReset;
+      if (imm_arg(imm) != kEndClose) return Status::kProtocolError;
+      e = flow_->on_close_arrived();
+      break;
+  }
+  if (e != FlowError::kNone) return Status::kProtocolError;
+  if (Status s = post_receive(); s != Status::kOk) return s;
+  flow_->on_reposted(1);
+  return Status::kOk;
+}
+
+Status RdmaStream::handle_cm_events() {
+  rdma_cm_event* event = nullptr;
+  while (rdma_get_cm_event(cm_channel_, &event) == 0) {
+    rdma_cm_event_type type = event->event;
+    rdma_ack_cm_event(event);
+    if (type == RDMA_CM_EVENT_DISCONNECTED || type == RDMA_CM_EVENT_DEVICE_REMOVAL ||
+        type == RDMA_CM_EVENT_TIMEWAIT_EXIT) {
+      disconnect_seen_ = true;
+    }
+  }
+  return Status::kOk;
+}
+
+void RdmaStream::drain_channels() {
+  uint64_t kicks = 0;
+  (void)!::read(kick_fd_, &kicks, sizeof kicks);
+  ibv_cq* cq = nullptr;
+  void* context = nullptr;
+  int events = 0;
+  while (ibv_get_cq_event(comp_channel_, &cq, &context) == 0) ++events;
+  if (events > 0) {
+    ibv_ack_cq_events(cq_, static_cast<unsigned>(events));
+    cq_armed_ = false;
+    // A thread asleep on the channels may have been waiting for exactly that event.
+    if (poller_) kick();
+  }
+}
+
+Status RdmaStream::progress() {
+  if (failed()) return failure_;
+  // Connection events first, completions second: a disconnect is judged only after every completion
+  // that came before it (the peer's close among them) has been seen.
+  handle_cm_events();
+  ibv_wc wcs[16];
+  int n = 0;
+  while ((n = ibv_poll_cq(cq_, 16, wcs)) > 0) {
+    for (int i = 0; i < n; ++i) {
+      if (Status s = handle_completion(wcs[i]); s != Status::kOk) {
+        fail(s);
+        return s;
+      }
+    }
+  }
+  if (n < 0) {
+    fail(Status::kReset);
+    return failure_;
+  }
+  // After the peer's orderly close a disconnect is the normal end; before it, the peer (or its
+  // process, or the link) is gone: a reset, never a clean end of stream.
+  if (disconnect_seen_ && !flow_->peer_closed() && !disconnected_) {
+    fail(Status::kReset);
+    return failure_;
+  }
+  MailboxUpdate update{};
+  if (read_mailbox(&update) && flow_->on_peer_mailbox(update) != FlowError::kNone) {
+    fail(Status::kProtocolError);
+    return failure_;
+  }
+  if (disconnect_seen_ || disconnected_) return Status::kOk;  // nothing can be sent any more
+  if (Status s = send_credits(); s != Status::kOk) {
+    fail(s);
+    return s;
+  }
+  return Status::kOk;
+}
+
+Status RdmaStream::arm_channel(bool* news) {
+  // Arm the completion channel, then look once more: a completion that came in between would
+  // otherwise raise no event.
+  *news = false;
+  if (!cq_armed_) {
+    if (ibv_req_notify_cq(cq_, 0) != 0) return Status::kReset;
+    cq_armed_ = true;
+  }
+  ibv_wc wc;
+  int n = ibv_poll_cq(cq_, 1, &wc);
+  if (n < 0) return Status::kReset;
+  if (n == 1) {
+    *news = true;
+    return handle_completion(wc);
+  }
+  return Status::kOk;
+}
+
+Status RdmaStream::wait(std::unique_lock<std::mutex>& lock) {
+  if (failed()) return failure_;
+  if (poller_) {
+    // Another thread sleeps on the channels and will wake everyone after its progress.
+    cv_.wait(lock);
+    return Status::kOk;
+  }
+  // Bounded busy polling: a reply that comes within microseconds costs no sleep and no interrupt.
+  if (options_.busy_poll_us > 0) {
+    auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(options_.busy_poll_us);
+    do {
+      ibv_wc wc;
+      int n = ibv_poll_cq(cq_, 1, &wc);
+      if (n != 0) {
+        if (n < 0) return Status::kReset;
+        Status s = handle_completion(wc);
+        if (s != Status::kOk) fail(s);
+        return s;
+      }
+    } while (std::chrono::steady_clock::now() < until);
+  }
+  bool news = false;
+  if (Status s = arm_channel(&news); s != Status::kOk) {
+    fail(s);
+    return s;
+  }
+  if (news) return Status::kOk;
+  poller_ = true;
+  lock.unlock();
+  epoll_event ev[3];
+  int ready = ::epoll_wait(epoll_fd_, ev, 3, options_.keepalive_ms > 0 ? options_.keepalive_ms : -1);
+  lock.lock();
+  poller_ = false;
+  drain_channels();
+  cv_.notify_all();
+  if (ready == 0 && !failed()) return keepalive_locked();
+  return Status::kOk;
+}
+
+Status RdmaStream::keepalive_locked() {
+  if (failed() || disconnected_ || disconnect_seen_) return failure_;
+  if (sends_since_keepalive_ == 0 && send_queue_has_room(1)) {
+    // A zero-byte RDMA Write consumes no receive and raises nothing at the peer; only its
+    // acknowledgement matters. A dead peer never sends one: the completion fails after the retries.
+    if (Status s = post_write(nullptr, 0, 0, 0, 0, false, 0, kWrSignal); s != Status::kOk) return s;
+    ++counters_.keepalives_sent;
+  }
+  sends_since_keepalive_ = 0;
+  return Status::kOk;
+}
+
+Status RdmaStream::keepalive() {
+  std::unique_lock lock(mu_);
+  if (Status s = progress(); s != Status::kOk) return s;
+  return keepalive_locked();
+}
+
+Readiness RdmaStream::readiness() {
+  std::unique_lock lock(mu_);
+  drain_channels();
+  Readiness r;
+  for (;;) {
+    progress();
+    r.failed = failed();
+    r.peer_closed = flow_->peer_closed();
+    r.readable = r.failed || r.peer_closed || flow_->readable() > 0;
+    r.writable = r.failed || write_shut_ || disconnect_seen_ || (flow_->data_room(1) > 0 && send_queue_has_room(2));
+    if (r.readable && r.writable) return r;
+    // Not writable: ask the peer to tell us when it is. Either way, arm the channel so that the fd
+    // fires on the next change; a completion caught while arming is news to look at first.
+    if (!r.writable && !r.failed) request_wakeup();
+    bool news = false;
+    if (arm_channel(&news) != Status::kOk) fail(Status::kReset);
+    if (!news && !failed()) return r;
+  }
+}
+
+StreamCounters RdmaStream::counters() const {
+  std::unique_lock lock(mu_);
+  StreamCounters c = counters_;
+  if (registrations_) c.registrations = registrations_->counters();
+  return c;
+}
+
+}  // namespace tcp2rdma::transport
