@@ -31,6 +31,8 @@ struct StreamOptions {
   uint32_t inline_threshold = 128;  // pieces up to this long travel inside the work request
   int busy_poll_us = 50;            // a blocked call polls this long before it sleeps
   int keepalive_ms = 5000;          // a blocked call probes an idle peer this often (0: never)
+  uint8_t ack_timeout_log2 = 16;    // each try of a send waits 4.096 us * 2^this for its ack (about
+                                    // 270 ms); after 7 retries the connection is reset
   size_t registration_cache_entries = 16;
 };
 
@@ -69,6 +71,10 @@ uint64_t random_nonce();  // from getrandom(2)
 
 class RdmaStream {
  public:
+  // Transport retries before a send fails. Not 7: rxe takes 7 to mean "retry forever", and a crashed
+  // peer host would then never fail a send.
+  static constexpr uint8_t kRetryCount = 6;
+
   // Connects to a StreamListener at `address` (an IP address and the rdma_cm port).
   static Status connect(const sockaddr* address, const Pairing& pairing, const StreamOptions& options,
                         std::unique_ptr<RdmaStream>* out);

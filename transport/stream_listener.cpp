@@ -130,6 +130,7 @@ Status StreamListener::accept_held(size_t index, uint64_t server_nonce, std::uni
   rdma_conn_param param{};
   param.private_data = &reply;
   param.private_data_len = sizeof reply;
+  param.retry_count = RdmaStream::kRetryCount;
   param.rnr_retry_count = 0;
   if (rdma_accept(held.id, &param) != 0) return Status::kReset;
   // The cm channel was made non-blocking by start(); wait on it with poll.

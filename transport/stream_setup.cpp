@@ -68,6 +68,10 @@ Status RdmaStream::create_resources(rdma_cm_id* id, const StreamOptions& options
   options_ = options;
   id_ = id;
   if (id->verbs == nullptr) return Status::kNoDevice;
+  // Without an explicit ack timeout rdma_cm may leave it at 0 (seen with rxe): "never time out", so a
+  // crashed peer host would never fail a send, and the keepalive could never notice it.
+  uint8_t ack_timeout = options.ack_timeout_log2;
+  rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &ack_timeout, sizeof ack_timeout);
   comp_channel_ = ibv_create_comp_channel(id->verbs);
   if (comp_channel_ == nullptr) return Status::kResources;
   int cq_size = options.send_queue_depth + options.recv_queue_depth;
@@ -178,7 +182,7 @@ Status RdmaStream::connect(const sockaddr* address, const Pairing& pairing, cons
   rdma_conn_param param{};
   param.private_data = &request;
   param.private_data_len = sizeof request;
-  param.retry_count = 7;
+  param.retry_count = kRetryCount;
   param.rnr_retry_count = 0;  // receiver-not-ready must never happen: make it an error, not a retry
   if (rdma_connect(id, &param) != 0) return Status::kReset;
   AcceptReply reply{};

@@ -96,11 +96,11 @@ bool receive_checked(RdmaStream& s, uint64_t seed, uint64_t bytes, std::mt19937_
 
 void print_counters(const char* who, bool ok, const StreamCounters& c) {
   std::printf("%s: %s; sent %llu (zero-copy %llu, fallbacks %llu, inline messages %llu), received %llu, credit stalls "
-              "%llu, wakeups %llu, mailbox updates %llu, completions %llu; registrations %llu, cache hits %llu, "
+              "%llu, wakeups %llu, mailbox updates %llu, completions %llu, keepalives %llu; registrations %llu, cache hits %llu, "
               "stale %llu, unverifiable %llu\n",
               who, ok ? "ok" : "FAILED", ull(c.bytes_sent), ull(c.zcopy_bytes), ull(c.zcopy_fallbacks),
               ull(c.inline_messages), ull(c.bytes_received), ull(c.credit_stalls), ull(c.wakeups_received),
-              ull(c.mailbox_updates_sent), ull(c.completions), ull(c.registrations.registrations),
+              ull(c.mailbox_updates_sent), ull(c.completions), ull(c.keepalives_sent), ull(c.registrations.registrations),
               ull(c.registrations.hits), ull(c.registrations.stale), ull(c.registrations.unverifiable));
 }
 
@@ -266,7 +266,16 @@ int main(int argc, char** argv) {
   if (argc == 4 && mode == "server-until-reset") {
     std::unique_ptr<StreamListener> listener = listen_on(argv[2], options);
     std::unique_ptr<RdmaStream> s = listener ? accept_one(*listener) : nullptr;
-    return s ? read_until_failure(*s, std::strtoull(argv[3], nullptr, 10), Status::kReset, true) : 1;
+    if (!s) return 1;
+    if (std::getenv("PEER_TRACE") != nullptr) {
+      std::thread([&s] {
+        for (;;) {
+          std::this_thread::sleep_for(std::chrono::seconds(3));
+          print_counters("server (trace)", true, s->counters());
+        }
+      }).detach();
+    }
+    return read_until_failure(*s, std::strtoull(argv[3], nullptr, 10), Status::kReset, true);
   }
   if (argc == 3 && mode == "server-expect-violation") {
     std::unique_ptr<StreamListener> listener = listen_on(argv[2], options);

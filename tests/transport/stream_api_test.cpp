@@ -1,0 +1,262 @@
+// The stream API's semantics on real RDMA (GoogleTest, run inside the Soft-RoCE VM as one ctest):
+// both ends live in this process, the client connecting from a second thread.
+#include <gtest/gtest.h>
+#include <poll.h>
+
+#include <cstring>
+
+#include <future>
+#include <string>
+
+#include "peer_util.h"
+
+namespace tcp2rdma::transport {
+namespace {
+
+using peer_util::fill;
+using peer_util::first_difference;
+
+const char* self_address() {
+  const char* a = std::getenv("T2R_SELF");
+  return a != nullptr ? a : "10.77.0.1";
+}
+
+StreamOptions small_options() {
+  StreamOptions o;
+  o.ring_size_log2 = 16;
+  o.recv_queue_depth = 8;
+  o.timeout_ms = 3000;
+  return o;
+}
+
+Pairing pairing_for(uint16_t client_port, uint16_t server_port) {
+  Pairing p;
+  p.tuple.family = AF_INET;
+  p.tuple.client_port = client_port;
+  p.tuple.server_port = server_port;
+  inet_pton(AF_INET, self_address(), p.tuple.client_addr);
+  inet_pton(AF_INET, self_address(), p.tuple.server_addr);
+  p.client_nonce = random_nonce();
+  return p;
+}
+
+// A connected pair of streams.
+struct Pair {
+  std::unique_ptr<StreamListener> listener;
+  std::unique_ptr<RdmaStream> client, server;
+};
+
+Pair connect_pair(uint16_t port, const StreamOptions& options = small_options()) {
+  Pair p;
+  std::string port_text = std::to_string(port);
+  p.listener = peer_util::listen_on(port_text.c_str(), options);
+  if (!p.listener) return p;
+  auto client = std::async(std::launch::async, [&] { return peer_util::connect_to(self_address(), port_text.c_str(), options); });
+  p.server = peer_util::accept_one(*p.listener, 20);
+  p.client = client.get();
+  return p;
+}
+
+Status write_text(RdmaStream& s, const std::string& text, int flags = 0) {
+  iovec iov{const_cast<char*>(text.data()), text.size()};
+  size_t done = 0;
+  Status st = s.write(&iov, 1, flags, &done);
+  return st == Status::kOk && done != text.size() ? Status::kWouldBlock : st;
+}
+
+std::string read_text(RdmaStream& s, size_t max, int flags, Status* status) {
+  std::string buf(max, '\0');
+  iovec iov{buf.data(), buf.size()};
+  size_t done = 0;
+  *status = s.read(&iov, 1, flags, &done);
+  buf.resize(done);
+  return buf;
+}
+
+TEST(StreamApi, NonBlockingReadOnAnEmptyStreamWouldBlock) {
+  Pair p = connect_pair(7601);
+  ASSERT_TRUE(p.client && p.server);
+  Status st;
+  EXPECT_EQ(read_text(*p.server, 10, kNonBlocking, &st), "");
+  EXPECT_EQ(st, Status::kWouldBlock);
+  Readiness r = p.server->readiness();
+  EXPECT_FALSE(r.readable);
+  EXPECT_TRUE(r.writable);
+}
+
+TEST(StreamApi, PeekLeavesTheBytesAndWaitAllFillsEveryBuffer) {
+  Pair p = connect_pair(7602);
+  ASSERT_TRUE(p.client && p.server);
+  ASSERT_EQ(write_text(*p.client, "hello, "), Status::kOk);
+  Status st;
+  EXPECT_EQ(read_text(*p.server, 5, kPeek, &st), "hello");
+  EXPECT_EQ(read_text(*p.server, 5, kPeek, &st), "hello");
+  // Wait-all across two iovecs: the second half arrives later, from another thread.
+  auto later = std::async(std::launch::async, [&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    return write_text(*p.client, "world!");
+  });
+  char a[7], b[6];
+  iovec iov[2] = {{a, sizeof a}, {b, sizeof b}};
+  size_t done = 0;
+  EXPECT_EQ(p.server->read(iov, 2, kWaitAll, &done), Status::kOk);
+  EXPECT_EQ(done, 13u);
+  EXPECT_EQ(std::string(a, 7) + std::string(b, 6), "hello, world!");
+  EXPECT_EQ(later.get(), Status::kOk);
+}
+
+TEST(StreamApi, ShutdownIsAnEndForThePeerWhileTheOtherDirectionGoesOn) {
+  Pair p = connect_pair(7603);
+  ASSERT_TRUE(p.client && p.server);
+  ASSERT_EQ(write_text(*p.client, "request"), Status::kOk);
+  ASSERT_EQ(p.client->shutdown_write(), Status::kOk);
+  EXPECT_EQ(write_text(*p.client, "more"), Status::kShutDown);
+  Status st;
+  EXPECT_EQ(read_text(*p.server, 100, kWaitAll, &st), "request");
+  EXPECT_EQ(read_text(*p.server, 100, 0, &st), "");  // the end, repeatably
+  EXPECT_EQ(st, Status::kOk);
+  EXPECT_TRUE(p.server->readiness().peer_closed);
+  ASSERT_EQ(write_text(*p.server, "response"), Status::kOk);
+  EXPECT_EQ(read_text(*p.client, 8, kWaitAll, &st), "response");
+  EXPECT_EQ(p.server->close(), Status::kOk);
+  EXPECT_EQ(read_text(*p.client, 8, 0, &st), "");
+  EXPECT_EQ(st, Status::kOk);
+}
+
+TEST(StreamApi, AbortIsAResetNeverAnEnd) {
+  Pair p = connect_pair(7604);
+  ASSERT_TRUE(p.client && p.server);
+  ASSERT_EQ(write_text(*p.client, "partial"), Status::kOk);
+  p.client->abort();
+  Status st = Status::kOk;
+  std::string got;
+  for (int i = 0; i < 100 && st == Status::kOk; ++i) {
+    std::string piece = read_text(*p.server, 100, 0, &st);
+    if (st == Status::kOk && piece.empty()) break;  // a clean end: wrong
+    got += piece;
+  }
+  EXPECT_EQ(st, Status::kReset);
+  EXPECT_EQ(write_text(*p.client, "x"), Status::kReset);
+}
+
+TEST(StreamApi, WritesBlockOnCreditsAndReadinessReportsWritableAgain) {
+  Pair p = connect_pair(7605);
+  ASSERT_TRUE(p.client && p.server);
+  std::vector<uint8_t> buf(1 << 20);
+  fill(buf.data(), buf.size(), 5, 0);
+  // Non-blocking: fills the 64 KiB ring, then would block.
+  size_t taken = 0;
+  for (;;) {
+    iovec iov{buf.data() + taken, buf.size() - taken};
+    size_t done = 0;
+    Status st = p.client->write(&iov, 1, kNonBlocking, &done);
+    if (st == Status::kWouldBlock) break;
+    ASSERT_EQ(st, Status::kOk);
+    taken += done;
+  }
+  EXPECT_GT(taken, 0u);
+  EXPECT_LE(taken, 65536u);
+  EXPECT_FALSE(p.client->readiness().writable);
+  // The reader drains; the writer's readiness fd fires and it is writable again.
+  std::vector<uint8_t> in(taken);
+  iovec iov{in.data(), in.size()};
+  size_t done = 0;
+  ASSERT_EQ(p.server->read(&iov, 1, kWaitAll, &done), Status::kOk);
+  EXPECT_EQ(first_difference(in.data(), done, 5, 0), done);
+  pollfd pfd{p.client->readiness_fd(), POLLIN, 0};
+  bool writable = false;
+  for (int i = 0; i < 50 && !writable; ++i) {
+    ::poll(&pfd, 1, 100);
+    writable = p.client->readiness().writable;
+  }
+  EXPECT_TRUE(writable);
+  EXPECT_GE(p.client->counters().credit_stalls, 1u);
+}
+
+TEST(StreamApi, TheListenerHoldsARequestUntilItsTcpConnectionIsAccepted) {
+  StreamOptions o = small_options();
+  std::unique_ptr<StreamListener> listener = peer_util::listen_on("7606", o);
+  ASSERT_TRUE(listener);
+  Pairing wanted = pairing_for(40001, 7606);
+  sockaddr_in addr = peer_util::ipv4(self_address(), "7606");
+  auto client = std::async(std::launch::async, [&] {
+    std::unique_ptr<RdmaStream> s;
+    Status st = RdmaStream::connect(reinterpret_cast<sockaddr*>(&addr), wanted, o, &s);
+    return std::make_pair(st, std::move(s));
+  });
+  while (listener->held() == 0) {
+    listener->collect(std::chrono::seconds(10));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::unique_ptr<RdmaStream> server;
+  Pairing other = pairing_for(40002, 7606);
+  EXPECT_EQ(listener->accept(other.tuple, 1, &server), Status::kWouldBlock);  // not that connection
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));                // "the TCP accept is late"
+  ASSERT_EQ(listener->accept(wanted.tuple, 0xabcdef, &server), Status::kOk);
+  auto [status, stream] = client.get();
+  ASSERT_EQ(status, Status::kOk);
+  EXPECT_EQ(stream->server_nonce(), 0xabcdefu);
+  EXPECT_EQ(server->client_nonce(), wanted.client_nonce);
+  EXPECT_EQ(std::memcmp(&server->tuple(), &wanted.tuple, sizeof wanted.tuple), 0);
+}
+
+TEST(StreamApi, AnUnclaimedRequestIsRejectedAfterTheHoldTime) {
+  StreamOptions o = small_options();
+  std::unique_ptr<StreamListener> listener = peer_util::listen_on("7607", o);
+  ASSERT_TRUE(listener);
+  Pairing nobody = pairing_for(40003, 7607);
+  sockaddr_in addr = peer_util::ipv4(self_address(), "7607");
+  auto client = std::async(std::launch::async, [&] {
+    std::unique_ptr<RdmaStream> s;
+    return RdmaStream::connect(reinterpret_cast<sockaddr*>(&addr), nobody, o, &s);
+  });
+  auto start = std::chrono::steady_clock::now();
+  while (client.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready &&
+         std::chrono::steady_clock::now() - start < std::chrono::seconds(10)) {
+    listener->collect(std::chrono::milliseconds(300));
+  }
+  EXPECT_EQ(client.get(), Status::kRejected);
+  EXPECT_EQ(listener->counters().rejected_expired, 1u);
+  EXPECT_EQ(listener->held(), 0u);
+}
+
+TEST(StreamApi, ConcurrentReaderAndWriterThreadsOnBothEnds) {
+  Pair p = connect_pair(7608);
+  ASSERT_TRUE(p.client && p.server);
+  constexpr uint64_t kBytes = 3 << 20;
+  auto pump = [](RdmaStream* s, uint64_t seed) {
+    std::vector<uint8_t> buf(100000);
+    for (uint64_t pos = 0; pos < kBytes;) {
+      size_t n = std::min<uint64_t>(kBytes - pos, 1 + (pos * 31) % buf.size());
+      fill(buf.data(), n, seed, pos);
+      iovec iov{buf.data(), n};
+      size_t done = 0;
+      if (s->write(&iov, 1, 0, &done) != Status::kOk) return false;
+      pos += done;
+    }
+    return s->shutdown_write() == Status::kOk;
+  };
+  auto drain = [](RdmaStream* s, uint64_t seed) {
+    std::vector<uint8_t> buf(77777);
+    uint64_t pos = 0;
+    for (;;) {
+      iovec iov{buf.data(), buf.size()};
+      size_t done = 0;
+      if (s->read(&iov, 1, 0, &done) != Status::kOk) return false;
+      if (done == 0) return pos == kBytes;
+      if (first_difference(buf.data(), done, seed, pos) != done) return false;
+      pos += done;
+    }
+  };
+  auto a = std::async(std::launch::async, pump, p.client.get(), 1);
+  auto b = std::async(std::launch::async, pump, p.server.get(), 2);
+  auto c = std::async(std::launch::async, drain, p.server.get(), 1);
+  auto d = std::async(std::launch::async, drain, p.client.get(), 2);
+  EXPECT_TRUE(a.get());
+  EXPECT_TRUE(b.get());
+  EXPECT_TRUE(c.get());
+  EXPECT_TRUE(d.get());
+}
+
+}  // namespace
+}  // namespace tcp2rdma::transport
