@@ -36,6 +36,11 @@ struct StreamOptions {
   size_t registration_cache_entries = 16;
 };
 
+// How much of a write of `len` bytes goes by zero-copy: all of it at or above the threshold.
+inline size_t zero_copy_part(size_t len, const StreamOptions& options) {
+  return options.zcopy_threshold > 0 && len >= options.zcopy_threshold ? len : 0;
+}
+
 // Flags of read() and write().
 inline constexpr int kNonBlocking = 1;  // return kWouldBlock instead of waiting
 inline constexpr int kPeek = 2;         // read: leave the bytes in the stream

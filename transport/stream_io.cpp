@@ -40,13 +40,16 @@ Status RdmaStream::write_piece(const uint8_t* src, size_t len, int flags, size_t
   if (write_shut_) return Status::kShutDown;
   if (failed()) return failure_;
   if (len == 0) return Status::kOk;
-  if (registrations_ && len >= options_.zcopy_threshold) {
-    Status s = write_zero_copy(src, len, flags, done, lock);
-    if (s != Status::kMemoryLock && s != Status::kResources) return s;
-    // The buffer could not be registered (RLIMIT_MEMLOCK, say): the same bytes go by copy instead.
-    ++counters_.zcopy_fallbacks;
+  if (size_t head = zero_copy_part(len, options_); registrations_ && head > 0) {
+    Status s = write_zero_copy(src, head, flags, done, lock);
+    if (s == Status::kMemoryLock || s == Status::kResources) {
+      // The buffer could not be registered (RLIMIT_MEMLOCK, say): the same bytes go by copy instead.
+      ++counters_.zcopy_fallbacks;
+    } else if (s != Status::kOk || *done < head) {
+      return s;
+    }
   }
-  return write_copy(src, len, flags, done, lock);
+  return write_copy(src + *done, len - *done, flags, done, lock);
 }
 
 Status RdmaStream::write_copy(const uint8_t* src, size_t len, int flags, size_t* done,
@@ -188,6 +191,11 @@ Status RdmaStream::read(const iovec* iov, int iovcnt, int flags, size_t* done) {
     }
     if (flow_->peer_closed() || want == 0) break;  // the end of the stream (after any bytes read)
     if (flags & kNonBlocking) {
+      if (*done == 0 && !failed()) {
+        drain_channels();  // a peer that disconnected without an end shows only there
+        progress();
+        if (failed() || flow_->readable() > 0 || flow_->peer_closed()) continue;
+      }
       s = *done > 0 ? Status::kOk : Status::kWouldBlock;
       break;
     }

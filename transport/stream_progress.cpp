@@ -152,6 +152,10 @@ Status RdmaStream::handle_cm_events() {
 }
 
 void RdmaStream::drain_channels() {
+  // Connection events are looked at here, after a sleep and in readiness(), not on every progress:
+  // that would cost a system call per message. A side that only busy-polls still learns of a dead
+  // peer: its sends fail, and its busy polling is bounded, after which it sleeps here.
+  handle_cm_events();
   uint64_t kicks = 0;
   (void)!::read(kick_fd_, &kicks, sizeof kicks);
   ibv_cq* cq = nullptr;
@@ -168,9 +172,8 @@ void RdmaStream::drain_channels() {
 
 Status RdmaStream::progress() {
   if (failed()) return failure_;
-  // Connection events first, completions second: a disconnect is judged only after every completion
-  // that came before it (the peer's close among them) has been seen.
-  handle_cm_events();
+  // Connection events (drain_channels) come first, completions second: a disconnect is judged only
+  // after every completion that came before it (the peer's close among them) has been seen.
   ibv_wc wcs[16];
   int n = 0;
   while ((n = ibv_poll_cq(cq_, 16, wcs)) > 0) {
