@@ -56,6 +56,24 @@ TEST(FlowControl, HostileMailboxUpdatesAreRefused) {
   EXPECT_EQ(f.on_peer_mailbox({150, 9, 4, 0, 0}), FlowError::kArmedBackwards);
 }
 
+TEST(FlowControl, OnlyAdvertisedReceivesMayBeUsed) {
+  // Receives are reposted at once, but the peer may use one only after our update told it so.
+  FlowControl f(config(4096, 2));
+  EXPECT_EQ(f.on_data_arrived(10), FlowError::kNone);
+  f.on_reposted(1);
+  EXPECT_EQ(f.on_data_arrived(10), FlowError::kNone);
+  f.on_reposted(1);
+  EXPECT_EQ(f.on_data_arrived(10), FlowError::kNoReceive);  // reposted, not yet advertised
+  FlowControl g(config(4096, 2));
+  EXPECT_EQ(g.on_data_arrived(10), FlowError::kNone);
+  g.on_reposted(1);
+  g.on_app_consumed(10);
+  g.make_update();  // advertises the repost
+  EXPECT_EQ(g.on_data_arrived(10), FlowError::kNone);
+  EXPECT_EQ(g.on_data_arrived(10), FlowError::kNone);
+  EXPECT_EQ(g.on_data_arrived(10), FlowError::kNoReceive);
+}
+
 TEST(FlowControl, HostileMessagesAreRefused) {
   FlowControl f(config(4096, 2));
   EXPECT_EQ(f.on_data_arrived(0), FlowError::kEmptyData);
