@@ -29,7 +29,7 @@ struct StreamOptions {
   size_t zcopy_threshold = 64 * 1024;  // a contiguous piece at least this long goes from the caller's
                                        // buffer by RDMA Write (0: never)
   uint32_t inline_threshold = 128;  // pieces up to this long travel inside the work request
-  int busy_poll_us = 50;            // a blocked call polls this long before it sleeps
+  int busy_poll_us = 1000;          // a blocked call polls this long (yielding the CPU) before it sleeps
   int keepalive_ms = 5000;          // a blocked call probes an idle peer this often (0: never)
   uint8_t ack_timeout_log2 = 16;    // each try of a send waits 4.096 us * 2^this for its ack (about
                                     // 270 ms); after 7 retries the connection is reset
@@ -142,6 +142,7 @@ class RdmaStream {
   Status post_write(const void* local, uint32_t length, uint32_t lkey, uint64_t remote_offset, uint32_t imm,
                     bool with_imm, int send_flags, uint64_t wr_id);
   bool send_queue_has_room(int n) const { return sends_outstanding_ + n <= options_.send_queue_depth; }
+  // Polls the completion queue for up to busy_poll_us, then sleeps until something may have changed.
   Status wait(std::unique_lock<std::mutex>& lock);
   Status arm_channel(bool* news);
   Status keepalive_locked();
