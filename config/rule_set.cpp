@@ -105,4 +105,11 @@ Decision ProcessRuleSet::match(const ConnectionFacts& connection) const {
   return {nullptr, unmatched_};
 }
 
+bool ProcessRuleSet::may_select_rdma(Role role) const {
+  for (const Rule* rule : candidates_) {
+    if (rule->options.transport == Transport::kRdma && (!rule->role.has_value() || *rule->role == role)) return true;
+  }
+  return false;
+}
+
 }  // namespace tcp2rdma::config

@@ -107,6 +107,10 @@ class ProcessRuleSet {
   // Allocation-free; safe to call from any number of threads. Same result as RuleSet::match.
   Decision match(const ConnectionFacts& connection) const;
 
+  // Whether some rule could send a connection of this process in `role` over RDMA: a listener needs
+  // its RDMA side before it knows its peers.
+  bool may_select_rdma(Role role) const;
+
  private:
   std::vector<const Rule*> candidates_;
   const ConnectionOptions* unmatched_;

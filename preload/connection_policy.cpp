@@ -72,38 +72,53 @@ const config::ProcessRuleSet& process_rules() {
   return *g_policy->bound;
 }
 
+namespace {
+
+void endpoints(int fd, const sockaddr* remote_hint, socklen_t remote_hint_len, sockaddr_storage* local,
+               bool* has_local, sockaddr_storage* remote, bool* has_remote) {
+  socklen_t remote_len = sizeof *remote, local_len = sizeof *local;
+  *has_remote = real().getpeername(fd, reinterpret_cast<sockaddr*>(remote), &remote_len) == 0;
+  if (!*has_remote && remote_hint != nullptr && remote_hint_len > 0 && remote_hint_len <= sizeof *remote &&
+      (remote_hint->sa_family == AF_INET || remote_hint->sa_family == AF_INET6)) {
+    std::memcpy(remote, remote_hint, remote_hint_len);
+    *has_remote = true;
+  }
+  *has_local = real().getsockname(fd, reinterpret_cast<sockaddr*>(local), &local_len) == 0;
+}
+
+}  // namespace
+
 config::Decision decide_connection(int fd, config::Role role, const sockaddr* remote_hint,
                                    socklen_t remote_hint_len) {
   int saved_errno = errno;
   sockaddr_storage remote{}, local{};
-  socklen_t remote_len = sizeof remote, local_len = sizeof local;
-  bool has_remote = real().getpeername(fd, reinterpret_cast<sockaddr*>(&remote), &remote_len) == 0;
-  if (!has_remote && remote_hint != nullptr && remote_hint_len > 0 && remote_hint_len <= sizeof remote &&
-      (remote_hint->sa_family == AF_INET || remote_hint->sa_family == AF_INET6)) {
-    std::memcpy(&remote, remote_hint, remote_hint_len);
-    has_remote = true;
-  }
-  bool has_local = real().getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) == 0;
+  bool has_remote = false, has_local = false;
+  endpoints(fd, remote_hint, remote_hint_len, &local, &has_local, &remote, &has_remote);
   config::ConnectionFacts facts{role, has_remote ? reinterpret_cast<sockaddr*>(&remote) : nullptr,
                                 has_local ? reinterpret_cast<sockaddr*>(&local) : nullptr};
   config::Decision decision = process_rules().match(facts);
-  if (log_enabled()) {
-    char from[64], to[64];
-    format_endpoint(local, has_local, from, sizeof from);
-    format_endpoint(remote, has_remote, to, sizeof to);
-    const char* verdict = decision.options->transport == config::Transport::kRdma
-                              ? "stays tcp: this build does not move streams onto RDMA yet"
-                              : "stays tcp";
-    if (decision.rule == nullptr) {
-      log_line("fd %d %s %s -> %s: no rule matched: %s", fd, role == config::Role::kClient ? "client" : "server",
-               from, to, verdict);
-    } else {
-      log_line("fd %d %s %s -> %s: rule '%s' says %s: %s", fd, role == config::Role::kClient ? "client" : "server",
-               from, to, decision.rule->name.c_str(), config::to_string(decision.options->transport), verdict);
-    }
-  }
   errno = saved_errno;
   return decision;
+}
+
+void log_connection(int fd, config::Role role, const config::Decision& decision, const char* path,
+                    const sockaddr* remote_hint, socklen_t remote_hint_len) {
+  if (!log_enabled()) return;
+  int saved_errno = errno;
+  sockaddr_storage remote{}, local{};
+  bool has_remote = false, has_local = false;
+  endpoints(fd, remote_hint, remote_hint_len, &local, &has_local, &remote, &has_remote);
+  char from[64], to[64];
+  format_endpoint(local, has_local, from, sizeof from);
+  format_endpoint(remote, has_remote, to, sizeof to);
+  const char* who = role == config::Role::kClient ? "client" : "server";
+  if (decision.rule == nullptr) {
+    log_line("fd %d %s %s -> %s: no rule matched: %s", fd, who, from, to, path);
+  } else {
+    log_line("fd %d %s %s -> %s: rule '%s' says %s: %s", fd, who, from, to, decision.rule->name.c_str(),
+             config::to_string(decision.options->transport), path);
+  }
+  errno = saved_errno;
 }
 
 }  // namespace tcp2rdma::preload

@@ -14,11 +14,15 @@ namespace tcp2rdma::preload {
 // rules returned keep every connection on TCP.
 const config::ProcessRuleSet& process_rules();
 
-// Decides the connection on fd (its addresses read from the kernel) and logs the decision when
-// logging is on. `remote_hint` is the address given to connect(): while a non-blocking connect is
-// under way the kernel has no peer address yet. The module does not move streams onto RDMA yet, so
-// every connection stays TCP and the line says so. Never changes errno.
+// Decides the connection on fd (its addresses read from the kernel). `remote_hint` is the address
+// given to connect(): while a non-blocking connect is under way the kernel has no peer address yet.
+// Never changes errno.
 config::Decision decide_connection(int fd, config::Role role, const sockaddr* remote_hint = nullptr,
                                    socklen_t remote_hint_len = 0);
+
+// With TCP2RDMA_LOG: one line for the connection: addresses, the rule, what it says, and `path`, the
+// way the bytes really go ("upgraded to rdma", "stays tcp (why)"). Never changes errno.
+void log_connection(int fd, config::Role role, const config::Decision& decision, const char* path,
+                    const sockaddr* remote_hint = nullptr, socklen_t remote_hint_len = 0);
 
 }  // namespace tcp2rdma::preload

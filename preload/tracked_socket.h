@@ -4,6 +4,15 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
+#include <mutex>
+
+#include "rule_set.h"
+
+namespace tcp2rdma::transport {
+class RdmaStream;
+class StreamListener;
+}  // namespace tcp2rdma::transport
 
 namespace tcp2rdma::preload {
 
@@ -16,7 +25,7 @@ enum class SocketRole : uint8_t {
 
 class TrackedSocket {
  public:
-  TrackedSocket(int domain, SocketRole role) : domain_(domain), role_(role) {}
+  TrackedSocket(int domain, SocketRole role);  // out of line: the stream types are incomplete here
   TrackedSocket(const TrackedSocket&) = delete;
   TrackedSocket& operator=(const TrackedSocket&) = delete;
 
@@ -26,17 +35,34 @@ class TrackedSocket {
 
   // One reference per descriptor that maps to this socket.
   void add_ref() noexcept { refs_.fetch_add(1, std::memory_order_relaxed); }
-  // Drops one reference; deletes the socket with the last one.
+  // Drops one reference; with the last one an upgraded stream is closed in order (its bytes are
+  // delivered first) and the socket deleted.
   void release() noexcept {
     if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
   }
 
+  // The RDMA stream this connection moved onto, or null while it is on TCP. Set once, before the
+  // descriptor is handed to the application (upgrade.cpp), so readers need no lock.
+  transport::RdmaStream* stream() const noexcept { return stream_.load(std::memory_order_acquire); }
+  void set_stream(std::unique_ptr<transport::RdmaStream> stream) noexcept;
+
+  // A client whose non-blocking connect was decided for RDMA while it was still under way: the upgrade
+  // runs once the connection is up, at the application's next call on it (stream_calls.cpp).
+  std::atomic<bool> upgrade_pending{false};
+  config::Decision pending_decision{};
+
+  // A listener's rdma_cm listener on the same address and port (listeners only), and the lock that
+  // serialises accepts through it.
+  std::mutex listener_mutex;
+  std::unique_ptr<transport::StreamListener> rdma_listener;
+
  private:
-  ~TrackedSocket() = default;
+  ~TrackedSocket();
 
   const int domain_;
   std::atomic<SocketRole> role_;
   std::atomic<int> refs_{1};
+  std::atomic<transport::RdmaStream*> stream_{nullptr};
 };
 
 }  // namespace tcp2rdma::preload

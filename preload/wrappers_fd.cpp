@@ -1,11 +1,13 @@
 // Descriptor lifetime and flags: close, dup and friends change which descriptors name a tracked socket.
 #include <fcntl.h>
 #include <linux/close_range.h>
+#include <sys/ioctl.h>
 
 #include <cerrno>
 #include <cstdarg>
 
 #include "interposed.h"
+#include "stream_calls.h"
 #include "socket_registry.h"
 
 using tcp2rdma::preload::real;
@@ -83,5 +85,12 @@ T2R_INTERPOSE int ioctl(int fd, unsigned long request, ...) {
   va_start(ap, request);
   void* arg = va_arg(ap, void*);  // same register argument as for fcntl
   va_end(ap);
+  // FIONREAD on an upgraded socket: the bytes waiting in its stream, not the (empty) kernel queue.
+  if (request == FIONREAD && arg != nullptr) {
+    if (auto* s = tcp2rdma::preload::upgraded_stream(fd)) {
+      *static_cast<int*>(arg) = tcp2rdma::preload::stream_readable_bytes(s);
+      return 0;
+    }
+  }
   return real().ioctl(fd, request, arg);
 }

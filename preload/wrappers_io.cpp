@@ -1,59 +1,184 @@
-// Data transfer. A descriptor whose stream has not moved to RDMA is the kernel socket itself, so each
-// call goes straight to libc. The _chk variants forward to libc's own, which performs the buffer check.
+// Data transfer. A descriptor whose connection has not moved to RDMA is the kernel socket itself, so
+// each call goes straight to libc after one table lookup. An upgraded one goes to its stream
+// (stream_calls.h). The _chk variants check the buffer as libc's own do, then take the same path.
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <vector>
+
 #include "interposed.h"
+#include "stream_calls.h"
 
 using tcp2rdma::preload::real;
+using tcp2rdma::preload::stream_recv;
+using tcp2rdma::preload::stream_send;
+using tcp2rdma::preload::upgraded_stream;
 
-T2R_INTERPOSE ssize_t read(int fd, void* buf, size_t n) { return real().read(fd, buf, n); }
+namespace {
+
+[[noreturn]] void buffer_overflow() {
+  // What glibc's __chk_fail does: the program asked for more than its buffer holds.
+  std::abort();
+}
+
+ssize_t recv_one(tcp2rdma::transport::RdmaStream* s, int fd, void* buf, size_t n, int flags) {
+  iovec iov{buf, n};
+  return stream_recv(s, fd, &iov, 1, flags);
+}
+
+ssize_t send_one(tcp2rdma::transport::RdmaStream* s, int fd, const void* buf, size_t n, int flags) {
+  iovec iov{const_cast<void*>(buf), n};
+  return stream_send(s, fd, &iov, 1, flags);
+}
+
+}  // namespace
+
+T2R_INTERPOSE ssize_t read(int fd, void* buf, size_t n) {
+  if (auto* s = upgraded_stream(fd)) return recv_one(s, fd, buf, n, 0);
+  return real().read(fd, buf, n);
+}
 
 T2R_INTERPOSE ssize_t __read_chk(int fd, void* buf, size_t n, size_t buflen) {
+  if (auto* s = upgraded_stream(fd)) {
+    if (n > buflen) buffer_overflow();
+    return recv_one(s, fd, buf, n, 0);
+  }
   return real().__read_chk(fd, buf, n, buflen);
 }
 
-T2R_INTERPOSE ssize_t readv(int fd, const struct iovec* iov, int iovcnt) { return real().readv(fd, iov, iovcnt); }
+T2R_INTERPOSE ssize_t readv(int fd, const struct iovec* iov, int iovcnt) {
+  if (auto* s = upgraded_stream(fd)) return stream_recv(s, fd, iov, iovcnt, 0);
+  return real().readv(fd, iov, iovcnt);
+}
 
-T2R_INTERPOSE ssize_t recv(int fd, void* buf, size_t n, int flags) { return real().recv(fd, buf, n, flags); }
+T2R_INTERPOSE ssize_t recv(int fd, void* buf, size_t n, int flags) {
+  if (auto* s = upgraded_stream(fd)) return recv_one(s, fd, buf, n, flags);
+  return real().recv(fd, buf, n, flags);
+}
 
 T2R_INTERPOSE ssize_t __recv_chk(int fd, void* buf, size_t n, size_t buflen, int flags) {
+  if (auto* s = upgraded_stream(fd)) {
+    if (n > buflen) buffer_overflow();
+    return recv_one(s, fd, buf, n, flags);
+  }
   return real().__recv_chk(fd, buf, n, buflen, flags);
 }
 
 T2R_INTERPOSE ssize_t recvfrom(int fd, void* buf, size_t n, int flags, struct sockaddr* addr, socklen_t* len) {
+  // A connected TCP socket reports no source address: *len is left alone, as the kernel does.
+  if (auto* s = upgraded_stream(fd)) return recv_one(s, fd, buf, n, flags);
   return real().recvfrom(fd, buf, n, flags, addr, len);
 }
 
 T2R_INTERPOSE ssize_t __recvfrom_chk(int fd, void* buf, size_t n, size_t buflen, int flags, struct sockaddr* addr,
                                      socklen_t* len) {
+  if (auto* s = upgraded_stream(fd)) {
+    if (n > buflen) buffer_overflow();
+    return recv_one(s, fd, buf, n, flags);
+  }
   return real().__recvfrom_chk(fd, buf, n, buflen, flags, addr, len);
 }
 
-T2R_INTERPOSE ssize_t recvmsg(int fd, struct msghdr* msg, int flags) { return real().recvmsg(fd, msg, flags); }
+T2R_INTERPOSE ssize_t recvmsg(int fd, struct msghdr* msg, int flags) {
+  if (auto* s = upgraded_stream(fd)) {
+    msg->msg_namelen = 0;
+    msg->msg_controllen = 0;
+    msg->msg_flags = 0;
+    return stream_recv(s, fd, msg->msg_iov, static_cast<int>(msg->msg_iovlen), flags);
+  }
+  return real().recvmsg(fd, msg, flags);
+}
 
 T2R_INTERPOSE int recvmmsg(int fd, struct mmsghdr* vec, unsigned int vlen, int flags, struct timespec* timeout) {
+  if (auto* s = upgraded_stream(fd)) {
+    // On a stream socket every message but the first would only split the same bytes: take one.
+    if (vlen == 0) return 0;
+    ssize_t n = stream_recv(s, fd, vec[0].msg_hdr.msg_iov, static_cast<int>(vec[0].msg_hdr.msg_iovlen),
+                            flags & ~MSG_WAITFORONE);
+    if (n < 0) return -1;
+    vec[0].msg_len = static_cast<unsigned>(n);
+    return 1;
+  }
   return real().recvmmsg(fd, vec, vlen, flags, timeout);
 }
 
-T2R_INTERPOSE ssize_t write(int fd, const void* buf, size_t n) { return real().write(fd, buf, n); }
+T2R_INTERPOSE ssize_t write(int fd, const void* buf, size_t n) {
+  if (auto* s = upgraded_stream(fd)) return send_one(s, fd, buf, n, 0);
+  return real().write(fd, buf, n);
+}
 
-T2R_INTERPOSE ssize_t writev(int fd, const struct iovec* iov, int iovcnt) { return real().writev(fd, iov, iovcnt); }
+T2R_INTERPOSE ssize_t writev(int fd, const struct iovec* iov, int iovcnt) {
+  if (auto* s = upgraded_stream(fd)) return stream_send(s, fd, iov, iovcnt, 0);
+  return real().writev(fd, iov, iovcnt);
+}
 
-T2R_INTERPOSE ssize_t send(int fd, const void* buf, size_t n, int flags) { return real().send(fd, buf, n, flags); }
+T2R_INTERPOSE ssize_t send(int fd, const void* buf, size_t n, int flags) {
+  if (auto* s = upgraded_stream(fd)) return send_one(s, fd, buf, n, flags);
+  return real().send(fd, buf, n, flags);
+}
 
 T2R_INTERPOSE ssize_t sendto(int fd, const void* buf, size_t n, int flags, const struct sockaddr* addr,
                              socklen_t len) {
+  // Linux TCP ignores a destination on a connected socket (rsocket's EISCONN broke sockperf): so do we.
+  if (auto* s = upgraded_stream(fd)) return send_one(s, fd, buf, n, flags);
   return real().sendto(fd, buf, n, flags, addr, len);
 }
 
-T2R_INTERPOSE ssize_t sendmsg(int fd, const struct msghdr* msg, int flags) { return real().sendmsg(fd, msg, flags); }
+T2R_INTERPOSE ssize_t sendmsg(int fd, const struct msghdr* msg, int flags) {
+  if (auto* s = upgraded_stream(fd)) return stream_send(s, fd, msg->msg_iov, static_cast<int>(msg->msg_iovlen), flags);
+  return real().sendmsg(fd, msg, flags);
+}
 
 T2R_INTERPOSE int sendmmsg(int fd, struct mmsghdr* vec, unsigned int vlen, int flags) {
+  if (auto* s = upgraded_stream(fd)) {
+    unsigned sent = 0;
+    for (; sent < vlen; ++sent) {
+      ssize_t n = stream_send(s, fd, vec[sent].msg_hdr.msg_iov, static_cast<int>(vec[sent].msg_hdr.msg_iovlen), flags);
+      if (n < 0) return sent > 0 ? static_cast<int>(sent) : -1;
+      vec[sent].msg_len = static_cast<unsigned>(n);
+    }
+    return static_cast<int>(sent);
+  }
   return real().sendmmsg(fd, vec, vlen, flags);
 }
 
+namespace {
+
+// sendfile to an upgraded socket: read the file through a buffer and send it (the kernel's page-cache
+// path does not reach an RDMA stream).
+template <typename Off>
+ssize_t sendfile_to_stream(tcp2rdma::transport::RdmaStream* s, int out_fd, int in_fd, Off* offset, size_t count) {
+  static thread_local std::vector<char> buf(256 * 1024);
+  size_t total = 0;
+  while (total < count) {
+    size_t want = std::min(count - total, buf.size());
+    ssize_t got = offset != nullptr ? pread(in_fd, buf.data(), want, static_cast<off_t>(*offset + static_cast<Off>(total)))
+                                    : real().read(in_fd, buf.data(), want);
+    if (got < 0) return total > 0 ? static_cast<ssize_t>(total) : -1;
+    if (got == 0) break;
+    ssize_t sent = send_one(s, out_fd, buf.data(), static_cast<size_t>(got), 0);
+    if (sent < 0) return total > 0 ? static_cast<ssize_t>(total) : -1;
+    total += static_cast<size_t>(sent);
+    if (sent < got) {
+      // Non-blocking and full: the rest is the caller's to retry, so the file position must not have
+      // moved past what was sent.
+      if (offset == nullptr) lseek(in_fd, -static_cast<off_t>(got - sent), SEEK_CUR);
+      break;
+    }
+  }
+  if (offset != nullptr) *offset += static_cast<Off>(total);
+  return static_cast<ssize_t>(total);
+}
+
+}  // namespace
+
 T2R_INTERPOSE ssize_t sendfile(int out_fd, int in_fd, off_t* offset, size_t count) {
+  if (auto* s = upgraded_stream(out_fd)) return sendfile_to_stream(s, out_fd, in_fd, offset, count);
   return real().sendfile(out_fd, in_fd, offset, count);
 }
 
 T2R_INTERPOSE ssize_t sendfile64(int out_fd, int in_fd, off64_t* offset, size_t count) {
+  if (auto* s = upgraded_stream(out_fd)) return sendfile_to_stream(s, out_fd, in_fd, offset, count);
   return real().sendfile64(out_fd, in_fd, offset, count);
 }

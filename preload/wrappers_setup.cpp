@@ -1,11 +1,14 @@
 // Socket creation, naming and connection setup. The application's descriptor is always the real kernel
 // socket: these wrappers make the real call and then record what it did.
 #include <cerrno>
+#include <cstdio>
 
 #include "connection_policy.h"
 #include "fd_table.h"
 #include "interposed.h"
 #include "socket_registry.h"
+#include "stream_calls.h"
+#include "upgrade.h"
 
 using tcp2rdma::preload::fd_table;
 using tcp2rdma::preload::real;
@@ -13,16 +16,28 @@ using tcp2rdma::preload::SocketRole;
 
 namespace {
 
+using tcp2rdma::config::Role;
+using tcp2rdma::config::Transport;
+
 int accept_common(int fd, int accepted) {
-  // Only whether the listener is tracked is asked of the table; its state is not touched, since another
-  // thread may be closing it. The new socket's family comes from the kernel.
-  if (accepted < 0 || fd_table().find(fd) == nullptr) return accepted;
+  // The listener's state is reached through the table; the new socket's family comes from the kernel.
+  tcp2rdma::preload::TrackedSocket* listener = fd_table().find(fd);
+  if (accepted < 0 || listener == nullptr) return accepted;
   int domain = 0;
   socklen_t len = sizeof domain;
   int saved_errno = errno;
   if (real().getsockopt(accepted, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0) {
     tcp2rdma::preload::track_new_socket(accepted, domain, SocketRole::kServer);
-    tcp2rdma::preload::decide_connection(accepted, tcp2rdma::config::Role::kServer);
+    auto decision = tcp2rdma::preload::decide_connection(accepted, Role::kServer);
+    if (decision.options->transport != Transport::kRdma) {
+      tcp2rdma::preload::log_connection(accepted, Role::kServer, decision, "stays tcp");
+    } else if (!tcp2rdma::preload::upgrade_and_log(accepted, Role::kServer, listener, decision)) {
+      // Broken half-way (records exchanged, then a mismatch): never hand out a guessed connection.
+      tcp2rdma::preload::track_close(accepted);
+      real().close(accepted);
+      errno = ECONNABORTED;
+      return -1;
+    }
   }
   errno = saved_errno;
   return accepted;
@@ -43,7 +58,16 @@ T2R_INTERPOSE int bind(int fd, const struct sockaddr* addr, socklen_t len) { ret
 T2R_INTERPOSE int listen(int fd, int backlog) {
   int rc = real().listen(fd, backlog);
   if (rc == 0) {
-    if (auto* socket = fd_table().find(fd)) socket->set_role(SocketRole::kListener);
+    if (auto* socket = fd_table().find(fd)) {
+      int saved_errno = errno;
+      bool first = socket->role() != SocketRole::kListener;
+      socket->set_role(SocketRole::kListener);
+      // The RDMA side must listen before any peer is known: clients ask for it right after connecting.
+      if (first && tcp2rdma::preload::process_rules().may_select_rdma(Role::kServer)) {
+        tcp2rdma::preload::listen_rdma(fd, socket);
+      }
+      errno = saved_errno;
+    }
   }
   return rc;
 }
@@ -61,16 +85,41 @@ T2R_INTERPOSE int connect(int fd, const struct sockaddr* addr, socklen_t len) {
   // A non-blocking connect that is under way (EINPROGRESS) still makes this socket a client.
   if (rc == 0 || errno == EINPROGRESS) {
     if (auto* socket = fd_table().find(fd)) {
+      int saved_errno = errno;
       socket->set_role(SocketRole::kClient);
-      tcp2rdma::preload::decide_connection(fd, tcp2rdma::config::Role::kClient, addr, len);
+      auto decision = tcp2rdma::preload::decide_connection(fd, Role::kClient, addr, len);
+      if (decision.options->transport != Transport::kRdma) {
+        tcp2rdma::preload::log_connection(fd, Role::kClient, decision, "stays tcp", addr, len);
+      } else if (rc != 0) {
+        socket->pending_decision = decision;
+        socket->upgrade_pending.store(true, std::memory_order_release);
+      } else if (!tcp2rdma::preload::upgrade_and_log(fd, Role::kClient, nullptr, decision)) {
+        real().shutdown(fd, SHUT_RDWR);
+        errno = ECONNRESET;
+        return -1;
+      }
+      errno = saved_errno;
     }
   }
   return rc;
 }
 
-T2R_INTERPOSE int shutdown(int fd, int how) { return real().shutdown(fd, how); }
+T2R_INTERPOSE int shutdown(int fd, int how) {
+  if (auto* s = tcp2rdma::preload::upgraded_stream(fd)) return tcp2rdma::preload::stream_shutdown(s, how);
+  return real().shutdown(fd, how);
+}
 
 T2R_INTERPOSE int getsockopt(int fd, int level, int name, void* value, socklen_t* len) {
+  // SO_ERROR is how a program learns that its non-blocking connect completed: the moment to upgrade.
+  if (level == SOL_SOCKET && name == SO_ERROR) {
+    if (auto* socket = fd_table().find(fd); socket != nullptr && socket->upgrade_pending.load()) {
+      int rc = real().getsockopt(fd, level, name, value, len);
+      if (rc == 0 && *static_cast<int*>(value) == 0 && !tcp2rdma::preload::finish_pending_upgrade(fd, socket)) {
+        *static_cast<int*>(value) = ECONNRESET;
+      }
+      return rc;
+    }
+  }
   return real().getsockopt(fd, level, name, value, len);
 }
 

@@ -65,6 +65,7 @@ struct Readiness {
   bool writable = false;  // write() would take at least one byte, or fail at once
   bool failed = false;    // reset or protocol error: every call now fails
   bool peer_closed = false;
+  uint64_t bytes_readable = 0;  // what read() would return now, at most
 };
 
 // The TCP connection a client stream belongs to, and the client's nonce (docs/protocol.md, "Setup").

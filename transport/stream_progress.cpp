@@ -297,7 +297,8 @@ Readiness RdmaStream::readiness() {
     progress();
     r.failed = failed();
     r.peer_closed = flow_->peer_closed();
-    r.readable = r.failed || r.peer_closed || flow_->readable() > 0;
+    r.bytes_readable = flow_->readable();
+    r.readable = r.failed || r.peer_closed || r.bytes_readable > 0;
     r.writable = r.failed || write_shut_ || disconnect_seen_ || (flow_->data_room(1) > 0 && send_queue_has_room(2));
     if (r.readable && r.writable) return r;
     // Not writable: ask the peer to tell us when it is. Either way, arm the channel so that the fd

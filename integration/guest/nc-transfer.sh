@@ -4,7 +4,10 @@
 # (half-close after the data). The receiver compares its sha256 with the one the sender left in
 # T2R_WORK. Both check the path the bytes took against T2R_EXPECT:
 #   tcp   the RDMA device sent no packet meanwhile (default)
-#   rdma  the RDMA device sent at least one packet per 4 KiB of payload
+#   probe the bytes stayed TCP, but a shim asked its peer over rdma_cm (a few connection-manager
+#         packets, fewer than 16, and nothing like the payload)
+#   rdma  the RDMA device carried at least one packet per 4 KiB of payload (sent by the sender,
+#         received by the receiver)
 # With T2R_SHIM set to libtcp2rdma.so, nc runs under it (LD_PRELOAD) and logs to T2R_WORK/shim-HOST.log;
 # T2R_EXPECT_LOG is then an extended regular expression that some line of that log must match.
 set -eu
@@ -17,8 +20,8 @@ run() {
     "$@"
   fi
 }
-pkts() { "$here/rdma-counters" | awk '$1=="sent_pkts"{print $2}'; }
-before=$(pkts)
+pkts() { "$here/rdma-counters" | awk -v c="${1:-sent_pkts}" '$1==c{print $2}'; }
+before=$(pkts); before_rcvd=$(pkts rcvd_pkts)
 case "$1" in
   receive)
     run nc -N -l "$2" > /tmp/received
@@ -37,12 +40,14 @@ case "$1" in
     echo "sent $bytes bytes" ;;
   *) echo "usage: nc-transfer.sh receive PORT | send PORT MIB" >&2; exit 2 ;;
 esac
-sent=$(( $(pkts) - before ))
+sent=$(( $(pkts) - before )); rcvd=$(( $(pkts rcvd_pkts) - before_rcvd ))
+payload=$sent; [ "$1" = receive ] && payload=$rcvd
 case "$expect" in
   tcp) [ "$sent" -eq 0 ] || { echo "path: RDMA device sent $sent packets on a path that must stay TCP"; exit 1; } ;;
-  rdma) [ "$sent" -ge $((bytes / 4096)) ] || { echo "path: only $sent RDMA packets for $bytes bytes"; exit 1; } ;;
+  probe) [ "$sent" -lt 16 ] || { echo "path: RDMA device sent $sent packets on a path that must stay TCP"; exit 1; } ;;
+  rdma) [ "$payload" -ge $((bytes / 4096)) ] || { echo "path: only $payload RDMA packets for $bytes bytes"; exit 1; } ;;
 esac
-echo "path: $expect as expected (RDMA packets sent: $sent)"
+echo "path: $expect as expected (RDMA packets sent $sent, received $rcvd)"
 if [ -n "${T2R_SHIM:-}" ]; then
   log="$T2R_WORK/shim-$T2R_HOST.log"
   grep -q ': loaded$' "$log" || { echo "the shim was not loaded"; exit 1; }

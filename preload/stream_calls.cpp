@@ -1,0 +1,119 @@
+#include "stream_calls.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstdint>
+
+#include "fd_table.h"
+#include "rdma_stream.h"
+#include "real_calls.h"
+#include "tracked_socket.h"
+#include "upgrade.h"
+
+namespace tcp2rdma::preload {
+namespace {
+
+using transport::Status;
+
+bool nonblocking(int fd, int msg_flags) {
+  if (msg_flags & MSG_DONTWAIT) return true;
+  int fl = real().fcntl(fd, F_GETFL);
+  return fl >= 0 && (fl & O_NONBLOCK);
+}
+
+// The one place a transport status becomes an errno.
+int errno_of(Status s) {
+  switch (s) {
+    case Status::kWouldBlock: return EAGAIN;
+    case Status::kShutDown: return EPIPE;
+    case Status::kTimeout: return ETIMEDOUT;
+    case Status::kReset:
+    case Status::kProtocolError: return ECONNRESET;
+    case Status::kInvalid: return EINVAL;
+    default: return EIO;
+  }
+}
+
+}  // namespace
+
+transport::RdmaStream* upgraded_stream(int fd) noexcept {
+  TrackedSocket* socket = fd_table().find(fd);
+  if (socket == nullptr) return nullptr;
+  if (socket->upgrade_pending.load(std::memory_order_acquire)) finish_pending_upgrade(fd, socket);
+  return socket->stream();
+}
+
+bool finish_pending_upgrade(int fd, TrackedSocket* socket) noexcept {
+  // One thread runs it; the others see it pending no longer.
+  if (!socket->upgrade_pending.exchange(false, std::memory_order_acq_rel)) return true;
+  int saved_errno = errno;
+  sockaddr_storage peer{};
+  socklen_t len = sizeof peer;
+  if (real().getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0) {
+    // Not connected yet (or the connect failed): look again at the next call.
+    socket->upgrade_pending.store(true, std::memory_order_release);
+    errno = saved_errno;
+    return true;
+  }
+  bool usable = upgrade_and_log(fd, config::Role::kClient, nullptr, socket->pending_decision);
+  errno = saved_errno;
+  return usable;
+}
+
+ssize_t stream_recv(transport::RdmaStream* stream, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept {
+  int flags = 0;
+  if (nonblocking(fd, msg_flags)) flags |= transport::kNonBlocking;
+  if (msg_flags & MSG_PEEK) flags |= transport::kPeek;
+  if (msg_flags & MSG_WAITALL) flags |= transport::kWaitAll;
+  size_t done = 0;
+  Status s = stream->read(iov, iovcnt, flags, &done);
+  if (s != Status::kOk) {
+    errno = errno_of(s);
+    return -1;
+  }
+  return static_cast<ssize_t>(done);
+}
+
+ssize_t stream_send(transport::RdmaStream* stream, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept {
+  size_t done = 0;
+  Status s = stream->write(iov, iovcnt, nonblocking(fd, msg_flags) ? transport::kNonBlocking : 0, &done);
+  if (s == Status::kOk) return static_cast<ssize_t>(done);
+  // Writing to a connection that is shut down or reset raises SIGPIPE, as the kernel does, unless the
+  // caller said MSG_NOSIGNAL.
+  if ((s == Status::kShutDown || s == Status::kReset) && !(msg_flags & MSG_NOSIGNAL)) raise(SIGPIPE);
+  errno = s == Status::kReset ? EPIPE : errno_of(s);
+  return -1;
+}
+
+int stream_shutdown(transport::RdmaStream* stream, int how) noexcept {
+  // Only the sending side has something to tell the peer; the TCP connection stays whole as the
+  // control channel.
+  if (how == SHUT_WR || how == SHUT_RDWR) {
+    Status s = stream->shutdown_write();
+    if (s != Status::kOk) {
+      errno = s == Status::kReset ? ENOTCONN : errno_of(s);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+int stream_readable_bytes(transport::RdmaStream* stream) noexcept {
+  uint64_t n = stream->readiness().bytes_readable;
+  return n > INT32_MAX ? INT32_MAX : static_cast<int>(n);
+}
+
+short stream_poll_events(transport::RdmaStream* stream, short requested) noexcept {
+  transport::Readiness r = stream->readiness();
+  short events = 0;
+  if (r.readable) events |= static_cast<short>(requested & (POLLIN | POLLRDNORM));
+  if (r.writable) events |= static_cast<short>(requested & (POLLOUT | POLLWRNORM));
+  if (r.failed) events |= POLLERR | POLLHUP;
+  else if (r.peer_closed) events |= static_cast<short>(requested & POLLRDHUP);
+  return events;
+}
+
+}  // namespace tcp2rdma::preload
