@@ -22,12 +22,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// How long accept() waits for the client's RDMA connection request before the connection stays TCP.
-// A tcp2rdma client sends it right after its TCP connect completes, so it is usually there already; a
-// plain client never sends one, and this is what before-return mode costs it (docs/architecture.md).
-constexpr std::chrono::milliseconds kServerWait{1000};
 // A request nobody claims is rejected after this long.
-constexpr std::chrono::milliseconds kHold{3000};
+constexpr std::chrono::milliseconds kHold{5000};
 // The records on TCP: both peers are tcp2rdma by then, so they come at once or not at all.
 constexpr int kRecordTimeoutMs = 3000;
 
@@ -139,7 +135,10 @@ transport::StreamOptions stream_options(const config::ConnectionOptions& o) {
   s.ring_size_log2 = log2;
   s.recv_queue_depth = static_cast<uint16_t>(std::clamp<uint32_t>(o.recv_queue_depth, 4, 255));
   s.send_queue_depth = static_cast<uint16_t>(std::max<uint32_t>(o.send_queue_depth, 2 * s.recv_queue_depth + 16));
-  s.timeout_ms = static_cast<int>(std::max<uint64_t>(o.connect_timeout_us / 1000, 100));
+  // The client waits for its request to be accepted as long as the whole upgrade may take: a server
+  // accepts one request at a time, so a burst of connections (iperf -P 4) queues behind the first.
+  // Setup may take the whole upgrade's time: a server accepts one request at a time.
+  s.timeout_ms = static_cast<int>(std::max<uint64_t>(std::max(o.connect_timeout_us, o.upgrade_timeout_us) / 1000, 100));
   s.zcopy_threshold = o.zcopy_threshold;
   s.inline_threshold = static_cast<uint32_t>(o.inline_threshold);
   s.keepalive_ms = static_cast<int>(o.keepalive_us / 1000);
@@ -193,7 +192,11 @@ UpgradeOutcome upgrade_server(int fd, TrackedSocket* listener, TrackedSocket* so
     std::lock_guard lock(listener->listener_mutex);
     transport::StreamListener* rdma = listener->rdma_listener.get();
     if (rdma == nullptr) return {false, true, "no RDMA listener on this port"};
-    auto until = Clock::now() + kServerWait;
+    // accept() waits for the client's RDMA connection request up to the rule's upgrade_timeout. A
+    // tcp2rdma client sends it right after its TCP connect completes, but its first setup in a process
+    // can take over a second on a slow guest; a plain client never sends one, and this wait is what
+    // before-return mode costs it (docs/architecture.md).
+    auto until = Clock::now() + std::chrono::microseconds(options.upgrade_timeout_us);
     transport::Status s = transport::Status::kWouldBlock;
     for (;;) {
       rdma->collect(kHold);
@@ -205,7 +208,6 @@ UpgradeOutcome upgrade_server(int fd, TrackedSocket* listener, TrackedSocket* so
     if (s == transport::Status::kWouldBlock) return {false, true, "the client asked for no RDMA connection"};
     if (s != transport::Status::kOk) return {false, true, why_not(s)};
   }
-  (void)options;  // the listener's streams are set up with its own options (see listen_rdma)
   auto deadline = Clock::now() + std::chrono::milliseconds(kRecordTimeoutMs);
   if (!receive_record(fd, *stream, deadline) || !send_record(fd, *stream, deadline)) {
     stream->abort();

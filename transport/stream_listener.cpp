@@ -108,10 +108,15 @@ Status StreamListener::accept_held(size_t index, uint64_t server_nonce, std::uni
   stream->client_nonce_ = held.request.client_nonce;
   stream->server_nonce_ = server_nonce;
   stream->cm_channel_ = rdma_create_event_channel();
-  // Each stream gets its own event channel, so that its events never reach the listener.
-  if (stream->cm_channel_ == nullptr || rdma_migrate_id(held.id, stream->cm_channel_) != 0) {
+  if (stream->cm_channel_ == nullptr) {
     reject(held.id);
     return Status::kResources;
+  }
+  // Each stream gets its own event channel, so that its events never reach the listener. This fails
+  // when the client has given up on the request meanwhile.
+  if (rdma_migrate_id(held.id, stream->cm_channel_) != 0) {
+    reject(held.id);
+    return Status::kReset;
   }
   Status s = stream->create_resources(held.id, options_);
   if (s == Status::kOk) s = stream->start(held.request.ring_size_log2, held.request.rkey, held.request.queue_depth, false);
