@@ -105,6 +105,11 @@ bool any_upgraded_in(int nfds, const fd_set* rd, const fd_set* wr, const fd_set*
 
 }  // namespace
 
+// glibc declares poll's array write-only (__attr_access), so GCC takes our reading of the events the
+// caller filled in for reading uninitialized memory.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 T2R_INTERPOSE int poll(struct pollfd* fds, nfds_t nfds, int timeout) {
   if (any_upgraded(fds, nfds)) {
     timespec t = from_ms(timeout);
@@ -131,6 +136,8 @@ T2R_INTERPOSE int __ppoll_chk(struct pollfd* fds, nfds_t nfds, const struct time
   if (any_upgraded(fds, nfds) && nfds * sizeof *fds <= fdslen) return poll_streams(fds, nfds, timeout, sigmask);
   return real().__ppoll_chk(fds, nfds, timeout, sigmask, fdslen);
 }
+
+#pragma GCC diagnostic pop
 
 T2R_INTERPOSE int select(int nfds, fd_set* rd, fd_set* wr, fd_set* ex, struct timeval* timeout) {
   if (any_upgraded_in(nfds, rd, wr, ex)) {
