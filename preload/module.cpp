@@ -1,5 +1,7 @@
-// The preload module's load-time hook: says the module is there when logging is on.
+// The preload module's load and exit hooks: says the module is there when logging is on, and at exit
+// closes the process's RDMA streams in order.
 #include "log.h"
+#include "tracked_socket.h"
 
 namespace {
 
@@ -7,5 +9,8 @@ namespace {
 [[gnu::constructor]] void announce_load() {
   if (tcp2rdma::preload::log_enabled()) tcp2rdma::preload::log_line("loaded");
 }
+
+// Runs at exit() (not at _exit): bytes written to upgraded connections still reach the peer.
+[[gnu::destructor]] void flush_at_exit() { tcp2rdma::preload::close_streams_at_exit(); }
 
 }  // namespace

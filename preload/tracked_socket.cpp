@@ -1,5 +1,10 @@
 #include "tracked_socket.h"
 
+#include <sys/socket.h>
+
+#include "fd_table.h"
+#include "real_calls.h"
+#include "socket_registry.h"
 #include "rdma_stream.h"
 #include "stream_listener.h"
 
@@ -7,17 +12,51 @@ namespace tcp2rdma::preload {
 
 TrackedSocket::TrackedSocket(int domain, SocketRole role) : domain_(domain), role_(role) {}
 
+namespace {
+std::atomic<unsigned> g_fork_generation{0};
+}  // namespace
+
+unsigned fork_generation() noexcept { return g_fork_generation.load(std::memory_order_relaxed); }
+void note_forked_child() noexcept { g_fork_generation.fetch_add(1, std::memory_order_relaxed); }
+
 void TrackedSocket::set_stream(std::unique_ptr<transport::RdmaStream> stream) noexcept {
+  generation_ = fork_generation();
   stream_.store(stream.release(), std::memory_order_release);
+}
+
+void disown_parent_streams() noexcept {
+  int end = fd_table().high_water();
+  for (int fd = 0; fd < end; ++fd) {
+    TrackedSocket* socket = fd_table().find(fd);
+    if (socket == nullptr || !socket->stream_of_parent()) continue;
+    int placeholder = real().socket(socket->domain(), SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (placeholder >= 0) {
+      real().dup2(placeholder, fd);  // keeps the descriptor's number; drops the child's share of the socket
+      real().close(placeholder);
+    }
+    track_close(fd);
+  }
+}
+
+void close_streams_at_exit() noexcept {
+  int end = fd_table().high_water();
+  for (int fd = 0; fd < end; ++fd) {
+    if (TrackedSocket* socket = fd_table().find(fd)) {
+      if (transport::RdmaStream* s = socket->stream()) s->close();  // idempotent with a later close()
+    }
+  }
 }
 
 TrackedSocket::~TrackedSocket() {
   // The last descriptor is closed: like the kernel, deliver what was written before ending the
   // stream, even if the process exits right after close() (close() waits for the acknowledgements).
-  if (transport::RdmaStream* s = stream_.load(std::memory_order_acquire)) {
+  // In a forked child the stream and the listener are the parent's: destroying them here would end
+  // the parent's connection or listener (they share the rdma_cm descriptor). They are left alone.
+  if (transport::RdmaStream* s = stream()) {
     s->close();
     delete s;
   }
+  if (listener_generation != fork_generation()) (void)rdma_listener.release();
 }
 
 }  // namespace tcp2rdma::preload

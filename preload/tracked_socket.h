@@ -16,6 +16,11 @@ class StreamListener;
 
 namespace tcp2rdma::preload {
 
+// Counts the forks on the way to this process (0 in the process the module was loaded into; the fork
+// wrapper bumps it in each child). Cheaper than getpid() on every call.
+unsigned fork_generation() noexcept;
+void note_forked_child() noexcept;
+
 enum class SocketRole : uint8_t {
   kUnknown,   // created, neither connected nor listening yet
   kListener,  // listen() succeeded
@@ -43,7 +48,15 @@ class TrackedSocket {
 
   // The RDMA stream this connection moved onto, or null while it is on TCP. Set once, before the
   // descriptor is handed to the application (upgrade.cpp), so readers need no lock.
-  transport::RdmaStream* stream() const noexcept { return stream_.load(std::memory_order_acquire); }
+  // Null in a forked child: the stream's verbs resources belong to the process that made it
+  // (fork_generation()), and a child must never touch them.
+  transport::RdmaStream* stream() const noexcept {
+    return generation_ == fork_generation() ? stream_.load(std::memory_order_acquire) : nullptr;
+  }
+  // Whether this socket moved to RDMA in an ancestor process (a forked child's inherited connection).
+  bool stream_of_parent() const noexcept {
+    return generation_ != fork_generation() && stream_.load(std::memory_order_acquire) != nullptr;
+  }
   void set_stream(std::unique_ptr<transport::RdmaStream> stream) noexcept;
 
   // A client whose non-blocking connect was decided for RDMA while it was still under way: the upgrade
@@ -55,6 +68,7 @@ class TrackedSocket {
   // serialises accepts through it.
   std::mutex listener_mutex;
   std::unique_ptr<transport::StreamListener> rdma_listener;
+  unsigned listener_generation = 0;  // fork_generation() of the process that made rdma_listener
 
  private:
   ~TrackedSocket();
@@ -63,6 +77,16 @@ class TrackedSocket {
   std::atomic<SocketRole> role_;
   std::atomic<int> refs_{1};
   std::atomic<transport::RdmaStream*> stream_{nullptr};
+  unsigned generation_ = 0;
 };
+
+// In a forked child: every inherited connection that had moved to RDMA is made to fail loudly (its
+// descriptor now names an unconnected socket: ENOTCONN, EPIPE) instead of silently reading the idle
+// TCP socket underneath; pre-fork servers and accept-then-fork are not supported yet.
+void disown_parent_streams() noexcept;
+
+// At exit: closes in order every stream this process made that is still open, as the kernel delivers
+// a socket's unsent bytes after its process exited.
+void close_streams_at_exit() noexcept;
 
 }  // namespace tcp2rdma::preload

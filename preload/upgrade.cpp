@@ -160,6 +160,7 @@ void listen_rdma(int fd, TrackedSocket* listener) {
     return;
   }
   listener->rdma_listener = std::move(rdma);
+  listener->listener_generation = fork_generation();
 }
 
 UpgradeOutcome upgrade_client(int fd, TrackedSocket* socket, const config::ConnectionOptions& options) {
@@ -192,6 +193,9 @@ UpgradeOutcome upgrade_server(int fd, TrackedSocket* listener, TrackedSocket* so
     std::lock_guard lock(listener->listener_mutex);
     transport::StreamListener* rdma = listener->rdma_listener.get();
     if (rdma == nullptr) return {false, true, "no RDMA listener on this port"};
+    if (listener->listener_generation != fork_generation()) {
+      return {false, true, "the RDMA listener belongs to the parent process (pre-fork servers: not yet)"};
+    }
     // accept() waits for the client's RDMA connection request up to the rule's upgrade_timeout. A
     // tcp2rdma client sends it right after its TCP connect completes, but its first setup in a process
     // can take over a second on a slow guest; a plain client never sends one, and this wait is what
