@@ -59,6 +59,12 @@ bool finish_pending_upgrade(int fd, TrackedSocket* socket) noexcept {
     return true;
   }
   bool usable = upgrade_and_log(fd, config::Role::kClient, nullptr, socket->pending_decision);
+  if (!usable) {
+    // Whichever call ran the upgrade, the application learns of it like a failed connect: SO_ERROR
+    // says ECONNRESET, and the socket carries nothing more (shut down both ways).
+    socket->pending_error.store(ECONNRESET, std::memory_order_release);
+    real().shutdown(fd, SHUT_RDWR);
+  }
   errno = saved_errno;
   return usable;
 }

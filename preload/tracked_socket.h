@@ -63,6 +63,9 @@ class TrackedSocket {
   // runs once the connection is up, at the application's next call on it (stream_calls.cpp).
   std::atomic<bool> upgrade_pending{false};
   config::Decision pending_decision{};
+  // Set when that upgrade failed such that the connection must not be used (required, or broken
+  // half-way): getsockopt(SO_ERROR) reports it once, as the kernel reports a failed connect.
+  std::atomic<int> pending_error{0};
 
   // A listener's rdma_cm listener on the same address and port (listeners only), and the lock that
   // serialises accepts through it.

@@ -226,14 +226,18 @@ bool upgrade_and_log(int fd, config::Role role, TrackedSocket* listener, const c
   if (socket == nullptr) return true;
   UpgradeOutcome outcome = role == config::Role::kClient ? upgrade_client(fd, socket, *decision.options)
                                                          : upgrade_server(fd, listener, socket, *decision.options);
-  char path[160];
+  char path[192];
+  bool required = decision.options->upgrade == config::UpgradeMode::kRequired;
   if (outcome.upgraded) {
     snprintf(path, sizeof path, "upgraded to rdma");
+  } else if (required) {
+    // The rule would rather have no connection than a TCP one.
+    snprintf(path, sizeof path, "fails: the upgrade is required (%s)", outcome.why);
   } else {
     snprintf(path, sizeof path, "stays tcp (%s)", outcome.why);
   }
   log_connection(fd, role, decision, path);
-  return outcome.connection_usable;
+  return outcome.connection_usable && (outcome.upgraded || !required);
 }
 
 }  // namespace tcp2rdma::preload

@@ -32,7 +32,10 @@ int accept_common(int fd, int accepted) {
     if (decision.options->transport != Transport::kRdma) {
       tcp2rdma::preload::log_connection(accepted, Role::kServer, decision, "stays tcp");
     } else if (!tcp2rdma::preload::upgrade_and_log(accepted, Role::kServer, listener, decision)) {
-      // Broken half-way (records exchanged, then a mismatch): never hand out a guessed connection.
+      // Broken half-way (records exchanged, then a mismatch), or RDMA was required and could not be
+      // had: never hand out such a connection. The client reads a reset (linger 0), not an end.
+      linger reset{1, 0};
+      real().setsockopt(accepted, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
       tcp2rdma::preload::track_close(accepted);
       real().close(accepted);
       errno = ECONNABORTED;
@@ -112,10 +115,11 @@ T2R_INTERPOSE int shutdown(int fd, int how) {
 T2R_INTERPOSE int getsockopt(int fd, int level, int name, void* value, socklen_t* len) {
   // SO_ERROR is how a program learns that its non-blocking connect completed: the moment to upgrade.
   if (level == SOL_SOCKET && name == SO_ERROR) {
-    if (auto* socket = fd_table().find(fd); socket != nullptr && socket->upgrade_pending.load()) {
+    if (auto* socket = fd_table().find(fd); socket != nullptr) {
       int rc = real().getsockopt(fd, level, name, value, len);
-      if (rc == 0 && *static_cast<int*>(value) == 0 && !tcp2rdma::preload::finish_pending_upgrade(fd, socket)) {
-        *static_cast<int*>(value) = ECONNRESET;
+      if (rc == 0 && *static_cast<int*>(value) == 0) {
+        if (socket->upgrade_pending.load()) tcp2rdma::preload::finish_pending_upgrade(fd, socket);
+        if (int error = socket->pending_error.exchange(0); error != 0) *static_cast<int*>(value) = error;
       }
       return rc;
     }
