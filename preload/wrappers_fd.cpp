@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdarg>
 
+#include "epoll_sets.h"
 #include "interposed.h"
 #include "stream_calls.h"
 #include "socket_registry.h"
@@ -29,6 +30,14 @@ int fcntl_common(int (*real_fcntl)(int, int, ...), int fd, int cmd, void* arg) {
 }  // namespace
 
 T2R_INTERPOSE int close(int fd) {
+  {
+    // The epoll registrations that stand in for an upgraded socket go with it (the kernel drops the
+    // socket's own); and a closed epoll set takes its entries along.
+    int saved_errno = errno;
+    tcp2rdma::preload::epoll_forget_fd(fd);
+    tcp2rdma::preload::epoll_forget_set(fd);
+    errno = saved_errno;
+  }
   int rc = real().close(fd);
   // Linux releases the descriptor even when close reports an error (EINTR, EIO): forget it either way,
   // except for EBADF, where there was nothing to close.

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <vector>
 
+#include "epoll_sets.h"
 #include "interposed.h"
 #include "rdma_stream.h"
 #include "stream_calls.h"
@@ -154,22 +155,47 @@ T2R_INTERPOSE int pselect(int nfds, fd_set* rd, fd_set* wr, fd_set* ex, const st
   return real().pselect(nfds, rd, wr, ex, timeout, sigmask);
 }
 
-// epoll: an upgraded descriptor is not translated yet (docs/architecture.md, "Limits of the upgrade as
-// built"); a rule should keep epoll applications on TCP for now.
+// epoll: upgraded descriptors are translated (epoll_sets.h); sets without them go straight to libc.
+namespace {
+
+int real_epoll_wait(int epfd, epoll_event* events, int maxevents, int timeout_ms, const void*) {
+  return real().epoll_wait(epfd, events, maxevents, timeout_ms);
+}
+
+int real_epoll_pwait(int epfd, epoll_event* events, int maxevents, int timeout_ms, const void* sigmask) {
+  return real().epoll_pwait(epfd, events, maxevents, timeout_ms, static_cast<const sigset_t*>(sigmask));
+}
+
+int timeout_ms_of(const timespec* t) {
+  if (t == nullptr) return -1;
+  return static_cast<int>(t->tv_sec * 1000 + (t->tv_nsec + 999999) / 1000000);
+}
+
+}  // namespace
+
 T2R_INTERPOSE int epoll_create(int size) { return real().epoll_create(size); }
 
 T2R_INTERPOSE int epoll_create1(int flags) { return real().epoll_create1(flags); }
 
 T2R_INTERPOSE int epoll_ctl(int epfd, int op, int fd, struct epoll_event* event) {
+  if (upgraded_stream(fd) != nullptr) return tcp2rdma::preload::epoll_ctl_upgraded(epfd, op, fd, event);
   return real().epoll_ctl(epfd, op, fd, event);
 }
 
 T2R_INTERPOSE int epoll_wait(int epfd, struct epoll_event* events, int maxevents, int timeout) {
+  int result = 0;
+  if (tcp2rdma::preload::epoll_wait_upgraded(epfd, events, maxevents, timeout, real_epoll_wait, nullptr, &result)) {
+    return result;
+  }
   return real().epoll_wait(epfd, events, maxevents, timeout);
 }
 
 T2R_INTERPOSE int epoll_pwait(int epfd, struct epoll_event* events, int maxevents, int timeout,
                               const sigset_t* sigmask) {
+  int result = 0;
+  if (tcp2rdma::preload::epoll_wait_upgraded(epfd, events, maxevents, timeout, real_epoll_pwait, sigmask, &result)) {
+    return result;
+  }
   return real().epoll_pwait(epfd, events, maxevents, timeout, sigmask);
 }
 
@@ -178,6 +204,11 @@ T2R_INTERPOSE int epoll_pwait2(int epfd, struct epoll_event* events, int maxeven
   if (real().epoll_pwait2 == nullptr) {  // glibc older than 2.35
     errno = ENOSYS;
     return -1;
+  }
+  int result = 0;
+  if (tcp2rdma::preload::epoll_wait_upgraded(epfd, events, maxevents, timeout_ms_of(timeout), real_epoll_pwait,
+                                             sigmask, &result)) {
+    return result;
   }
   return real().epoll_pwait2(epfd, events, maxevents, timeout, sigmask);
 }

@@ -104,9 +104,12 @@ class RdmaStream {
   void abort();
 
   // Pollable (POLLIN) when the stream may have news: call readiness() then. When readiness() reports
-  // neither readable nor writable, the fd will fire on the next change.
+  // less than readable and writable, or a call returned kWouldBlock, the fd will fire on the next change.
   int readiness_fd() const { return epoll_fd_; }
   Readiness readiness();
+  // Makes readiness_fd readable now (until the next readiness()): for a poller that registers an
+  // already-ready stream and must be told at once (edge-triggered epoll).
+  void wake_pollers();
   // Probes the peer with a zero-byte RDMA Write when nothing was sent since the last call: a dead peer
   // shows as a failed completion (reset), a live one costs nothing at its CPU.
   Status keepalive();

@@ -64,7 +64,12 @@ Status RdmaStream::write_copy(const uint8_t* src, size_t len, int flags, size_t*
         ++counters_.credit_stalls;
         if (Status s = request_wakeup(); s != Status::kOk) return s;
       }
-      if (flags & kNonBlocking) return *done > 0 ? Status::kOk : Status::kWouldBlock;
+      if (flags & kNonBlocking) {
+        bool news = false;  // as in read(): armed, so the readiness fd fires when room comes back
+        if (arm_channel(&news) != Status::kOk) fail(Status::kReset);
+        if (news) continue;
+        return *done > 0 ? Status::kOk : Status::kWouldBlock;
+      }
       if (Status s = wait(lock); s != Status::kOk) return s;
       continue;
     }
@@ -109,7 +114,12 @@ Status RdmaStream::write_zero_copy(const uint8_t* src, size_t len, int flags, si
         ++counters_.credit_stalls;
         if (result = request_wakeup(); result != Status::kOk) break;
       }
-      if (flags & kNonBlocking) break;
+      if (flags & kNonBlocking) {
+        bool news = false;
+        if (arm_channel(&news) != Status::kOk) fail(Status::kReset);
+        if (news) continue;
+        break;
+      }
       if (result = wait(lock); result != Status::kOk) break;
       continue;
     }
@@ -195,6 +205,11 @@ Status RdmaStream::read(const iovec* iov, int iovcnt, int flags, size_t* done) {
         drain_channels();  // a peer that disconnected without an end shows only there
         progress();
         if (failed() || flow_->readable() > 0 || flow_->peer_closed()) continue;
+        // Would block: the readiness fd must fire on the next change (edge-triggered pollers rely
+        // on it), so the completion channel is armed before saying so.
+        bool news = false;
+        if (arm_channel(&news) != Status::kOk) fail(Status::kReset);
+        if (news || failed()) continue;
       }
       s = *done > 0 ? Status::kOk : Status::kWouldBlock;
       break;

@@ -289,6 +289,11 @@ Status RdmaStream::keepalive() {
   return keepalive_locked();
 }
 
+void RdmaStream::wake_pollers() {
+  uint64_t one = 1;
+  (void)!::write(kick_fd_, &one, sizeof one);
+}
+
 Readiness RdmaStream::readiness() {
   std::unique_lock lock(mu_);
   drain_channels();

@@ -1,0 +1,220 @@
+#include "epoll_sets.h"
+
+#include <cerrno>
+#include <chrono>
+#include <mutex>
+#include <vector>
+
+#include "rdma_stream.h"
+#include "real_calls.h"
+#include "stream_calls.h"
+
+namespace tcp2rdma::preload {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// One upgraded descriptor in one epoll set, as the application registered it.
+struct Entry {
+  int epfd;
+  int fd;
+  int readiness_fd;  // what is registered in the kernel's set instead of the socket
+  uint32_t events;   // the application's
+  epoll_data_t data; // the application's
+  bool disabled;     // EPOLLONESHOT fired; waits for EPOLL_CTL_MOD
+};
+
+std::mutex g_mutex;
+std::vector<Entry*> g_entries;
+std::atomic<int> g_count{0};
+
+Entry* find_locked(int epfd, int fd) {
+  for (Entry* e : g_entries) {
+    if (e->epfd == epfd && e->fd == fd) return e;
+  }
+  return nullptr;
+}
+
+// Whether e is still registered (another thread may have deleted it; e is not dereferenced).
+bool alive_locked(const Entry* e) {
+  for (Entry* x : g_entries) {
+    if (x == e) return true;
+  }
+  return false;
+}
+
+void erase_locked(Entry* e) {
+  for (size_t i = 0; i < g_entries.size(); ++i) {
+    if (g_entries[i] == e) {
+      g_entries[i] = g_entries.back();
+      g_entries.pop_back();
+      break;
+    }
+  }
+  g_count.fetch_sub(1, std::memory_order_release);
+  delete e;
+}
+
+int fail(int error) {
+  errno = error;
+  return -1;
+}
+
+// What the readiness fd is registered with: it only says "look again"; edge-triggering is kept so
+// that an edge-triggered application is woken per change, not continuously.
+epoll_event proxy_event(Entry* e) {
+  epoll_event ev{};
+  ev.events = EPOLLIN | (e->events & EPOLLET);
+  ev.data.ptr = e;
+  return ev;
+}
+
+// The application's events for e now, or 0.
+uint32_t ready_events(const Entry& e) {
+  transport::RdmaStream* stream = upgraded_stream(e.fd);
+  if (stream == nullptr) return 0;
+  // EPOLLIN, EPOLLOUT, EPOLLRDHUP, EPOLLERR and EPOLLHUP have poll's values.
+  auto wanted = static_cast<short>(e.events & (EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLPRI));
+  return static_cast<uint16_t>(stream_poll_events(stream, wanted));
+}
+
+// After (re)registration: arm the stream so its fd fires on the next change, and if it is ready
+// already, make it fire now: epoll reports a descriptor that is ready when it is added.
+void prime(const Entry& e) {
+  transport::RdmaStream* stream = upgraded_stream(e.fd);
+  if (stream != nullptr && ready_events(e) != 0) stream->wake_pollers();
+}
+
+}  // namespace
+
+int epoll_ctl_upgraded(int epfd, int op, int fd, epoll_event* event) noexcept {
+  transport::RdmaStream* stream = upgraded_stream(fd);
+  std::lock_guard lock(g_mutex);
+  Entry* e = find_locked(epfd, fd);
+  switch (op) {
+    case EPOLL_CTL_ADD: {
+      if (e != nullptr) return fail(EEXIST);
+      if (event == nullptr) return fail(EFAULT);
+      e = new Entry{epfd, fd, stream->readiness_fd(), event->events, event->data, false};
+      epoll_event ev = proxy_event(e);
+      if (real().epoll_ctl(epfd, EPOLL_CTL_ADD, e->readiness_fd, &ev) != 0) {
+        int error = errno;
+        delete e;
+        return fail(error);
+      }
+      g_entries.push_back(e);
+      g_count.fetch_add(1, std::memory_order_release);
+      prime(*e);
+      return 0;
+    }
+    case EPOLL_CTL_MOD: {
+      if (e == nullptr) return fail(ENOENT);
+      if (event == nullptr) return fail(EFAULT);
+      e->events = event->events;
+      e->data = event->data;
+      e->disabled = false;
+      epoll_event ev = proxy_event(e);
+      int rc = real().epoll_ctl(epfd, EPOLL_CTL_MOD, e->readiness_fd, &ev);
+      if (rc == 0) prime(*e);
+      return rc;
+    }
+    case EPOLL_CTL_DEL: {
+      if (e == nullptr) return fail(ENOENT);
+      int rc = real().epoll_ctl(epfd, EPOLL_CTL_DEL, e->readiness_fd, nullptr);
+      erase_locked(e);
+      return rc;
+    }
+    default:
+      return fail(EINVAL);
+  }
+}
+
+bool epoll_wait_upgraded(int epfd, epoll_event* events, int maxevents, int timeout_ms, RealEpollWait wait,
+                         const void* context, int* result) noexcept {
+  if (g_count.load(std::memory_order_acquire) == 0 || maxevents <= 0) return false;
+  std::vector<Entry*> mine;
+  {
+    std::lock_guard lock(g_mutex);
+    for (Entry* e : g_entries) {
+      if (e->epfd == epfd) mine.push_back(e);
+    }
+  }
+  if (mine.empty()) return false;
+  auto deadline = timeout_ms < 0 ? Clock::time_point::max() : Clock::now() + std::chrono::milliseconds(timeout_ms);
+  std::vector<Entry*> reported;
+  for (;;) {
+    std::lock_guard lock(g_mutex);  // entries may not go away while we look at them
+    int n = 0;
+    reported.clear();
+    // Level-triggered entries are reported while their stream is ready, fired or not: the readiness
+    // fd only signals changes.
+    for (Entry* e : mine) {
+      if (n == maxevents || !alive_locked(e) || e->disabled || (e->events & EPOLLET)) continue;
+      if (uint32_t ev = ready_events(*e); ev != 0) {
+        events[n++] = {ev, e->data};
+        reported.push_back(e);
+        if (e->events & EPOLLONESHOT) e->disabled = true;
+      }
+    }
+    int wait_ms = n > 0 ? 0
+                  : deadline == Clock::time_point::max()
+                      ? -1
+                      : static_cast<int>(std::max<int64_t>(
+                            0, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count()));
+    int rc = 0;
+    if (n < maxevents) {
+      g_mutex.unlock();
+      rc = wait(epfd, events + n, maxevents - n, wait_ms, context);
+      g_mutex.lock();
+    }
+    if (rc < 0) {
+      *result = n > 0 ? n : -1;
+      return true;
+    }
+    int out = n;
+    for (int i = n; i < n + rc; ++i) {
+      epoll_event got = events[i];
+      Entry* e = nullptr;
+      for (Entry* candidate : mine) {
+        if (candidate == got.data.ptr && alive_locked(candidate)) e = candidate;
+      }
+      if (e == nullptr) {
+        events[out++] = got;  // the application's own descriptor
+        continue;
+      }
+      bool already = false;
+      for (Entry* r : reported) already |= r == e;
+      if (already || e->disabled) continue;
+      if (uint32_t ev = ready_events(*e); ev != 0) {
+        events[out++] = {ev, e->data};
+        if (e->events & EPOLLONESHOT) e->disabled = true;
+      }
+    }
+    if (out > 0 || wait_ms == 0) {
+      *result = out;
+      return true;
+    }
+    // Only readiness fds fired, with nothing the application asked for: wait again.
+  }
+}
+
+void epoll_forget_fd(int fd) noexcept {
+  if (g_count.load(std::memory_order_acquire) == 0) return;
+  std::lock_guard lock(g_mutex);
+  for (size_t i = g_entries.size(); i-- > 0;) {
+    Entry* e = g_entries[i];
+    if (e->fd != fd) continue;
+    real().epoll_ctl(e->epfd, EPOLL_CTL_DEL, e->readiness_fd, nullptr);
+    erase_locked(e);
+  }
+}
+
+void epoll_forget_set(int epfd) noexcept {
+  if (g_count.load(std::memory_order_acquire) == 0) return;
+  std::lock_guard lock(g_mutex);
+  for (size_t i = g_entries.size(); i-- > 0;) {
+    if (g_entries[i]->epfd == epfd) erase_locked(g_entries[i]);
+  }
+}
+
+}  // namespace tcp2rdma::preload

@@ -1,0 +1,27 @@
+// epoll with upgraded descriptors. The application's epoll set cannot watch an upgraded connection's
+// kernel socket (it stays idle); instead the stream's readiness fd is registered in its place, with a
+// pointer to our Entry as the event data, and epoll_wait translates: an Entry that fires (or, level-
+// triggered, a stream that is still ready) is reported with the application's own events and data.
+// A set without upgraded descriptors costs one atomic load per epoll_wait.
+#pragma once
+
+#include <sys/epoll.h>
+
+namespace tcp2rdma::preload {
+
+// epoll_ctl for an upgraded fd (its stream is not null). Returns the result epoll_ctl returns.
+int epoll_ctl_upgraded(int epfd, int op, int fd, epoll_event* event) noexcept;
+
+// epoll_wait and its variants, when epfd holds upgraded descriptors; `wait` makes the real call
+// (with the given timeout in milliseconds, -1 for none). Returns false when epfd holds none: the
+// caller makes the real call itself.
+using RealEpollWait = int (*)(int epfd, epoll_event* events, int maxevents, int timeout_ms, const void* context);
+bool epoll_wait_upgraded(int epfd, epoll_event* events, int maxevents, int timeout_ms, RealEpollWait wait,
+                         const void* context, int* result) noexcept;
+
+// fd was closed: forget its registrations (the kernel forgets the socket's).
+void epoll_forget_fd(int fd) noexcept;
+// epfd was closed.
+void epoll_forget_set(int epfd) noexcept;
+
+}  // namespace tcp2rdma::preload

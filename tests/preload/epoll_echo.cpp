@@ -1,0 +1,158 @@
+// epoll_echo: an epoll echo server and a checking client, run under the shim to test epoll on
+// upgraded connections (Soft-RoCE pair).
+//   epoll_echo server PORT lt|et|oneshot   one epoll set holds the listener (a kernel socket) and the
+//                                          accepted connection (upgraded); echoes one connection,
+//                                          then exits 0 at its end
+//   epoll_echo client ADDR PORT BYTES      writes BYTES of a pattern from a thread while it reads and
+//                                          checks the echo; exit 0 only if every byte came back
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+namespace {
+
+char pattern(uint64_t i) { return static_cast<char>((i * 2654435761u) >> 13); }
+
+bool write_all(int fd, const char* p, size_t n) {
+  while (n > 0) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0 && errno == EAGAIN) {
+      usleep(100);
+      continue;
+    }
+    if (w <= 0) return false;
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+int server(int port, std::string_view mode) {
+  int listener = socket(AF_INET, SOCK_STREAM, 0);
+  int one = 1;
+  setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(listener, 4) != 0) return 1;
+  int ep = epoll_create1(EPOLL_CLOEXEC);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = listener;
+  epoll_ctl(ep, EPOLL_CTL_ADD, listener, &ev);
+  uint32_t conn_events = EPOLLIN | EPOLLRDHUP;
+  if (mode == "et") conn_events |= EPOLLET;
+  if (mode == "oneshot") conn_events |= EPOLLONESHOT;
+  std::vector<char> buf(1 << 16);
+  uint64_t echoed = 0, wakeups = 0;
+  for (;;) {
+    epoll_event got[8];
+    int n = epoll_wait(ep, got, 8, 20000);
+    if (n <= 0) {
+      std::fprintf(stderr, "server: epoll_wait returned %d (%s)\n", n, n < 0 ? strerror(errno) : "timeout");
+      return 1;
+    }
+    for (int i = 0; i < n; ++i) {
+      int fd = got[i].data.fd;
+      if (fd == listener) {
+        int c = accept4(listener, nullptr, nullptr, SOCK_NONBLOCK);
+        epoll_event cev{};
+        cev.events = conn_events;
+        cev.data.fd = c;
+        if (c < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, c, &cev) != 0) return 1;
+        continue;
+      }
+      ++wakeups;
+      // Edge-triggered: drain until EAGAIN. Level-triggered and one-shot: one read per wakeup.
+      for (;;) {
+        ssize_t r = read(fd, buf.data(), buf.size());
+        if (r == 0) {
+          std::printf("server (%s): echoed %llu bytes in %llu wakeups, then the end\n", std::string(mode).c_str(),
+                      static_cast<unsigned long long>(echoed), static_cast<unsigned long long>(wakeups));
+          epoll_ctl(ep, EPOLL_CTL_DEL, fd, nullptr);
+          close(fd);
+          return 0;
+        }
+        if (r < 0) {
+          if (errno == EAGAIN) break;
+          std::fprintf(stderr, "server: read: %s\n", strerror(errno));
+          return 1;
+        }
+        if (!write_all(fd, buf.data(), static_cast<size_t>(r))) return 1;
+        echoed += static_cast<uint64_t>(r);
+        if (mode != "et") break;
+      }
+      if (mode == "oneshot") {
+        epoll_event cev{};
+        cev.events = conn_events;
+        cev.data.fd = fd;
+        if (epoll_ctl(ep, EPOLL_CTL_MOD, fd, &cev) != 0) return 1;
+      }
+    }
+  }
+}
+
+int client(const char* host, int port, uint64_t bytes) {
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, host, &addr.sin_addr);
+  int fd = -1;
+  for (int attempt = 0; attempt < 50 && fd < 0; ++attempt) {
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      close(fd);
+      fd = -1;
+      usleep(200000);
+    }
+  }
+  if (fd < 0) return 1;
+  std::atomic<bool> sent{false};
+  std::thread writer([&] {
+    std::vector<char> out(100000);
+    for (uint64_t pos = 0; pos < bytes;) {
+      size_t n = std::min<uint64_t>(bytes - pos, 1 + (pos * 7) % out.size());
+      for (size_t i = 0; i < n; ++i) out[i] = pattern(pos + i);
+      if (!write_all(fd, out.data(), n)) return;
+      pos += n;
+    }
+    sent = shutdown(fd, SHUT_WR) == 0;
+  });
+  std::vector<char> in(65536);
+  uint64_t pos = 0;
+  bool ok = true;
+  while (pos < bytes) {
+    ssize_t r = read(fd, in.data(), in.size());
+    if (r <= 0) break;
+    for (ssize_t i = 0; i < r; ++i) ok &= in[static_cast<size_t>(i)] == pattern(pos + static_cast<uint64_t>(i));
+    pos += static_cast<uint64_t>(r);
+  }
+  writer.join();
+  close(fd);
+  std::printf("client: %llu of %llu bytes came back, %s\n", static_cast<unsigned long long>(pos),
+              static_cast<unsigned long long>(bytes), ok ? "all equal" : "SOME DIFFER");
+  return ok && sent && pos == bytes ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  std::string_view role = argc > 1 ? argv[1] : "";
+  if (argc == 4 && role == "server") return server(std::atoi(argv[2]), argv[3]);
+  if (argc == 5 && role == "client") return client(argv[2], std::atoi(argv[3]), std::strtoull(argv[4], nullptr, 10));
+  std::fprintf(stderr, "usage: see the comment at the top of epoll_echo.cpp\n");
+  return 2;
+}
