@@ -107,17 +107,22 @@ ibv_wc expect_success(ibv_cq* cq, ibv_wc_opcode want) {
 // Everything one side of the connection owns; both sides use the same shape.
 struct Endpoint {
   rdma_cm_id* id = nullptr;
-  ibv_cq* cq = nullptr;
+  // Sends and receives complete on separate queues: on one shared queue the peer's answer can be
+  // polled before our own send's completion, and a smoke test that expects them in order flakes.
+  ibv_cq* send_cq = nullptr;
+  ibv_cq* recv_cq = nullptr;
   std::vector<uint8_t> msg = std::vector<uint8_t>(256);
   std::vector<uint8_t> bulk = std::vector<uint8_t>(kWriteBytes);
   ibv_mr* msg_mr = nullptr;
   ibv_mr* bulk_mr = nullptr;
 
   void create_qp_and_buffers(int bulk_access) {
-    cq = ibv_create_cq(id->verbs, 16, nullptr, nullptr, 0);
-    check(cq != nullptr, "ibv_create_cq");
+    send_cq = ibv_create_cq(id->verbs, 16, nullptr, nullptr, 0);
+    recv_cq = ibv_create_cq(id->verbs, 16, nullptr, nullptr, 0);
+    check(send_cq != nullptr && recv_cq != nullptr, "ibv_create_cq");
     ibv_qp_init_attr attr{};
-    attr.send_cq = attr.recv_cq = cq;
+    attr.send_cq = send_cq;
+    attr.recv_cq = recv_cq;
     attr.qp_type = IBV_QPT_RC;
     attr.cap.max_send_wr = attr.cap.max_recv_wr = 8;
     attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
@@ -133,7 +138,7 @@ struct Endpoint {
   void send(const void* data, size_t len) {
     std::memcpy(msg.data(), data, len);
     check(rdma_post_send(id, nullptr, msg.data(), len, msg_mr, IBV_SEND_SIGNALED) == 0, "post_send");
-    expect_success(cq, IBV_WC_SEND);
+    expect_success(send_cq, IBV_WC_SEND);
   }
 };
 
@@ -167,14 +172,14 @@ int run_server(const char* port) {
   check(rdma_accept(ep.id, &param) == 0, "rdma_accept");
   rdma_ack_cm_event(expect_event(ch, RDMA_CM_EVENT_ESTABLISHED));
 
-  expect_success(ep.cq, IBV_WC_RECV);
+  expect_success(ep.recv_cq, IBV_WC_RECV);
   if (std::string_view(reinterpret_cast<char*>(ep.msg.data())) != kGreeting) {
     std::fprintf(stderr, "server: wrong greeting\n");
     return 1;
   }
   ep.send(kReply, sizeof kReply);
 
-  ibv_wc wc = expect_success(ep.cq, IBV_WC_RECV_RDMA_WITH_IMM);
+  ibv_wc wc = expect_success(ep.recv_cq, IBV_WC_RECV_RDMA_WITH_IMM);
   Verdict verdict{};
   verdict.immediate = ntohl(wc.imm_data);
   verdict.checksum = fnv1a(ep.bulk.data(), ep.bulk.size());
@@ -216,7 +221,8 @@ rdma_cm_event* connect_with_retry(rdma_event_channel* ch, Endpoint& ep, const ch
     ibv_dereg_mr(ep.msg_mr);
     ibv_dereg_mr(ep.bulk_mr);
     rdma_destroy_qp(ep.id);
-    ibv_destroy_cq(ep.cq);
+    ibv_destroy_cq(ep.send_cq);
+    ibv_destroy_cq(ep.recv_cq);
     rdma_destroy_id(ep.id);
     if (std::chrono::steady_clock::now() > until) die("server never accepted");
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -234,7 +240,7 @@ int run_client(const char* host, const char* port, bool wrong_rkey) {
   rdma_ack_cm_event(ev);
 
   ep.send(kGreeting, sizeof kGreeting);
-  expect_success(ep.cq, IBV_WC_RECV);
+  expect_success(ep.recv_cq, IBV_WC_RECV);
   if (std::string_view(reinterpret_cast<char*>(ep.msg.data())) != kReply) {
     std::fprintf(stderr, "client: wrong reply\n");
     return 1;
@@ -251,7 +257,7 @@ int run_client(const char* host, const char* port, bool wrong_rkey) {
   wr.wr.rdma.remote_addr = advert.addr;
   wr.wr.rdma.rkey = wrong_rkey ? advert.rkey ^ 0x5a5a00 : advert.rkey;
   check(ibv_post_send(ep.id->qp, &wr, &bad) == 0, "ibv_post_send(RDMA write)");
-  ibv_wc wc = wait_completion(ep.cq);
+  ibv_wc wc = wait_completion(ep.send_cq);
   if (wrong_rkey) {
     bool refused = wc.status == IBV_WC_REM_ACCESS_ERR;
     std::printf("client: write with a wrong rkey: %s\n", ibv_wc_status_str(wc.status));
@@ -261,7 +267,7 @@ int run_client(const char* host, const char* port, bool wrong_rkey) {
     std::fprintf(stderr, "client: RDMA write failed: %s\n", ibv_wc_status_str(wc.status));
     return 1;
   }
-  expect_success(ep.cq, IBV_WC_RECV);
+  expect_success(ep.recv_cq, IBV_WC_RECV);
   Verdict verdict{};
   std::memcpy(&verdict, ep.msg.data(), sizeof verdict);
   uint64_t mine = fnv1a(ep.bulk.data(), ep.bulk.size());
