@@ -134,7 +134,8 @@ transport::StreamOptions stream_options(const config::ConnectionOptions& o) {
   while (log2 < 29 && (uint64_t{1} << log2) < o.buffer_size) ++log2;
   s.ring_size_log2 = log2;
   s.recv_queue_depth = static_cast<uint16_t>(std::clamp<uint32_t>(o.recv_queue_depth, 4, 255));
-  s.send_queue_depth = static_cast<uint16_t>(std::max<uint32_t>(o.send_queue_depth, 2 * s.recv_queue_depth + 16));
+  s.send_queue_depth =
+      static_cast<uint16_t>(std::clamp<uint32_t>(o.send_queue_depth, 2 * s.recv_queue_depth + 16, 65535));
   // The client waits for its request to be accepted as long as the whole upgrade may take: a server
   // accepts one request at a time, so a burst of connections (iperf -P 4) queues behind the first.
   // Setup may take the whole upgrade's time: a server accepts one request at a time.
