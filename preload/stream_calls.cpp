@@ -1,6 +1,5 @@
 #include "stream_calls.h"
 
-#include <fcntl.h>
 #include <signal.h>
 #include <sys/socket.h>
 
@@ -20,8 +19,8 @@ using transport::Status;
 
 bool nonblocking(int fd, int msg_flags) {
   if (msg_flags & MSG_DONTWAIT) return true;
-  int fl = real().fcntl(fd, F_GETFL);
-  return fl >= 0 && (fl & O_NONBLOCK);
+  TrackedSocket* socket = fd_table().find(fd);
+  return socket != nullptr && socket->nonblocking.load(std::memory_order_relaxed);
 }
 
 // The one place a transport status becomes an errno.

@@ -59,6 +59,11 @@ class TrackedSocket {
   }
   void set_stream(std::unique_ptr<transport::RdmaStream> stream) noexcept;
 
+  // O_NONBLOCK of the socket's file description, kept so that an upgraded read or write needs no
+  // fcntl(F_GETFL): read once at the upgrade, then followed through fcntl(F_SETFL) and
+  // ioctl(FIONBIO) (wrappers_fd.cpp).
+  std::atomic<bool> nonblocking{false};
+
   // A client whose non-blocking connect was decided for RDMA while it was still under way: the upgrade
   // runs once the connection is up, at the application's next call on it (stream_calls.cpp).
   std::atomic<bool> upgrade_pending{false};

@@ -1,6 +1,7 @@
 #include "upgrade.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 
@@ -180,6 +181,8 @@ UpgradeOutcome upgrade_client(int fd, TrackedSocket* socket, const config::Conne
     stream->abort();
     return {false, false, "the peer's handover record did not match this connection"};
   }
+  int fl = real().fcntl(fd, F_GETFL);
+  socket->nonblocking.store(fl >= 0 && (fl & O_NONBLOCK), std::memory_order_relaxed);
   socket->set_stream(std::move(stream));
   return {true, true, ""};
 }
@@ -218,6 +221,8 @@ UpgradeOutcome upgrade_server(int fd, TrackedSocket* listener, TrackedSocket* so
     stream->abort();
     return {false, false, "the client's handover record did not match this connection"};
   }
+  int fl = real().fcntl(fd, F_GETFL);
+  socket->nonblocking.store(fl >= 0 && (fl & O_NONBLOCK), std::memory_order_relaxed);
   socket->set_stream(std::move(stream));
   return {true, true, ""};
 }

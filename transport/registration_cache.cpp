@@ -5,12 +5,6 @@
 #include "page_frames.h"
 
 namespace tcp2rdma::transport {
-namespace {
-
-Status registration_failure() { return errno == ENOMEM || errno == EPERM ? Status::kMemoryLock : Status::kResources; }
-
-}  // namespace
-
 RegistrationCache::~RegistrationCache() {
   for (Entry& e : entries_) ibv_dereg_mr(e.mr);
   if (uncached_ != nullptr) ibv_dereg_mr(uncached_);
@@ -54,7 +48,7 @@ Status RegistrationCache::acquire(const void* addr, size_t len, ibv_mr** mr) {
   // No access flags: the adapter only reads. A page shared copy-on-write is pinned as it is now; if the
   // application writes it later, its frame changes and the next use re-registers.
   ibv_mr* fresh = ibv_reg_mr(pd_, reinterpret_cast<void*>(first_page), pages * kPageSize, 0);
-  if (fresh == nullptr) return registration_failure();
+  if (fresh == nullptr) return registration_failure(errno);
   ++counters_.registrations;
   std::vector<uint64_t> frames;
   bool provable = read_page_frames(first_page, pages, &frames);

@@ -1,5 +1,7 @@
 #include "status.h"
 
+#include <cerrno>
+
 namespace tcp2rdma::transport {
 
 const char* to_string(Status status) {
@@ -18,6 +20,10 @@ const char* to_string(Status status) {
     case Status::kInvalid: return "invalid argument";
   }
   return "?";
+}
+
+Status registration_failure(int error) {
+  return error == ENOMEM || error == EPERM ? Status::kMemoryLock : Status::kResources;
 }
 
 }  // namespace tcp2rdma::transport

@@ -20,4 +20,7 @@ enum class Status {
 
 const char* to_string(Status status);
 
+// What a failed ibv_reg_mr means, from its errno: RLIMIT_MEMLOCK (ENOMEM, EPERM) or other resources.
+Status registration_failure(int error);
+
 }  // namespace tcp2rdma::transport

@@ -24,7 +24,6 @@ uint8_t* allocate(size_t bytes) {
   return static_cast<uint8_t*>(p);
 }
 
-Status registration_failure() { return errno == ENOMEM || errno == EPERM ? Status::kMemoryLock : Status::kResources; }
 
 // Address resolution fails the same way for "no device at all" and "no device for this address";
 // the first deserves its own status (the caller need not try again later).
@@ -97,11 +96,11 @@ Status RdmaStream::create_resources(rdma_cm_id* id, const StreamOptions& options
   // Registered at iova 0: the peer addresses our ring by offset, so no address crosses the wire.
   ring_mr_ = ibv_reg_mr_iova(id->pd, ring_, ring_size_ + kMailboxSlot, 0,
                              IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-  if (ring_mr_ == nullptr) return registration_failure();
+  if (ring_mr_ == nullptr) return registration_failure(errno);
   mailbox_out_ = allocate(kMailboxSlot * options.send_queue_depth);
   if (mailbox_out_ == nullptr) return Status::kResources;
   mailbox_out_mr_ = ibv_reg_mr(id->pd, mailbox_out_, kMailboxSlot * options.send_queue_depth, 0);
-  if (mailbox_out_mr_ == nullptr) return registration_failure();
+  if (mailbox_out_mr_ == nullptr) return registration_failure(errno);
   // Every receive is posted before the peer can send anything: RNR is impossible from the start.
   for (int i = 0; i < options.recv_queue_depth; ++i) {
     if (Status s = post_receive(); s != Status::kOk) return s;
@@ -140,7 +139,7 @@ Status RdmaStream::start(uint8_t peer_ring_log2, uint32_t peer_rkey, uint8_t pee
   bounce_ = allocate(peer_ring_size_);
   if (bounce_ == nullptr) return Status::kResources;
   bounce_mr_ = ibv_reg_mr(id_->pd, bounce_, peer_ring_size_, 0);
-  if (bounce_mr_ == nullptr) return registration_failure();
+  if (bounce_mr_ == nullptr) return registration_failure(errno);
   uint64_t ours = stream_cursor_origin(client_nonce_, server_nonce_, is_client);
   uint64_t theirs = stream_cursor_origin(client_nonce_, server_nonce_, !is_client);
   flow_ = std::make_unique<FlowControl>(FlowConfig{peer_ring_size_, ours, peer_depth, peer_depth, ring_size_, theirs,
