@@ -38,22 +38,41 @@ void disown_parent_streams() noexcept {
   }
 }
 
+namespace {
+
+// The end of a stream whose last descriptor goes, as kernel TCP ends a socket: a close that discards
+// bytes the application never read, or one with SO_LINGER {on, 0 s}, resets the connection (the peer
+// reads ECONNRESET); otherwise every byte written is delivered, then the peer reads EOF. (A linger
+// time above zero changes nothing: close() always waits for the peer's acknowledgements, up to the
+// stream's timeout.)
+void end_stream(transport::RdmaStream* s, int linger_seconds) noexcept {
+  if (linger_seconds == 0 || s->readiness().bytes_readable > 0) {
+    s->abort();
+  } else {
+    s->close();
+  }
+}
+
+}  // namespace
+
 void close_streams_at_exit() noexcept {
   int end = fd_table().high_water();
   for (int fd = 0; fd < end; ++fd) {
     if (TrackedSocket* socket = fd_table().find(fd)) {
-      if (transport::RdmaStream* s = socket->stream()) s->close();  // idempotent with a later close()
+      // Idempotent with the destructor's end_stream() later.
+      if (transport::RdmaStream* s = socket->stream()) end_stream(s, socket->linger_seconds.load());
     }
   }
 }
 
 TrackedSocket::~TrackedSocket() {
   // The last descriptor is closed: like the kernel, deliver what was written before ending the
-  // stream, even if the process exits right after close() (close() waits for the acknowledgements).
+  // stream, even if the process exits right after close() (close() waits for the acknowledgements),
+  // or reset it where the kernel would.
   // In a forked child the stream and the listener are the parent's: destroying them here would end
   // the parent's connection or listener (they share the rdma_cm descriptor). They are left alone.
   if (transport::RdmaStream* s = stream()) {
-    s->close();
+    end_stream(s, linger_seconds.load());
     delete s;
   }
   if (listener_generation != fork_generation()) (void)rdma_listener.release();

@@ -72,6 +72,10 @@ class TrackedSocket {
   // half-way): getsockopt(SO_ERROR) reports it once, as the kernel reports a failed connect.
   std::atomic<int> pending_error{0};
 
+  // SO_LINGER as the application last set it: -1 off, else the linger time in seconds. Followed by
+  // the setsockopt wrapper, read at the last close (end_stream()).
+  std::atomic<int> linger_seconds{-1};
+
   // A listener's rdma_cm listener on the same address and port (listeners only), and the lock that
   // serialises accepts through it.
   std::mutex listener_mutex;

@@ -128,7 +128,16 @@ T2R_INTERPOSE int getsockopt(int fd, int level, int name, void* value, socklen_t
 }
 
 T2R_INTERPOSE int setsockopt(int fd, int level, int name, const void* value, socklen_t len) {
-  return real().setsockopt(fd, level, name, value, len);
+  int rc = real().setsockopt(fd, level, name, value, len);
+  // The kernel socket takes SO_LINGER too (its own close then behaves alike); the stream's end follows
+  // it at the last close.
+  if (rc == 0 && level == SOL_SOCKET && name == SO_LINGER && len >= static_cast<socklen_t>(sizeof(linger))) {
+    if (auto* socket = fd_table().find(fd); socket != nullptr) {
+      const auto* l = static_cast<const linger*>(value);
+      socket->linger_seconds.store(l->l_onoff ? l->l_linger : -1);
+    }
+  }
+  return rc;
 }
 
 T2R_INTERPOSE int getsockname(int fd, struct sockaddr* addr, socklen_t* len) {
