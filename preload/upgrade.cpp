@@ -139,7 +139,6 @@ transport::StreamOptions stream_options(const config::ConnectionOptions& o) {
       static_cast<uint16_t>(std::clamp<uint32_t>(o.send_queue_depth, 2 * s.recv_queue_depth + 16, 65535));
   // The client waits for its request to be accepted as long as the whole upgrade may take: a server
   // accepts one request at a time, so a burst of connections (iperf -P 4) queues behind the first.
-  // Setup may take the whole upgrade's time: a server accepts one request at a time.
   s.timeout_ms = static_cast<int>(std::max<uint64_t>(std::max(o.connect_timeout_us, o.upgrade_timeout_us) / 1000, 100));
   s.zcopy_threshold = o.zcopy_threshold;
   s.inline_threshold = static_cast<uint32_t>(o.inline_threshold);
@@ -208,7 +207,7 @@ UpgradeOutcome upgrade_server(int fd, TrackedSocket* listener, TrackedSocket* so
     transport::Status s = transport::Status::kWouldBlock;
     for (;;) {
       rdma->collect(kHold);
-      s = rdma->accept(tuple, transport::random_nonce(), &stream);
+      s = rdma->accept(tuple, transport::random_nonce(), stream_options(options), &stream);
       if (s != transport::Status::kWouldBlock || Clock::now() >= until) break;
       pollfd p{rdma->fd(), POLLIN, 0};
       real().poll(&p, 1, 20);
@@ -234,8 +233,10 @@ bool upgrade_and_log(int fd, config::Role role, TrackedSocket* listener, const c
                                                          : upgrade_server(fd, listener, socket, *decision.options);
   char path[192];
   bool required = decision.options->upgrade == config::UpgradeMode::kRequired;
-  if (outcome.upgraded) {
-    snprintf(path, sizeof path, "upgraded to rdma");
+  if (const transport::RdmaStream* stream = socket->stream(); outcome.upgraded && stream != nullptr) {
+    snprintf(path, sizeof path, "upgraded to rdma (receive ring %llu KiB, the peer's %llu KiB)",
+             static_cast<unsigned long long>(stream->ring_size() >> 10),
+             static_cast<unsigned long long>(stream->peer_ring_size() >> 10));
   } else if (required) {
     // The rule would rather have no connection than a TCP one.
     snprintf(path, sizeof path, "fails: the upgrade is required (%s)", outcome.why);

@@ -117,6 +117,9 @@ class RdmaStream {
   StreamCounters counters() const;
   uint64_t client_nonce() const { return client_nonce_; }
   uint64_t server_nonce() const { return server_nonce_; }
+  // Bytes of our receive ring and of the peer's (what each side's options asked for).
+  uint64_t ring_size() const { return ring_size_; }
+  uint64_t peer_ring_size() const { return peer_ring_size_; }
   const TcpTuple& tuple() const { return tuple_; }
 
  private:

@@ -81,8 +81,16 @@ void StreamListener::collect(std::chrono::milliseconds hold) {
 }
 
 Status StreamListener::accept(const TcpTuple& tuple, uint64_t server_nonce, std::unique_ptr<RdmaStream>* out) {
+  return accept(tuple, server_nonce, options_, out);
+}
+
+Status StreamListener::accept(const TcpTuple& tuple, uint64_t server_nonce, const StreamOptions& options,
+                              std::unique_ptr<RdmaStream>* out) {
+  if (!valid_options(options)) return Status::kInvalid;
   for (size_t i = 0; i < held_.size(); ++i) {
-    if (std::memcmp(&held_[i].request.tuple, &tuple, sizeof tuple) == 0) return accept_held(i, server_nonce, out);
+    if (std::memcmp(&held_[i].request.tuple, &tuple, sizeof tuple) == 0) {
+      return accept_held(i, server_nonce, options, out);
+    }
   }
   return Status::kWouldBlock;
 }
@@ -96,10 +104,11 @@ Status StreamListener::accept_any(std::chrono::milliseconds timeout, std::unique
     ::poll(&p, 1, static_cast<int>(left.count()));
     collect(timeout);
   }
-  return accept_held(0, random_nonce(), out);
+  return accept_held(0, random_nonce(), options_, out);
 }
 
-Status StreamListener::accept_held(size_t index, uint64_t server_nonce, std::unique_ptr<RdmaStream>* out) {
+Status StreamListener::accept_held(size_t index, uint64_t server_nonce, const StreamOptions& options,
+                                   std::unique_ptr<RdmaStream>* out) {
   Held held = held_[index];
   held_[index] = held_.back();
   held_.pop_back();
@@ -118,7 +127,7 @@ Status StreamListener::accept_held(size_t index, uint64_t server_nonce, std::uni
     reject(held.id);
     return Status::kReset;
   }
-  Status s = stream->create_resources(held.id, options_);
+  Status s = stream->create_resources(held.id, options);
   if (s == Status::kOk) s = stream->start(held.request.ring_size_log2, held.request.rkey, held.request.queue_depth, false);
   if (s != Status::kOk) {
     rdma_reject(held.id, nullptr, 0);  // the stream's destructor destroys the id
@@ -127,9 +136,9 @@ Status StreamListener::accept_held(size_t index, uint64_t server_nonce, std::uni
   AcceptReply reply{};
   reply.magic = kSetupMagic;
   reply.version = kProtocolVersion;
-  reply.ring_size_log2 = static_cast<uint8_t>(options_.ring_size_log2);
+  reply.ring_size_log2 = static_cast<uint8_t>(options.ring_size_log2);
   reply.rkey = stream->ring_mr_->rkey;
-  reply.queue_depth = static_cast<uint8_t>(options_.recv_queue_depth);
+  reply.queue_depth = static_cast<uint8_t>(options.recv_queue_depth);
   reply.client_nonce = held.request.client_nonce;
   reply.server_nonce = server_nonce;
   rdma_conn_param param{};
@@ -139,7 +148,7 @@ Status StreamListener::accept_held(size_t index, uint64_t server_nonce, std::uni
   param.rnr_retry_count = 0;
   if (rdma_accept(held.id, &param) != 0) return Status::kReset;
   // The cm channel was made non-blocking by start(); wait on it with poll.
-  if (s = expect_cm_event(stream->cm_channel_, options_.timeout_ms, RDMA_CM_EVENT_ESTABLISHED); s != Status::kOk) {
+  if (s = expect_cm_event(stream->cm_channel_, options.timeout_ms, RDMA_CM_EVENT_ESTABLISHED); s != Status::kOk) {
     return s;
   }
   ++counters_.accepted;

@@ -33,8 +33,11 @@ class StreamListener {
   // Takes the requests that arrived off the channel without waiting, and rejects those held longer
   // than `hold`.
   void collect(std::chrono::milliseconds hold);
-  // Accepts the held request for `tuple` (as its client sees it). kWouldBlock when there is none yet.
+  // Accepts the held request for `tuple` (as its client sees it), with the listener's options or with
+  // `options` (the rule that matched this connection). kWouldBlock when there is none yet.
   Status accept(const TcpTuple& tuple, uint64_t server_nonce, std::unique_ptr<RdmaStream>* out);
+  Status accept(const TcpTuple& tuple, uint64_t server_nonce, const StreamOptions& options,
+                std::unique_ptr<RdmaStream>* out);
   // Waits up to `timeout` for any request and accepts it (tests and tools, where no TCP connection
   // is paired).
   Status accept_any(std::chrono::milliseconds timeout, std::unique_ptr<RdmaStream>* out);
@@ -50,7 +53,8 @@ class StreamListener {
   };
   StreamListener() = default;
   void take_event(rdma_cm_event* event);
-  Status accept_held(size_t index, uint64_t server_nonce, std::unique_ptr<RdmaStream>* out);
+  Status accept_held(size_t index, uint64_t server_nonce, const StreamOptions& options,
+                     std::unique_ptr<RdmaStream>* out);
   void reject(rdma_cm_id* id);
 
   rdma_event_channel* channel_ = nullptr;
