@@ -115,6 +115,23 @@ bool receive_record(int fd, const transport::RdmaStream& stream, Clock::time_poi
   return got.has_value() && *got == nonces_of(stream);
 }
 
+// Both ends are tcp2rdma: each writes its record on TCP (the client first) and checks the other's;
+// then the stream carries the application's bytes. A record that does not match is never guessed at.
+UpgradeOutcome adopt_stream(int fd, TrackedSocket* socket, std::unique_ptr<transport::RdmaStream> stream,
+                            bool is_client) {
+  auto deadline = Clock::now() + std::chrono::milliseconds(kRecordTimeoutMs);
+  bool proven = is_client ? send_record(fd, *stream, deadline) && receive_record(fd, *stream, deadline)
+                          : receive_record(fd, *stream, deadline) && send_record(fd, *stream, deadline);
+  if (!proven) {
+    stream->abort();
+    return {false, false, "the peer's handover record did not match this connection"};
+  }
+  int fl = real().fcntl(fd, F_GETFL);
+  socket->nonblocking.store(fl >= 0 && (fl & O_NONBLOCK), std::memory_order_relaxed);
+  socket->set_stream(std::move(stream));
+  return {true, true, ""};
+}
+
 const char* why_not(transport::Status s) {
   switch (s) {
     case transport::Status::kRejected: return "the peer has no tcp2rdma listener (rejected)";
@@ -175,15 +192,7 @@ UpgradeOutcome upgrade_client(int fd, TrackedSocket* socket, const config::Conne
   if (s != transport::Status::kOk) return {false, true, why_not(s)};
   // The peer is tcp2rdma (its listener answered with our nonce): now, and only now, the TCP connection
   // carries the records.
-  auto deadline = Clock::now() + std::chrono::milliseconds(kRecordTimeoutMs);
-  if (!send_record(fd, *stream, deadline) || !receive_record(fd, *stream, deadline)) {
-    stream->abort();
-    return {false, false, "the peer's handover record did not match this connection"};
-  }
-  int fl = real().fcntl(fd, F_GETFL);
-  socket->nonblocking.store(fl >= 0 && (fl & O_NONBLOCK), std::memory_order_relaxed);
-  socket->set_stream(std::move(stream));
-  return {true, true, ""};
+  return adopt_stream(fd, socket, std::move(stream), true);
 }
 
 UpgradeOutcome upgrade_server(int fd, TrackedSocket* listener, TrackedSocket* socket,
@@ -215,15 +224,7 @@ UpgradeOutcome upgrade_server(int fd, TrackedSocket* listener, TrackedSocket* so
     if (s == transport::Status::kWouldBlock) return {false, true, "the client asked for no RDMA connection"};
     if (s != transport::Status::kOk) return {false, true, why_not(s)};
   }
-  auto deadline = Clock::now() + std::chrono::milliseconds(kRecordTimeoutMs);
-  if (!receive_record(fd, *stream, deadline) || !send_record(fd, *stream, deadline)) {
-    stream->abort();
-    return {false, false, "the client's handover record did not match this connection"};
-  }
-  int fl = real().fcntl(fd, F_GETFL);
-  socket->nonblocking.store(fl >= 0 && (fl & O_NONBLOCK), std::memory_order_relaxed);
-  socket->set_stream(std::move(stream));
-  return {true, true, ""};
+  return adopt_stream(fd, socket, std::move(stream), false);
 }
 
 bool upgrade_and_log(int fd, config::Role role, TrackedSocket* listener, const config::Decision& decision) {

@@ -136,6 +136,15 @@ class RdmaStream {
   Status create_resources(rdma_cm_id* id, const StreamOptions& options);
   Status create_wait_set();
   Status start(uint8_t peer_ring_log2, uint32_t peer_rkey, uint8_t peer_depth, bool is_client);
+  // What a ConnectRequest and an AcceptReply alike say of our side: the protocol, our ring, our receives.
+  template <typename SetupMessage>
+  void describe_ourselves(SetupMessage* m, const StreamOptions& options) const {
+    m->magic = kSetupMagic;
+    m->version = kProtocolVersion;
+    m->ring_size_log2 = static_cast<uint8_t>(options.ring_size_log2);
+    m->rkey = ring_mr_->rkey;
+    m->queue_depth = static_cast<uint8_t>(options.recv_queue_depth);
+  }
 
   // Progress (stream_progress.cpp), all with mu_ held.
   Status progress();

@@ -134,11 +134,7 @@ Status StreamListener::accept_held(size_t index, uint64_t server_nonce, const St
     return s;
   }
   AcceptReply reply{};
-  reply.magic = kSetupMagic;
-  reply.version = kProtocolVersion;
-  reply.ring_size_log2 = static_cast<uint8_t>(options.ring_size_log2);
-  reply.rkey = stream->ring_mr_->rkey;
-  reply.queue_depth = static_cast<uint8_t>(options.recv_queue_depth);
+  stream->describe_ourselves(&reply, options);
   reply.client_nonce = held.request.client_nonce;
   reply.server_nonce = server_nonce;
   rdma_conn_param param{};

@@ -171,11 +171,7 @@ Status RdmaStream::connect(const sockaddr* address, const Pairing& pairing, cons
   }
   if (Status s = stream->create_resources(id, options); s != Status::kOk) return s;
   ConnectRequest request{};
-  request.magic = kSetupMagic;
-  request.version = kProtocolVersion;
-  request.ring_size_log2 = static_cast<uint8_t>(options.ring_size_log2);
-  request.rkey = stream->ring_mr_->rkey;
-  request.queue_depth = static_cast<uint8_t>(options.recv_queue_depth);
+  stream->describe_ourselves(&request, options);
   request.tuple = pairing.tuple;
   request.client_nonce = pairing.client_nonce;
   rdma_conn_param param{};
