@@ -132,7 +132,9 @@ int epoll_ctl_upgraded(int epfd, int op, int fd, epoll_event* event) noexcept {
 bool epoll_wait_upgraded(int epfd, epoll_event* events, int maxevents, int timeout_ms, RealEpollWait wait,
                          const void* context, int* result) noexcept {
   if (g_count.load(std::memory_order_acquire) == 0 || maxevents <= 0) return false;
-  std::vector<Entry*> mine;
+  // Scratch kept per thread: an event loop calls this for every wakeup, and it should not allocate.
+  static thread_local std::vector<Entry*> mine, reported;
+  mine.clear();
   {
     std::lock_guard lock(g_mutex);
     for (Entry* e : g_entries) {
@@ -141,7 +143,6 @@ bool epoll_wait_upgraded(int epfd, epoll_event* events, int maxevents, int timeo
   }
   if (mine.empty()) return false;
   auto deadline = timeout_ms < 0 ? Clock::time_point::max() : Clock::now() + std::chrono::milliseconds(timeout_ms);
-  std::vector<Entry*> reported;
   for (;;) {
     std::lock_guard lock(g_mutex);  // entries may not go away while we look at them
     int n = 0;

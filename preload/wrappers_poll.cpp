@@ -28,8 +28,11 @@ bool any_upgraded(const pollfd* fds, nfds_t nfds) {
 
 // poll with upgraded descriptors among fds. timeout: nullptr waits for ever.
 int poll_streams(pollfd* fds, nfds_t nfds, const timespec* timeout, const sigset_t* sigmask) {
-  std::vector<pollfd> shadow(fds, fds + nfds);
-  std::vector<tcp2rdma::transport::RdmaStream*> streams(nfds);
+  // Scratch kept per thread: a poll loop should not allocate on every call.
+  static thread_local std::vector<pollfd> shadow;
+  static thread_local std::vector<tcp2rdma::transport::RdmaStream*> streams;
+  shadow.assign(fds, fds + nfds);
+  streams.resize(nfds);
   for (nfds_t i = 0; i < nfds; ++i) streams[i] = upgraded_stream(fds[i].fd);
   auto deadline = timeout == nullptr ? Clock::time_point::max()
                                      : Clock::now() + std::chrono::seconds(timeout->tv_sec) +
@@ -51,14 +54,12 @@ int poll_streams(pollfd* fds, nfds_t nfds, const timespec* timeout, const sigset
     bool forever = ready == 0 && deadline == Clock::time_point::max();
     int rc = real().ppoll(shadow.data(), nfds, forever ? nullptr : &left, sigmask);
     if (rc < 0) return -1;
-    bool kernel_ready = false;
     for (nfds_t i = 0; i < nfds; ++i) {
       if (streams[i] != nullptr) continue;
       fds[i].revents = shadow[i].revents;
-      kernel_ready |= fds[i].revents != 0;
       ready += fds[i].revents != 0;
     }
-    if (ready > 0 || kernel_ready) return ready;
+    if (ready > 0) return ready;
     if (rc == 0) return 0;  // timed out
     if (deadline != Clock::time_point::max() && Clock::now() >= deadline) return 0;
     // Only a stream's fd fired: look at the streams again.
