@@ -181,6 +181,20 @@ void listen_rdma(int fd, TrackedSocket* listener) {
   listener->listener_generation = fork_generation();
 }
 
+void drop_rdma_listener(TrackedSocket* listener) {
+  std::lock_guard lock(listener->listener_mutex);
+  listener->rdma_listener.reset();
+}
+
+bool has_bound_port(int fd) {
+  sockaddr_storage local{};
+  socklen_t len = sizeof local;
+  if (real().getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) != 0) return false;
+  if (local.ss_family == AF_INET) return reinterpret_cast<sockaddr_in*>(&local)->sin_port != 0;
+  if (local.ss_family == AF_INET6) return reinterpret_cast<sockaddr_in6*>(&local)->sin6_port != 0;
+  return false;
+}
+
 UpgradeOutcome upgrade_client(int fd, TrackedSocket* socket, const config::ConnectionOptions& options) {
   transport::Pairing pairing;
   sockaddr_storage server{};

@@ -26,6 +26,12 @@ struct UpgradeOutcome {
 // Failure (no device, port taken) is logged; that listener's connections then stay TCP.
 void listen_rdma(int fd, TrackedSocket* listener);
 
+// Undoes listen_rdma when the real listen() then failed.
+void drop_rdma_listener(TrackedSocket* listener);
+
+// Whether fd is bound to a port already (bind() was called), i.e. listen() will not pick one.
+bool has_bound_port(int fd);
+
 // Client: fd has just connected over TCP.
 UpgradeOutcome upgrade_client(int fd, TrackedSocket* socket, const config::ConnectionOptions& options);
 

@@ -59,19 +59,28 @@ T2R_INTERPOSE int socket(int domain, int type, int protocol) {
 T2R_INTERPOSE int bind(int fd, const struct sockaddr* addr, socklen_t len) { return real().bind(fd, addr, len); }
 
 T2R_INTERPOSE int listen(int fd, int backlog) {
+  auto* socket = fd_table().find(fd);
+  if (socket == nullptr) return real().listen(fd, backlog);
+  int saved_errno = errno;
+  bool first = socket->role() != SocketRole::kListener &&
+               tcp2rdma::preload::process_rules().may_select_rdma(Role::kServer);
+  // A tcp2rdma client asks for its RDMA connection right after its TCP connect completes, and that
+  // can happen the moment the real listen() returns: so the RDMA listener comes first whenever the
+  // port is already known. (A request that finds no RDMA listener is rejected, and that connection
+  // stays TCP.) An unbound socket gets its port from listen() itself, and no client can know that
+  // port before listen() has returned.
+  bool early = first && tcp2rdma::preload::has_bound_port(fd);
+  if (early) tcp2rdma::preload::listen_rdma(fd, socket);
+  errno = saved_errno;
   int rc = real().listen(fd, backlog);
+  saved_errno = errno;
   if (rc == 0) {
-    if (auto* socket = fd_table().find(fd)) {
-      int saved_errno = errno;
-      bool first = socket->role() != SocketRole::kListener;
-      socket->set_role(SocketRole::kListener);
-      // The RDMA side must listen before any peer is known: clients ask for it right after connecting.
-      if (first && tcp2rdma::preload::process_rules().may_select_rdma(Role::kServer)) {
-        tcp2rdma::preload::listen_rdma(fd, socket);
-      }
-      errno = saved_errno;
-    }
+    socket->set_role(SocketRole::kListener);
+    if (first && !early) tcp2rdma::preload::listen_rdma(fd, socket);
+  } else if (early) {
+    tcp2rdma::preload::drop_rdma_listener(socket);
   }
+  errno = saved_errno;
   return rc;
 }
 

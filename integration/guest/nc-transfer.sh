@@ -9,7 +9,9 @@
 #   rdma  the RDMA device carried at least one packet per 4 KiB of payload (sent by the sender,
 #         received by the receiver)
 # With T2R_SHIM set to libtcp2rdma.so, nc runs under it (LD_PRELOAD) and logs to T2R_WORK/shim-HOST.log;
-# T2R_EXPECT_LOG is then an extended regular expression that some line of that log must match.
+# T2R_EXPECT_LOG is then an extended regular expression that some line of that log must match, and
+# T2R_FORBID_LOG one that no line may match. The sender retries its connection every T2R_RETRY_SLEEP
+# seconds (default 0.2) until the receiver listens.
 set -eu
 here=$(dirname "$0")
 expect=${T2R_EXPECT:-tcp}
@@ -36,7 +38,7 @@ case "$1" in
     head -c "$bytes" /dev/urandom > /tmp/data
     sha256sum < /tmp/data | cut -d' ' -f1 > "$T2R_WORK/sent.sha256.tmp"
     mv "$T2R_WORK/sent.sha256.tmp" "$T2R_WORK/sent.sha256"
-    i=0; until run nc -N "$T2R_PEER" "$2" < /tmp/data; do i=$((i+1)); [ $i -lt 50 ] || exit 1; sleep 0.2; done
+    i=0; until run nc -N "$T2R_PEER" "$2" < /tmp/data; do i=$((i+1)); [ $i -lt 1000 ] || exit 1; sleep "${T2R_RETRY_SLEEP:-0.2}"; done
     echo "sent $bytes bytes" ;;
   *) echo "usage: nc-transfer.sh receive PORT | send PORT MIB" >&2; exit 2 ;;
 esac
@@ -53,5 +55,8 @@ if [ -n "${T2R_SHIM:-}" ]; then
   grep -q ': loaded$' "$log" || { echo "the shim was not loaded"; exit 1; }
   if [ -n "${T2R_EXPECT_LOG:-}" ]; then
     grep -E -q "$T2R_EXPECT_LOG" "$log" || { echo "no log line matches '$T2R_EXPECT_LOG':"; cat "$log"; exit 1; }
+  fi
+  if [ -n "${T2R_FORBID_LOG:-}" ] && grep -E -q "$T2R_FORBID_LOG" "$log"; then
+    echo "a log line matches '$T2R_FORBID_LOG':"; cat "$log"; exit 1
   fi
 fi
