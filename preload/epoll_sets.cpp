@@ -5,9 +5,11 @@
 #include <mutex>
 #include <vector>
 
+#include "fd_table.h"
 #include "rdma_stream.h"
 #include "real_calls.h"
 #include "stream_calls.h"
+#include "tracked_socket.h"
 
 namespace tcp2rdma::preload {
 namespace {
@@ -24,9 +26,19 @@ struct Entry {
   bool disabled;     // EPOLLONESHOT fired; waits for EPOLL_CTL_MOD
 };
 
+// A registration of a socket whose upgrade is pending: the kernel set watches the socket itself
+// until the upgrade moves it (a non-blocking connect added to epoll before it completed).
+struct Pending {
+  int epfd;
+  int fd;
+  epoll_event event;  // the application's
+};
+
 std::mutex g_mutex;
 std::vector<Entry*> g_entries;
 std::atomic<int> g_count{0};
+std::vector<Pending> g_pending;
+std::atomic<int> g_pending_count{0};
 
 Entry* find_locked(int epfd, int fd) {
   for (Entry* e : g_entries) {
@@ -83,6 +95,21 @@ uint32_t ready_events(const Entry& e) {
 void prime(const Entry& e) {
   transport::RdmaStream* stream = upgraded_stream(e.fd);
   if (stream != nullptr && ready_events(e) != 0) stream->wake_pollers();
+}
+
+// A level-triggered entry was just reported ready: keep its readiness fd readable until the stream is
+// looked at again. The application's own epoll_wait would report it anyway, but a set that is itself
+// watched (epoll inside epoll, or poll on the epoll fd) is readable only while a registered fd is: the
+// kernel must see the still-ready stream too, as it sees a socket with unread bytes.
+void keep_signalled(const Entry& e) {
+  if (e.events & (EPOLLET | EPOLLONESHOT)) return;
+  if (transport::RdmaStream* stream = upgraded_stream(e.fd)) stream->wake_pollers();
+}
+
+void erase_pending_locked(size_t i) {
+  g_pending[i] = g_pending.back();
+  g_pending.pop_back();
+  g_pending_count.fetch_sub(1, std::memory_order_release);
 }
 
 }  // namespace
@@ -188,10 +215,12 @@ bool epoll_wait_upgraded(int epfd, epoll_event* events, int maxevents, int timeo
       if (already || e->disabled) continue;
       if (uint32_t ev = ready_events(*e); ev != 0) {
         events[out++] = {ev, e->data};
+        reported.push_back(e);
         if (e->events & EPOLLONESHOT) e->disabled = true;
       }
     }
     if (out > 0 || wait_ms == 0) {
+      for (Entry* e : reported) keep_signalled(*e);
       *result = out;
       return true;
     }
@@ -199,7 +228,51 @@ bool epoll_wait_upgraded(int epfd, epoll_event* events, int maxevents, int timeo
   }
 }
 
+void epoll_note_registration(int epfd, int op, int fd, const epoll_event* event) noexcept {
+  TrackedSocket* socket = fd_table().find(fd);
+  if (socket == nullptr || !socket->upgrade_pending.load(std::memory_order_acquire)) return;
+  std::lock_guard lock(g_mutex);
+  for (size_t i = 0; i < g_pending.size(); ++i) {
+    if (g_pending[i].epfd != epfd || g_pending[i].fd != fd) continue;
+    if (op == EPOLL_CTL_DEL) {
+      erase_pending_locked(i);
+    } else if (op == EPOLL_CTL_MOD && event != nullptr) {
+      g_pending[i].event = *event;
+    }
+    return;
+  }
+  if (op == EPOLL_CTL_ADD && event != nullptr) {
+    g_pending.push_back(Pending{epfd, fd, *event});
+    g_pending_count.fetch_add(1, std::memory_order_release);
+  }
+}
+
+void epoll_move_pending(int fd, bool upgraded) noexcept {
+  if (g_pending_count.load(std::memory_order_acquire) == 0) return;
+  std::vector<Pending> moving;
+  {
+    std::lock_guard lock(g_mutex);
+    for (size_t i = g_pending.size(); i-- > 0;) {
+      if (g_pending[i].fd != fd) continue;
+      moving.push_back(g_pending[i]);
+      erase_pending_locked(i);
+    }
+  }
+  if (!upgraded) return;
+  for (Pending& p : moving) {
+    // The same registration, now on the stream; a stream that is ready already is reported at once.
+    real().epoll_ctl(p.epfd, EPOLL_CTL_DEL, fd, nullptr);
+    epoll_ctl_upgraded(p.epfd, EPOLL_CTL_ADD, fd, &p.event);
+  }
+}
+
 void epoll_forget_fd(int fd) noexcept {
+  if (g_pending_count.load(std::memory_order_acquire) != 0) {
+    std::lock_guard lock(g_mutex);
+    for (size_t i = g_pending.size(); i-- > 0;) {
+      if (g_pending[i].fd == fd) erase_pending_locked(i);
+    }
+  }
   if (g_count.load(std::memory_order_acquire) == 0) return;
   std::lock_guard lock(g_mutex);
   for (size_t i = g_entries.size(); i-- > 0;) {
@@ -211,6 +284,12 @@ void epoll_forget_fd(int fd) noexcept {
 }
 
 void epoll_forget_set(int epfd) noexcept {
+  if (g_pending_count.load(std::memory_order_acquire) != 0) {
+    std::lock_guard lock(g_mutex);
+    for (size_t i = g_pending.size(); i-- > 0;) {
+      if (g_pending[i].epfd == epfd) erase_pending_locked(i);
+    }
+  }
   if (g_count.load(std::memory_order_acquire) == 0) return;
   std::lock_guard lock(g_mutex);
   for (size_t i = g_entries.size(); i-- > 0;) {

@@ -19,6 +19,15 @@ using RealEpollWait = int (*)(int epfd, epoll_event* events, int maxevents, int 
 bool epoll_wait_upgraded(int epfd, epoll_event* events, int maxevents, int timeout_ms, RealEpollWait wait,
                          const void* context, int* result) noexcept;
 
+// After a successful real epoll_ctl on a socket that is not upgraded: when the socket's upgrade is
+// still pending (a non-blocking connect under way), remember the registration, so that the upgrade
+// can move it onto the stream (epoll_move_pending). Otherwise a no-op.
+void epoll_note_registration(int epfd, int op, int fd, const epoll_event* event) noexcept;
+
+// fd's pending upgrade ended: if it `upgraded`, its remembered registrations leave the idle socket
+// and watch the stream instead; either way they are forgotten.
+void epoll_move_pending(int fd, bool upgraded) noexcept;
+
 // fd was closed: forget its registrations (the kernel forgets the socket's).
 void epoll_forget_fd(int fd) noexcept;
 // epfd was closed.

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdint>
 
+#include "epoll_sets.h"
 #include "fd_table.h"
 #include "rdma_stream.h"
 #include "real_calls.h"
@@ -58,6 +59,9 @@ bool finish_pending_upgrade(int fd, TrackedSocket* socket) noexcept {
     return true;
   }
   bool usable = upgrade_and_log(fd, config::Role::kClient, nullptr, socket->pending_decision);
+  // epoll sets the application added the connecting socket to now watch the stream (or, when it
+  // stayed TCP, go on watching the socket).
+  epoll_move_pending(fd, socket->stream() != nullptr);
   if (!usable) {
     // Whichever call ran the upgrade, the application learns of it like a failed connect: SO_ERROR
     // says ECONNRESET, and the socket carries nothing more (shut down both ways).

@@ -180,7 +180,9 @@ T2R_INTERPOSE int epoll_create1(int flags) { return real().epoll_create1(flags);
 
 T2R_INTERPOSE int epoll_ctl(int epfd, int op, int fd, struct epoll_event* event) {
   if (upgraded_stream(fd) != nullptr) return tcp2rdma::preload::epoll_ctl_upgraded(epfd, op, fd, event);
-  return real().epoll_ctl(epfd, op, fd, event);
+  int rc = real().epoll_ctl(epfd, op, fd, event);
+  if (rc == 0) tcp2rdma::preload::epoll_note_registration(epfd, op, fd, event);
+  return rc;
 }
 
 T2R_INTERPOSE int epoll_wait(int epfd, struct epoll_event* events, int maxevents, int timeout) {

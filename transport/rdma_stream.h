@@ -104,11 +104,13 @@ class RdmaStream {
   void abort();
 
   // Pollable (POLLIN) when the stream may have news: call readiness() then. When readiness() reports
-  // less than readable and writable, or a call returned kWouldBlock, the fd will fire on the next change.
-  int readiness_fd() const { return epoll_fd_; }
+  // less than readable and writable, or a call returned kWouldBlock, the fd will fire on the next change,
+  // even when a blocking call of ours sleeps through that change and takes its events.
+  int readiness_fd() const { return readiness_fd_; }
   Readiness readiness();
-  // Makes readiness_fd readable now (until the next readiness()): for a poller that registers an
-  // already-ready stream and must be told at once (edge-triggered epoll).
+  // Makes readiness_fd readable now and until the next readiness(), whatever our own calls do
+  // meanwhile: for a poller that registers an already-ready stream and must be told at once
+  // (edge-triggered epoll), or that must go on seeing a still-ready stream (an epoll set inside another).
   void wake_pollers();
   // Probes the peer with a zero-byte RDMA Write when nothing was sent since the last call: a dead peer
   // shows as a failed completion (reset), a live one costs nothing at its CPU.
@@ -184,8 +186,10 @@ class RdmaStream {
   ibv_comp_channel* comp_channel_ = nullptr;
   ibv_cq* cq_ = nullptr;
   bool cq_armed_ = false;
-  int epoll_fd_ = -1;  // comp channel, cm channel, kick_fd_
+  int epoll_fd_ = -1;  // comp channel, cm channel, kick_fd_: what our own sleeps wait on
   int kick_fd_ = -1;   // eventfd: wakes the sleeping thread when another one changed the state
+  int readiness_fd_ = -1;  // comp channel, cm channel, look_fd_: what the application's pollers watch
+  int look_fd_ = -1;       // eventfd: "look again" for pollers; only readiness() drains it
   uint8_t* ring_ = nullptr;  // our receive ring, then our mailbox; registered at iova 0
   ibv_mr* ring_mr_ = nullptr;
   uint8_t* bounce_ = nullptr;  // staging for our outgoing bytes, mirrors the peer's ring offsets

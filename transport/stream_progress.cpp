@@ -15,13 +15,15 @@
 
 namespace tcp2rdma::transport {
 void RdmaStream::fail(Status s) {
-  if (failure_ == Status::kOk) failure_ = s;
+  if (failure_ == Status::kOk) {
+    failure_ = s;
+    wake_pollers();  // a failure is readiness too (POLLERR)
+  }
   kick();
 }
 
 void RdmaStream::kick() {
-  // Wakes a thread asleep in wait() (or an application polling readiness_fd) after another thread
-  // changed what it may be waiting for.
+  // Wakes a thread asleep in wait() after another thread changed what it may be waiting for.
   uint64_t one = 1;
   if (poller_) (void)!::write(kick_fd_, &one, sizeof one);
   cv_.notify_all();
@@ -266,6 +268,9 @@ Status RdmaStream::wait(std::unique_lock<std::mutex>& lock) {
   lock.lock();
   poller_ = false;
   drain_channels();
+  // What woke us may be what an application's poller waits for (bytes to read, room to write), and
+  // we have just taken its event from the channel: tell the pollers to look.
+  if (ready > 0) wake_pollers();
   cv_.notify_all();
   if (ready == 0 && !failed()) return keepalive_locked();
   return Status::kOk;
@@ -291,11 +296,13 @@ Status RdmaStream::keepalive() {
 
 void RdmaStream::wake_pollers() {
   uint64_t one = 1;
-  (void)!::write(kick_fd_, &one, sizeof one);
+  (void)!::write(look_fd_, &one, sizeof one);
 }
 
 Readiness RdmaStream::readiness() {
   std::unique_lock lock(mu_);
+  uint64_t looks = 0;
+  (void)!::read(look_fd_, &looks, sizeof looks);
   drain_channels();
   Readiness r;
   for (;;) {

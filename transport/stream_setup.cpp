@@ -39,6 +39,14 @@ bool set_nonblocking(int fd) {
   return flags >= 0 && ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0;
 }
 
+// fd joins the epoll set `set`, readable when fd is.
+bool watch(int set, int fd) {
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = fd;
+  return ::epoll_ctl(set, EPOLL_CTL_ADD, fd, &ev) == 0;
+}
+
 }  // namespace
 
 bool valid_options(const StreamOptions& o) {
@@ -115,14 +123,17 @@ Status RdmaStream::create_wait_set() {
   // One fd for a sleeper or an application's poll: completions, connection events, and kicks from
   // other threads of ours. The channels are drained without blocking by whoever holds the lock.
   if (!set_nonblocking(comp_channel_->fd)) return Status::kResources;
+  // Pollers get a set of their own: our sleeps take the channels' events and the kicks, which must
+  // not take away a poller's "look again" (look_fd_), and a pending "look again" must not wake our
+  // sleeps.
   kick_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  look_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
-  if (kick_fd_ < 0 || epoll_fd_ < 0) return Status::kResources;
-  for (int fd : {comp_channel_->fd, kick_fd_}) {
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.fd = fd;
-    if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) return Status::kResources;
+  readiness_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  if (kick_fd_ < 0 || look_fd_ < 0 || epoll_fd_ < 0 || readiness_fd_ < 0) return Status::kResources;
+  if (!watch(epoll_fd_, comp_channel_->fd) || !watch(epoll_fd_, kick_fd_) ||
+      !watch(readiness_fd_, comp_channel_->fd) || !watch(readiness_fd_, look_fd_)) {
+    return Status::kResources;
   }
   return Status::kOk;
 }
@@ -130,10 +141,7 @@ Status RdmaStream::create_wait_set() {
 // Called once both sides' parameters are known; the cm channel is this stream's own by now.
 Status RdmaStream::start(uint8_t peer_ring_log2, uint32_t peer_rkey, uint8_t peer_depth, bool is_client) {
   if (!set_nonblocking(cm_channel_->fd)) return Status::kResources;
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.fd = cm_channel_->fd;
-  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, cm_channel_->fd, &ev) != 0) return Status::kResources;
+  if (!watch(epoll_fd_, cm_channel_->fd) || !watch(readiness_fd_, cm_channel_->fd)) return Status::kResources;
   peer_ring_size_ = uint64_t{1} << peer_ring_log2;
   peer_rkey_ = peer_rkey;
   bounce_ = allocate(peer_ring_size_);
@@ -199,8 +207,9 @@ RdmaStream::~RdmaStream() {
   if (comp_channel_ != nullptr) ibv_destroy_comp_channel(comp_channel_);
   if (id_ != nullptr) rdma_destroy_id(id_);
   if (cm_channel_ != nullptr) rdma_destroy_event_channel(cm_channel_);
-  if (epoll_fd_ >= 0) ::close(epoll_fd_);
-  if (kick_fd_ >= 0) ::close(kick_fd_);
+  for (int fd : {epoll_fd_, kick_fd_, readiness_fd_, look_fd_}) {
+    if (fd >= 0) ::close(fd);
+  }
   std::free(ring_);
   std::free(bounce_);
   std::free(mailbox_out_);

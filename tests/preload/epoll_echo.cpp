@@ -1,10 +1,17 @@
 // epoll_echo: an epoll echo server and a checking client, run under the shim to test epoll on
 // upgraded connections (Soft-RoCE pair).
-//   epoll_echo server PORT lt|et|oneshot   one epoll set holds the listener (a kernel socket) and the
-//                                          accepted connection (upgraded); echoes one connection,
-//                                          then exits 0 at its end
-//   epoll_echo client ADDR PORT BYTES      writes BYTES of a pattern from a thread while it reads and
-//                                          checks the echo; exit 0 only if every byte came back
+//   epoll_echo server PORT lt|et|oneshot|nested
+//       one epoll set holds the listener (a kernel socket) and the accepted connection (upgraded);
+//       echoes one connection, then exits 0 at its end. nested: the connection is level-triggered
+//       in an inner set, and the outer set watches the inner one (with the listener); one read per
+//       wakeup, so the outer set must go on reporting while unread bytes remain.
+//   epoll_echo client ADDR PORT BYTES
+//       writes BYTES of a pattern from a thread while it reads and checks the echo; exit 0 only if
+//       every byte came back
+//   epoll_echo client-epoll ADDR PORT BYTES
+//       the same from one thread driven by epoll alone: a non-blocking connect is added to the set
+//       before it completes (EPOLLIN | EPOLLOUT), SO_ERROR says when it is up, then every write
+//       waits for EPOLLOUT and every read for EPOLLIN
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -55,6 +62,15 @@ int server(int port, std::string_view mode) {
   uint32_t conn_events = EPOLLIN | EPOLLRDHUP;
   if (mode == "et") conn_events |= EPOLLET;
   if (mode == "oneshot") conn_events |= EPOLLONESHOT;
+  // nested: connections go into `inner`, which the outer set watches under its own fd.
+  int inner = ep;
+  if (mode == "nested") {
+    inner = epoll_create1(EPOLL_CLOEXEC);
+    epoll_event iev{};
+    iev.events = EPOLLIN;
+    iev.data.fd = inner;
+    if (epoll_ctl(ep, EPOLL_CTL_ADD, inner, &iev) != 0) return 1;
+  }
   std::vector<char> buf(1 << 16);
   uint64_t echoed = 0, wakeups = 0;
   for (;;) {
@@ -64,6 +80,21 @@ int server(int port, std::string_view mode) {
       std::fprintf(stderr, "server: epoll_wait returned %d (%s)\n", n, n < 0 ? strerror(errno) : "timeout");
       return 1;
     }
+    if (inner != ep) {
+      // nested: an outer event for the inner set stands for the inner set's own events, taken
+      // without waiting. (It may have none: a readiness change that made no byte readable.)
+      epoll_event outer[8];
+      std::memcpy(outer, got, sizeof outer);
+      int m = 0;
+      for (int i = 0; i < n; ++i) {
+        if (outer[i].data.fd != inner) {
+          got[m++] = outer[i];
+        } else if (int k = epoll_wait(inner, got + m, 8 - m, 0); k > 0) {
+          m += k;
+        }
+      }
+      n = m;
+    }
     for (int i = 0; i < n; ++i) {
       int fd = got[i].data.fd;
       if (fd == listener) {
@@ -71,7 +102,7 @@ int server(int port, std::string_view mode) {
         epoll_event cev{};
         cev.events = conn_events;
         cev.data.fd = c;
-        if (c < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, c, &cev) != 0) return 1;
+        if (c < 0 || epoll_ctl(inner, EPOLL_CTL_ADD, c, &cev) != 0) return 1;
         continue;
       }
       ++wakeups;
@@ -81,7 +112,7 @@ int server(int port, std::string_view mode) {
         if (r == 0) {
           std::printf("server (%s): echoed %llu bytes in %llu wakeups, then the end\n", std::string(mode).c_str(),
                       static_cast<unsigned long long>(echoed), static_cast<unsigned long long>(wakeups));
-          epoll_ctl(ep, EPOLL_CTL_DEL, fd, nullptr);
+          epoll_ctl(inner, EPOLL_CTL_DEL, fd, nullptr);
           close(fd);
           return 0;
         }
@@ -146,6 +177,84 @@ int client(const char* host, int port, uint64_t bytes) {
   return ok && sent && pos == bytes ? 0 : 1;
 }
 
+// Connects without blocking, registered in `ep` before the connect completes; -1 if refused.
+int connect_in_epoll(int ep, const sockaddr_in& addr) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  int rc = connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
+  if (rc != 0 && errno != EINPROGRESS) {
+    close(fd);
+    return -1;
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLOUT;
+  ev.data.fd = fd;
+  if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) != 0) return -1;
+  epoll_event got{};
+  if (epoll_wait(ep, &got, 1, 20000) != 1) return -1;
+  int error = 0;
+  socklen_t len = sizeof error;
+  // Under the shim, this is where the connection moves to RDMA.
+  if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) != 0 || error != 0) {
+    epoll_ctl(ep, EPOLL_CTL_DEL, fd, nullptr);
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+int client_epoll(const char* host, int port, uint64_t bytes) {
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, host, &addr.sin_addr);
+  int ep = epoll_create1(EPOLL_CLOEXEC);
+  int fd = -1;
+  for (int attempt = 0; attempt < 50 && fd < 0; ++attempt) {
+    fd = connect_in_epoll(ep, addr);
+    if (fd < 0) usleep(200000);
+  }
+  if (fd < 0) return 1;
+  std::vector<char> out(100000), in(65536);
+  uint64_t sent = 0, got = 0, wakeups = 0;
+  bool ok = true;
+  while (got < bytes) {
+    epoll_event ev{};
+    if (epoll_wait(ep, &ev, 1, 20000) != 1) {
+      std::fprintf(stderr, "client-epoll: no event for 20 s with %llu of %llu bytes sent, %llu back\n",
+                   static_cast<unsigned long long>(sent), static_cast<unsigned long long>(bytes),
+                   static_cast<unsigned long long>(got));
+      return 1;
+    }
+    ++wakeups;
+    if ((ev.events & EPOLLOUT) && sent < bytes) {
+      size_t n = std::min<uint64_t>(bytes - sent, 1 + (sent * 7) % out.size());
+      for (size_t i = 0; i < n; ++i) out[i] = pattern(sent + i);
+      ssize_t w = write(fd, out.data(), n);
+      if (w < 0 && errno != EAGAIN) return 1;
+      if (w > 0) sent += static_cast<uint64_t>(w);
+      if (sent == bytes) {
+        // All written: say so, and from now on wait for the echo only.
+        epoll_event rev{};
+        rev.events = EPOLLIN;
+        rev.data.fd = fd;
+        if (shutdown(fd, SHUT_WR) != 0 || epoll_ctl(ep, EPOLL_CTL_MOD, fd, &rev) != 0) return 1;
+      }
+    }
+    if (ev.events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
+      ssize_t r = read(fd, in.data(), in.size());
+      if (r == 0) break;
+      if (r < 0 && errno != EAGAIN) return 1;
+      for (ssize_t i = 0; i < r; ++i) ok &= in[static_cast<size_t>(i)] == pattern(got + static_cast<uint64_t>(i));
+      if (r > 0) got += static_cast<uint64_t>(r);
+    }
+  }
+  close(fd);
+  std::printf("client-epoll: %llu of %llu bytes came back in %llu wakeups, %s\n",
+              static_cast<unsigned long long>(got), static_cast<unsigned long long>(bytes),
+              static_cast<unsigned long long>(wakeups), ok ? "all equal" : "SOME DIFFER");
+  return ok && got == bytes ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -153,6 +262,9 @@ int main(int argc, char** argv) {
   std::string_view role = argc > 1 ? argv[1] : "";
   if (argc == 4 && role == "server") return server(std::atoi(argv[2]), argv[3]);
   if (argc == 5 && role == "client") return client(argv[2], std::atoi(argv[3]), std::strtoull(argv[4], nullptr, 10));
+  if (argc == 5 && role == "client-epoll") {
+    return client_epoll(argv[2], std::atoi(argv[3]), std::strtoull(argv[4], nullptr, 10));
+  }
   std::fprintf(stderr, "usage: see the comment at the top of epoll_echo.cpp\n");
   return 2;
 }
