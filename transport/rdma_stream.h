@@ -9,6 +9,7 @@
 #include <rdma/rdma_cma.h>
 #include <sys/uio.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -190,6 +191,8 @@ class RdmaStream {
   int kick_fd_ = -1;   // eventfd: wakes the sleeping thread when another one changed the state
   int readiness_fd_ = -1;  // comp channel, cm channel, look_fd_: what the application's pollers watch
   int look_fd_ = -1;       // eventfd: "look again" for pollers; only readiness() drains it
+  std::atomic<bool> look_pending_{false};  // set after each write to look_fd_: readiness() reads it only then
+  bool polled_ = false;  // readiness() was called: someone polls, and our sleeps must pass news on
   uint8_t* ring_ = nullptr;  // our receive ring, then our mailbox; registered at iova 0
   ibv_mr* ring_mr_ = nullptr;
   uint8_t* bounce_ = nullptr;  // staging for our outgoing bytes, mirrors the peer's ring offsets

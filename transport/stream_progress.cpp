@@ -269,8 +269,9 @@ Status RdmaStream::wait(std::unique_lock<std::mutex>& lock) {
   poller_ = false;
   drain_channels();
   // What woke us may be what an application's poller waits for (bytes to read, room to write), and
-  // we have just taken its event from the channel: tell the pollers to look.
-  if (ready > 0) wake_pollers();
+  // we have just taken its event from the channel: tell the pollers to look (if anyone polls: a
+  // program that only blocks pays no system call for it).
+  if (ready > 0 && polled_) wake_pollers();
   cv_.notify_all();
   if (ready == 0 && !failed()) return keepalive_locked();
   return Status::kOk;
@@ -297,12 +298,18 @@ Status RdmaStream::keepalive() {
 void RdmaStream::wake_pollers() {
   uint64_t one = 1;
   (void)!::write(look_fd_, &one, sizeof one);
+  // After the write: a readiness() that misses the flag leaves the fd readable, so the pollers call
+  // readiness() once more, and that one drains it.
+  look_pending_.store(true, std::memory_order_release);
 }
 
 Readiness RdmaStream::readiness() {
   std::unique_lock lock(mu_);
-  uint64_t looks = 0;
-  (void)!::read(look_fd_, &looks, sizeof looks);
+  polled_ = true;
+  if (look_pending_.exchange(false, std::memory_order_acquire)) {
+    uint64_t looks = 0;
+    (void)!::read(look_fd_, &looks, sizeof looks);
+  }
   drain_channels();
   Readiness r;
   for (;;) {

@@ -120,8 +120,8 @@ Status RdmaStream::create_resources(rdma_cm_id* id, const StreamOptions& options
 }
 
 Status RdmaStream::create_wait_set() {
-  // One fd for a sleeper or an application's poll: completions, connection events, and kicks from
-  // other threads of ours. The channels are drained without blocking by whoever holds the lock.
+  // One set for our sleeps: completions, connection events, and kicks from other threads of ours.
+  // The channels are drained without blocking by whoever holds the lock.
   if (!set_nonblocking(comp_channel_->fd)) return Status::kResources;
   // Pollers get a set of their own: our sleeps take the channels' events and the kicks, which must
   // not take away a poller's "look again" (look_fd_), and a pending "look again" must not wake our

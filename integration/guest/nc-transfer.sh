@@ -38,7 +38,8 @@ case "$1" in
     head -c "$bytes" /dev/urandom > /tmp/data
     sha256sum < /tmp/data | cut -d' ' -f1 > "$T2R_WORK/sent.sha256.tmp"
     mv "$T2R_WORK/sent.sha256.tmp" "$T2R_WORK/sent.sha256"
-    i=0; until run nc -N "$T2R_PEER" "$2" < /tmp/data; do i=$((i+1)); [ $i -lt 1000 ] || exit 1; sleep "${T2R_RETRY_SLEEP:-0.2}"; done
+    pause=${T2R_RETRY_SLEEP:-0.2}; tries=$(awk -v p="$pause" 'BEGIN { print int(10 / p) }')  # about 10 s
+    i=0; until run nc -N "$T2R_PEER" "$2" < /tmp/data; do i=$((i+1)); [ $i -lt "$tries" ] || exit 1; sleep "$pause"; done
     echo "sent $bytes bytes" ;;
   *) echo "usage: nc-transfer.sh receive PORT | send PORT MIB" >&2; exit 2 ;;
 esac
