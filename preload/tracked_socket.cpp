@@ -1,5 +1,6 @@
 #include "tracked_socket.h"
 
+#include <fcntl.h>
 #include <sys/socket.h>
 
 #include "fd_table.h"
@@ -61,6 +62,51 @@ void close_streams_at_exit() noexcept {
     if (TrackedSocket* socket = fd_table().find(fd)) {
       // Idempotent with the destructor's end_stream() later.
       if (transport::RdmaStream* s = socket->stream()) end_stream(s, socket->linger_seconds.load());
+    }
+  }
+}
+
+namespace {
+
+// Whether exec keeps some descriptor of `socket` open (one without FD_CLOEXEC).
+bool survives_exec(const TrackedSocket* socket, int end) noexcept {
+  for (int fd = 0; fd < end; ++fd) {
+    if (fd_table().find(fd) != socket) continue;
+    int flags = real().fcntl(fd, F_GETFD);
+    if (flags >= 0 && (flags & FD_CLOEXEC) == 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+void end_streams_for_exec() noexcept {
+  int end = fd_table().high_water();
+  for (int fd = 0; fd < end; ++fd) {
+    TrackedSocket* socket = fd_table().find(fd);
+    transport::RdmaStream* s = socket != nullptr ? socket->stream() : nullptr;
+    if (s == nullptr) continue;
+    if (!survives_exec(socket, end)) {
+      // exec closes every descriptor of it: the last close, as close() does it.
+      end_stream(s, socket->linger_seconds.load());
+      continue;
+    }
+    // The new program inherits the descriptor but not the stream (its verbs resources go with this
+    // image). Everything written so far still reaches the peer, then a reset: the new program's
+    // writes can never arrive, and the peer must not read a clean end. The descriptor is made to
+    // name an unconnected socket, so the new program fails loudly (ENOTCONN, EPIPE) instead of
+    // reading the idle TCP socket underneath. Every descriptor of this socket is handled in this pass.
+    (void)s->flush();
+    s->abort();
+    for (int other = fd; other < end; ++other) {
+      if (fd_table().find(other) != socket) continue;
+      int placeholder = real().socket(socket->domain(), SOCK_STREAM, 0);
+      if (placeholder >= 0) {
+        int cloexec = real().fcntl(other, F_GETFD);
+        real().dup3(placeholder, other, cloexec > 0 && (cloexec & FD_CLOEXEC) ? O_CLOEXEC : 0);
+        real().close(placeholder);
+      }
+      track_close(other);
     }
   }
 }

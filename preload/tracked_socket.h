@@ -97,6 +97,11 @@ class TrackedSocket {
 // TCP socket underneath; pre-fork servers and accept-then-fork are not supported yet.
 void disown_parent_streams() noexcept;
 
+// Before exec: a stream whose every descriptor is close-on-exec ends as its last close() would end
+// it. One that a descriptor carries into the new program is flushed and reset, and those descriptors
+// are made to name an unconnected socket: the new program cannot use the stream, and fails loudly.
+void end_streams_for_exec() noexcept;
+
 // At exit: closes in order every stream this process made that is still open, as the kernel delivers
 // a socket's unsent bytes after its process exited.
 void close_streams_at_exit() noexcept;

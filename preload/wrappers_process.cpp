@@ -2,6 +2,9 @@
 // that describes them, which stays true for sockets that have not moved to RDMA. A connection that
 // has moved is the parent's: in the child it fails loudly (disown_parent_streams), never touching the
 // parent's RDMA resources.
+#include <cstdarg>
+#include <vector>
+
 #include "interposed.h"
 #include "tracked_socket.h"
 
@@ -20,3 +23,75 @@ T2R_INTERPOSE pid_t fork(void) {
 // safely: a wrapper frame would be popped by the child and then reused by the parent. POSIX allows
 // vfork to be fork, and fork is what the module gives.
 T2R_INTERPOSE pid_t vfork(void) { return fork(); }
+
+// exec: the new program starts clean. glibc's exec functions call the system call directly, not
+// each other through the PLT, so every variant is wrapped; the l-forms gather their arguments and go
+// through the v-forms. Streams are ended before the real call (end_streams_for_exec): if exec then
+// fails, the connections it would have closed or handed on are already ended.
+namespace {
+
+// An l-form's arguments, `first` up to and including the terminating null, as an argv array; `next`
+// reads the following one (the va_list is then just past the null, where execle's envp is).
+template <typename Next>
+std::vector<char*> gather_arguments(const char* first, Next next) {
+  std::vector<char*> argv{const_cast<char*>(first)};
+  while (argv.back() != nullptr) argv.push_back(next());
+  return argv;
+}
+
+}  // namespace
+
+T2R_INTERPOSE int execve(const char* path, char* const argv[], char* const envp[]) {
+  tcp2rdma::preload::end_streams_for_exec();
+  return real().execve(path, argv, envp);
+}
+
+T2R_INTERPOSE int execv(const char* path, char* const argv[]) {
+  tcp2rdma::preload::end_streams_for_exec();
+  return real().execv(path, argv);
+}
+
+T2R_INTERPOSE int execvp(const char* file, char* const argv[]) {
+  tcp2rdma::preload::end_streams_for_exec();
+  return real().execvp(file, argv);
+}
+
+T2R_INTERPOSE int execvpe(const char* file, char* const argv[], char* const envp[]) {
+  tcp2rdma::preload::end_streams_for_exec();
+  return real().execvpe(file, argv, envp);
+}
+
+T2R_INTERPOSE int execveat(int dirfd, const char* path, char* const argv[], char* const envp[], int flags) {
+  tcp2rdma::preload::end_streams_for_exec();
+  return real().execveat(dirfd, path, argv, envp, flags);
+}
+
+T2R_INTERPOSE int fexecve(int fd, char* const argv[], char* const envp[]) {
+  tcp2rdma::preload::end_streams_for_exec();
+  return real().fexecve(fd, argv, envp);
+}
+
+T2R_INTERPOSE int execl(const char* path, const char* arg, ...) {
+  va_list ap;
+  va_start(ap, arg);
+  auto argv = gather_arguments(arg, [&] { return va_arg(ap, char*); });
+  va_end(ap);
+  return execv(path, argv.data());
+}
+
+T2R_INTERPOSE int execlp(const char* file, const char* arg, ...) {
+  va_list ap;
+  va_start(ap, arg);
+  auto argv = gather_arguments(arg, [&] { return va_arg(ap, char*); });
+  va_end(ap);
+  return execvp(file, argv.data());
+}
+
+T2R_INTERPOSE int execle(const char* path, const char* arg, ...) {
+  va_list ap;
+  va_start(ap, arg);
+  auto argv = gather_arguments(arg, [&] { return va_arg(ap, char*); });
+  char* const* envp = va_arg(ap, char* const*);
+  va_end(ap);
+  return execve(path, argv.data(), envp);
+}

@@ -98,6 +98,9 @@ class RdmaStream {
   Status read(const iovec* iov, int iovcnt, int flags, size_t* done);
   // Sends an orderly end after the bytes already written; reading goes on.
   Status shutdown_write();
+  // Waits (up to timeout_ms) until every byte written so far is in the peer's memory (acknowledged),
+  // where the peer reads it even if a reset follows. Sends nothing of its own.
+  Status flush();
   // shutdown_write, waits (up to timeout_ms) until every byte is acknowledged, then disconnects. The
   // peer reads all of them, then the end of the stream.
   Status close();

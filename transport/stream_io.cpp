@@ -242,21 +242,25 @@ Status RdmaStream::shutdown_write() {
   return Status::kOk;
 }
 
-Status RdmaStream::close() {
-  Status s = shutdown_write();
+Status RdmaStream::flush() {
   std::unique_lock lock(mu_);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.timeout_ms);
-  // Everything we sent, the end included, is in the peer's memory once acknowledged; only then may
-  // the connection go. What the peer still sends us after this is dropped, as TCP drops it.
-  while (s == Status::kOk && sends_outstanding_ > 0 && !failed() && !disconnect_seen_) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      s = Status::kTimeout;
-      break;
-    }
+  // A write is in the peer's memory once its send is acknowledged; the peer delivers what is there
+  // even if a reset follows.
+  while (sends_outstanding_ > 0 && !failed() && !disconnect_seen_) {
+    if (std::chrono::steady_clock::now() > deadline) return Status::kTimeout;
     progress();
     if (sends_outstanding_ > 0) wait(lock);
   }
-  if (s == Status::kOk && failed()) s = failure_;
+  return failed() ? failure_ : Status::kOk;
+}
+
+Status RdmaStream::close() {
+  Status s = shutdown_write();
+  // Everything we sent, the end included, must be in the peer's memory before the connection goes.
+  // What the peer still sends us after this is dropped, as TCP drops it.
+  if (s == Status::kOk) s = flush();
+  std::lock_guard lock(mu_);
   disconnected_ = true;
   rdma_disconnect(id_);
   return s;
