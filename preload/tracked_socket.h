@@ -67,6 +67,8 @@ class TrackedSocket {
   // A client whose non-blocking connect was decided for RDMA while it was still under way: the upgrade
   // runs once the connection is up, at the application's next call on it (stream_calls.cpp).
   std::atomic<bool> upgrade_pending{false};
+  // connect() returned EINPROGRESS and no later connect() has reported the completion yet.
+  std::atomic<bool> connect_in_progress{false};
   config::Decision pending_decision{};
   // Set when that upgrade failed such that the connection must not be used (required, or broken
   // half-way): getsockopt(SO_ERROR) reports it once, as the kernel reports a failed connect.

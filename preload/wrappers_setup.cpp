@@ -95,24 +95,33 @@ T2R_INTERPOSE int accept4(int fd, struct sockaddr* addr, socklen_t* len, int fla
 T2R_INTERPOSE int connect(int fd, const struct sockaddr* addr, socklen_t len) {
   int rc = real().connect(fd, addr, len);
   // A non-blocking connect that is under way (EINPROGRESS) still makes this socket a client.
-  if (rc == 0 || errno == EINPROGRESS) {
-    if (auto* socket = fd_table().find(fd)) {
-      int saved_errno = errno;
-      socket->set_role(SocketRole::kClient);
-      auto decision = tcp2rdma::preload::decide_connection(fd, Role::kClient, addr, len);
-      if (decision.options->transport != Transport::kRdma) {
-        tcp2rdma::preload::log_connection(fd, Role::kClient, decision, "stays tcp", addr, len);
-      } else if (rc != 0) {
-        socket->pending_decision = decision;
-        socket->upgrade_pending.store(true, std::memory_order_release);
-      } else if (!tcp2rdma::preload::upgrade_and_log(fd, Role::kClient, nullptr, decision)) {
-        real().shutdown(fd, SHUT_RDWR);
-        errno = ECONNRESET;
-        return -1;
-      }
-      errno = saved_errno;
-    }
+  if (rc != 0 && errno != EINPROGRESS) return rc;
+  auto* socket = fd_table().find(fd);
+  if (socket == nullptr) return rc;
+  // Linux answers a repeated connect() on a socket whose non-blocking connect has completed with 0,
+  // once (hiredis, so redis-cli and redis-benchmark, learn of the completion that way): that connection
+  // was decided at the first call, and is upgraded now if that is still pending, never a second time.
+  if (rc == 0 && socket->connect_in_progress.exchange(false)) {
+    if (tcp2rdma::preload::finish_pending_upgrade(fd, socket)) return 0;
+    socket->pending_error.store(0);  // reported here, as a blocking connect reports it
+    errno = ECONNRESET;
+    return -1;
   }
+  int saved_errno = errno;
+  socket->set_role(SocketRole::kClient);
+  auto decision = tcp2rdma::preload::decide_connection(fd, Role::kClient, addr, len);
+  if (rc != 0) socket->connect_in_progress.store(true);
+  if (decision.options->transport != Transport::kRdma) {
+    tcp2rdma::preload::log_connection(fd, Role::kClient, decision, "stays tcp", addr, len);
+  } else if (rc != 0) {
+    socket->pending_decision = decision;
+    socket->upgrade_pending.store(true, std::memory_order_release);
+  } else if (!tcp2rdma::preload::upgrade_and_log(fd, Role::kClient, nullptr, decision)) {
+    real().shutdown(fd, SHUT_RDWR);
+    errno = ECONNRESET;
+    return -1;
+  }
+  errno = saved_errno;
   return rc;
 }
 

@@ -1,0 +1,21 @@
+#!/bin/sh
+# redis-client.sh HOST PORT: the client half of the redis test (Debian's redis-cli and
+# redis-benchmark under the shim, rules in TCP2RDMA_RULES). A 1 MB value set with redis-cli must come
+# back byte for byte with GET, and redis-benchmark (hiredis: non-blocking connects, its own event
+# loop) must finish its SET and GET runs; every connection must have been upgraded, and RDMA packets
+# must have moved (app-run.sh checks both for each command).
+set -eu
+here=$(dirname "$0")
+log="$T2R_WORK/shim-$T2R_HOST.log"
+head -c 1000000 /dev/urandom | base64 -w0 > /tmp/value
+T2R_EXPECT_OUTPUT='^OK$' sh "$here/app-run.sh" 1 100 redis-cli -h "$1" -p "$2" -x SET big < /tmp/value
+before=$(grep -c 'upgraded to rdma' "$log")
+env LD_PRELOAD="$T2R_SHIM" TCP2RDMA_LOG="$log" redis-cli -h "$1" -p "$2" --raw GET big | head -c -1 > /tmp/got
+[ "$(grep -c 'upgraded to rdma' "$log")" -eq $((before + 1)) ] || { echo "redis-client: GET was not upgraded"; exit 1; }
+cmp /tmp/value /tmp/got
+echo "redis-client: the 1 MB value came back intact over RDMA ($(sha256sum < /tmp/got | cut -c1-16)...)"
+# 4 clients per test and one that asks for the server's configuration: at least 9 connections.
+T2R_EXPECT_OUTPUT='GET: [0-9.]+ requests per second' \
+  sh "$here/app-run.sh" 9 1000 redis-benchmark -h "$1" -p "$2" -c 4 -n 2000 -t set,get -q
+# Each connection is decided and upgraded once: hiredis's second connect() must not start another.
+if grep 'stays tcp' "$log"; then echo "redis-client: a connection logged 'stays tcp'"; exit 1; fi
