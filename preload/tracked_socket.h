@@ -83,6 +83,14 @@ class TrackedSocket {
   std::mutex listener_mutex;
   std::unique_ptr<transport::StreamListener> rdma_listener;
   unsigned listener_generation = 0;  // fork_generation() of the process that made rdma_listener
+  // Pre-fork servers (prefork_listeners.cpp): the fork_generation() of the last process that accepted
+  // on this listener; whether an ancestor handed the RDMA listener on to whichever process of the
+  // family accepts; whether this fork drops it in the parent; the process that last tried to make it
+  // again (with listener_mutex).
+  std::atomic<unsigned> accept_generation{~0u};
+  std::atomic<bool> rdma_handed_on{false};
+  bool drop_after_fork = false;
+  unsigned claim_generation = ~0u;
 
  private:
   ~TrackedSocket();

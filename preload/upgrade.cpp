@@ -136,6 +136,7 @@ const char* why_not(transport::Status s) {
   switch (s) {
     case transport::Status::kRejected: return "the peer has no tcp2rdma listener (rejected)";
     case transport::Status::kNoDevice: return "no RDMA device";
+    case transport::Status::kAddressInUse: return "another process holds the RDMA port";
     case transport::Status::kNoRoute: return "no RDMA route to the peer";
     case transport::Status::kMemoryLock: return "cannot register memory (RLIMIT_MEMLOCK)";
     case transport::Status::kResources: return "cannot create RDMA resources";
@@ -163,10 +164,10 @@ transport::StreamOptions stream_options(const config::ConnectionOptions& o) {
   return s;
 }
 
-void listen_rdma(int fd, TrackedSocket* listener) {
+transport::Status listen_rdma(int fd, TrackedSocket* listener, bool log_failure) {
   sockaddr_storage local{};
   socklen_t len = sizeof local;
-  if (real().getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) != 0) return;
+  if (real().getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) != 0) return transport::Status::kInvalid;
   std::unique_ptr<transport::StreamListener> rdma;
   // Options of the listener's own streams come from the rule that matches each accepted connection;
   // the defaults here only size what a request is checked against.
@@ -174,11 +175,12 @@ void listen_rdma(int fd, TrackedSocket* listener) {
       transport::StreamListener::listen(reinterpret_cast<sockaddr*>(&local), transport::StreamOptions{}, &rdma);
   std::lock_guard lock(listener->listener_mutex);
   if (s != transport::Status::kOk) {
-    log_line("fd %d listener: no RDMA listener on its port (%s): its connections stay tcp", fd, why_not(s));
-    return;
+    if (log_failure) log_line("fd %d listener: no RDMA listener on its port (%s): its connections stay tcp", fd, why_not(s));
+    return s;
   }
   listener->rdma_listener = std::move(rdma);
   listener->listener_generation = fork_generation();
+  return s;
 }
 
 void drop_rdma_listener(TrackedSocket* listener) {

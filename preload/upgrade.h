@@ -23,8 +23,9 @@ struct UpgradeOutcome {
 };
 
 // A listener a rule may select RDMA for: start an rdma_cm listener on the same address and port.
-// Failure (no device, port taken) is logged; that listener's connections then stay TCP.
-void listen_rdma(int fd, TrackedSocket* listener);
+// Failure (no device, port taken) is logged unless `log_failure` is false; that listener's
+// connections then stay TCP.
+transport::Status listen_rdma(int fd, TrackedSocket* listener, bool log_failure = true);
 
 // Undoes listen_rdma when the real listen() then failed.
 void drop_rdma_listener(TrackedSocket* listener);

@@ -7,7 +7,9 @@
 #include <vector>
 
 #include "epoll_sets.h"
+#include "fd_table.h"
 #include "interposed.h"
+#include "prefork_listeners.h"
 #include "rdma_stream.h"
 #include "stream_calls.h"
 
@@ -182,6 +184,16 @@ T2R_INTERPOSE int epoll_ctl(int epfd, int op, int fd, struct epoll_event* event)
   if (upgraded_stream(fd) != nullptr) return tcp2rdma::preload::epoll_ctl_upgraded(epfd, op, fd, event);
   int rc = real().epoll_ctl(epfd, op, fd, event);
   if (rc == 0) tcp2rdma::preload::epoll_note_registration(epfd, op, fd, event);
+  // An event-driven worker of a pre-fork server adds the listener to its set before its first accept:
+  // the moment to make the RDMA listener, before clients' requests arrive.
+  if (rc == 0 && op == EPOLL_CTL_ADD) {
+    if (auto* socket = tcp2rdma::preload::fd_table().find(fd);
+        socket != nullptr && socket->role() == tcp2rdma::preload::SocketRole::kListener) {
+      int saved_errno = errno;
+      tcp2rdma::preload::claim_rdma_listener(fd, socket);
+      errno = saved_errno;
+    }
+  }
   return rc;
 }
 

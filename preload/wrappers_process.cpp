@@ -6,15 +6,21 @@
 #include <vector>
 
 #include "interposed.h"
+#include "prefork_listeners.h"
 #include "tracked_socket.h"
 
 using tcp2rdma::preload::real;
 
 T2R_INTERPOSE pid_t fork(void) {
+  tcp2rdma::preload::mark_listeners_to_hand_on();
   pid_t pid = real().fork();
   if (pid == 0) {
     tcp2rdma::preload::note_forked_child();  // inherited streams and listeners are not ours to use
     tcp2rdma::preload::disown_parent_streams();
+  } else {
+    int saved_errno = errno;
+    tcp2rdma::preload::hand_on_marked_listeners(pid > 0);
+    errno = saved_errno;
   }
   return pid;
 }

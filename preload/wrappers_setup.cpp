@@ -6,6 +6,7 @@
 #include "connection_policy.h"
 #include "fd_table.h"
 #include "interposed.h"
+#include "prefork_listeners.h"
 #include "socket_registry.h"
 #include "stream_calls.h"
 #include "upgrade.h"
@@ -18,6 +19,17 @@ namespace {
 
 using tcp2rdma::config::Role;
 using tcp2rdma::config::Transport;
+
+// Before the real accept: this process now accepts on the listener (a fork will not hand its RDMA
+// listener on), and makes the RDMA listener here if an ancestor handed it on (pre-fork servers).
+void before_accept(int fd) {
+  auto* listener = fd_table().find(fd);
+  if (listener == nullptr) return;
+  int saved_errno = errno;
+  listener->accept_generation.store(tcp2rdma::preload::fork_generation());
+  tcp2rdma::preload::claim_rdma_listener(fd, listener);
+  errno = saved_errno;
+}
 
 int accept_common(int fd, int accepted) {
   // The listener's state is reached through the table; the new socket's family comes from the kernel.
@@ -85,10 +97,12 @@ T2R_INTERPOSE int listen(int fd, int backlog) {
 }
 
 T2R_INTERPOSE int accept(int fd, struct sockaddr* addr, socklen_t* len) {
+  before_accept(fd);
   return accept_common(fd, real().accept(fd, addr, len));
 }
 
 T2R_INTERPOSE int accept4(int fd, struct sockaddr* addr, socklen_t* len, int flags) {
+  before_accept(fd);
   return accept_common(fd, real().accept4(fd, addr, len, flags));
 }
 

@@ -18,6 +18,7 @@ const char* to_string(Status status) {
     case Status::kProtocolError: return "protocol violation by the peer";
     case Status::kShutDown: return "the stream is shut down for writing";
     case Status::kInvalid: return "invalid argument";
+    case Status::kAddressInUse: return "the RDMA port is taken";
   }
   return "?";
 }

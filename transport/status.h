@@ -16,6 +16,7 @@ enum class Status {
   kProtocolError,  // the peer broke the protocol; the connection was aborted
   kShutDown,       // write after shutdown_write() or close()
   kInvalid,        // bad options or arguments
+  kAddressInUse,   // a listener: another rdma_cm listener (of another process) holds the port
 };
 
 const char* to_string(Status status);

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 
+#include <cerrno>
 #include <cstring>
 
 #include "setup_events.h"
@@ -19,7 +20,9 @@ Status StreamListener::listen(const sockaddr* address, const StreamOptions& opti
   int flags = ::fcntl(listener->channel_->fd, F_GETFL);
   if (flags < 0 || ::fcntl(listener->channel_->fd, F_SETFL, flags | O_NONBLOCK) != 0) return Status::kResources;
   if (rdma_create_id(listener->channel_, &listener->id_, nullptr, RDMA_PS_TCP) != 0) return Status::kResources;
-  if (rdma_bind_addr(listener->id_, const_cast<sockaddr*>(address)) != 0) return Status::kNoDevice;
+  if (rdma_bind_addr(listener->id_, const_cast<sockaddr*>(address)) != 0) {
+    return errno == EADDRINUSE ? Status::kAddressInUse : Status::kNoDevice;
+  }
   if (rdma_listen(listener->id_, 64) != 0) return Status::kResources;
   *out = std::move(listener);
   return Status::kOk;
