@@ -8,7 +8,7 @@ set -euo pipefail
 build_pkgs=(cmake ninja-build g++ pkg-config libibverbs-dev librdmacm-dev libyaml-cpp-dev libgtest-dev)
 # The guest runs the host's own binaries (its root is shared over 9p), so test tools are installed here.
 testbed_pkgs=(qemu-system-x86 busybox-static cpio kmod iproute2 rdma-core ibverbs-utils rdmacm-utils
-              perftest iperf3 iperf netcat-openbsd sockperf redis-tools util-linux procps)
+              perftest iperf3 iperf netcat-openbsd sockperf redis-tools nginx-light curl util-linux procps)
 
 missing=()
 for part in "$@"; do
@@ -29,5 +29,12 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 echo "deps.sh: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
+# The tests run nginx themselves, inside the VM: installing it must not start a web server on this
+# host. policy-rc.d (Debian's switch for that) says no for the duration, unless one is already there.
+if [ ! -e /usr/sbin/policy-rc.d ]; then
+  printf '#!/bin/sh\n# tcp2rdma deps.sh: no service starts while it installs\nexit 101\n' > /usr/sbin/policy-rc.d
+  chmod 755 /usr/sbin/policy-rc.d
+  trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+fi
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

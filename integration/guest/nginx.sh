@@ -1,0 +1,32 @@
+#!/bin/sh
+# nginx.sh files | fetch HOST SERVER_SHIM_LOG: the halves of the nginx test (integration/nginx/nginx.conf).
+#   files  makes the files nginx serves (/tmp/www: big, 20 MB, and small, 1000 bytes, random) and
+#          leaves their sha256 in T2R_WORK for the fetching side.
+#   fetch  waits until nginx's worker has made its RDMA listener (SERVER_SHIM_LOG says so), then
+#          fetches big, small and big again with curl under the shim (app-run.sh: each connection
+#          upgraded, RDMA packets moved) and compares each with the sha256 the serving side left.
+set -eu
+here=$(dirname "$0")
+case "$1" in
+  files)
+    mkdir -p /tmp/www
+    head -c 20000000 /dev/urandom > /tmp/www/big
+    head -c 1000 /dev/urandom > /tmp/www/small
+    for f in big small; do sha256sum < /tmp/www/$f | cut -d' ' -f1 > "$T2R_WORK/www-$f.sha256"; done
+    ;;
+  fetch)
+    i=0
+    until grep -q 'RDMA listener made in this process' "$3" 2>/dev/null; do
+      i=$((i + 1)); [ $i -lt 300 ] || { echo "nginx.sh: the worker never made its RDMA listener:"; cat "$3"; exit 1; }
+      sleep 0.1
+    done
+    for f in big small big; do
+      rm -f /tmp/got
+      sh "$here/app-run.sh" 1 10 curl -sS -o /tmp/got "http://$2:5019/$f"
+      [ "$(sha256sum < /tmp/got | cut -d' ' -f1)" = "$(cat "$T2R_WORK/www-$f.sha256")" ] ||
+        { echo "nginx.sh: $f arrived different"; exit 1; }
+      echo "nginx.sh: $f: sha256 equal"
+    done
+    ;;
+  *) echo "usage: nginx.sh files | fetch HOST SERVER_SHIM_LOG" >&2; exit 2 ;;
+esac
