@@ -4,8 +4,9 @@
 //   exec_writer after-exec FD cloexec|inherit   the new program: it must hold no RDMA descriptor of
 //       the old image; a close-on-exec socket must be gone (EBADF), an inherited one must fail loudly
 //       (a write fails) rather than pass for a working connection.
-//   exec_writer receive PORT                    accepts one connection, copies what arrives to
-//       standard output and says on standard error how it ended: "end: eof" or "end: reset".
+//   exec_writer receive PORT                    says "listening" on standard error, accepts one
+//       connection, copies what arrives to standard output and says on standard error how it
+//       ended: "end: eof" or "end: reset". (Also the receiver of integration.peer_killed.pair.)
 //   exec_writer expect                          writes the 4 MiB the sender writes, for cmp.
 // With kernel TCP the receiver gets the 4 MiB and then EOF (cloexec: exec closed the last descriptor)
 // or, inherit, EOF once the new program exits. Over RDMA: cloexec must give the same; inherit must
@@ -108,6 +109,7 @@ int receive(const char* port) {
   setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   sockaddr_in addr = address("0.0.0.0", port);
   if (bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(listener, 1) != 0) return 1;
+  std::fprintf(stderr, "listening\n");
   int fd = accept(listener, nullptr, nullptr);
   if (fd < 0) return 1;
   char buffer[65536];
