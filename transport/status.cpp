@@ -1,5 +1,8 @@
 #include "status.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <cerrno>
 
 namespace tcp2rdma::transport {
@@ -25,6 +28,12 @@ const char* to_string(Status status) {
 
 Status registration_failure(int error) {
   return error == ENOMEM || error == EPERM ? Status::kMemoryLock : Status::kResources;
+}
+
+bool memlock_holds_no_stream() {
+  rlimit limit{};
+  if (geteuid() == 0 || getrlimit(RLIMIT_MEMLOCK, &limit) != 0) return false;
+  return limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur <= 32 * 1024;
 }
 
 }  // namespace tcp2rdma::transport

@@ -24,4 +24,9 @@ const char* to_string(Status status);
 // What a failed ibv_reg_mr means, from its errno: RLIMIT_MEMLOCK (ENOMEM, EPERM) or other resources.
 Status registration_failure(int error);
 
+// Whether this process's RLIMIT_MEMLOCK is too small for any stream (32 KiB or less, not root).
+// libibverbs writes a warning on the application's standard error when such a process first touches
+// it; the transport says kMemoryLock before touching it, so the application's output stays its own.
+bool memlock_holds_no_stream();
+
 }  // namespace tcp2rdma::transport

@@ -13,6 +13,7 @@ namespace tcp2rdma::transport {
 Status StreamListener::listen(const sockaddr* address, const StreamOptions& options,
                               std::unique_ptr<StreamListener>* out) {
   if (!valid_options(options)) return Status::kInvalid;
+  if (memlock_holds_no_stream()) return Status::kMemoryLock;
   std::unique_ptr<StreamListener> listener(new StreamListener);
   listener->options_ = options;
   listener->channel_ = rdma_create_event_channel();

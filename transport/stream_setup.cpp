@@ -159,6 +159,7 @@ Status RdmaStream::start(uint8_t peer_ring_log2, uint32_t peer_rkey, uint8_t pee
 Status RdmaStream::connect(const sockaddr* address, const Pairing& pairing, const StreamOptions& options,
                            std::unique_ptr<RdmaStream>* out) {
   if (!valid_options(options)) return Status::kInvalid;
+  if (memlock_holds_no_stream()) return Status::kMemoryLock;
   std::unique_ptr<RdmaStream> stream(new RdmaStream);
   stream->tuple_ = pairing.tuple;
   stream->client_nonce_ = pairing.client_nonce;
