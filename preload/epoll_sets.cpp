@@ -83,7 +83,7 @@ epoll_event proxy_event(Entry* e) {
 
 // The application's events for e now, or 0.
 uint32_t ready_events(const Entry& e) {
-  transport::RdmaStream* stream = upgraded_stream(e.fd);
+  StreamRef stream = upgraded_stream(e.fd);
   if (stream == nullptr) return 0;
   // EPOLLIN, EPOLLOUT, EPOLLRDHUP, EPOLLERR and EPOLLHUP have poll's values.
   auto wanted = static_cast<short>(e.events & (EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLPRI));
@@ -93,7 +93,7 @@ uint32_t ready_events(const Entry& e) {
 // After (re)registration: arm the stream so its fd fires on the next change, and if it is ready
 // already, make it fire now: epoll reports a descriptor that is ready when it is added.
 void prime(const Entry& e) {
-  transport::RdmaStream* stream = upgraded_stream(e.fd);
+  StreamRef stream = upgraded_stream(e.fd);
   if (stream != nullptr && ready_events(e) != 0) stream->wake_pollers();
 }
 
@@ -103,7 +103,7 @@ void prime(const Entry& e) {
 // kernel must see the still-ready stream too, as it sees a socket with unread bytes.
 void keep_signalled(const Entry& e) {
   if (e.events & (EPOLLET | EPOLLONESHOT)) return;
-  if (transport::RdmaStream* stream = upgraded_stream(e.fd)) stream->wake_pollers();
+  if (StreamRef stream = upgraded_stream(e.fd)) stream->wake_pollers();
 }
 
 void erase_pending_locked(size_t i) {
@@ -115,7 +115,7 @@ void erase_pending_locked(size_t i) {
 }  // namespace
 
 int epoll_ctl_upgraded(int epfd, int op, int fd, epoll_event* event) noexcept {
-  transport::RdmaStream* stream = upgraded_stream(fd);
+  StreamRef stream = upgraded_stream(fd);
   std::lock_guard lock(g_mutex);
   Entry* e = find_locked(epfd, fd);
   switch (op) {

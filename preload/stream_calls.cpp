@@ -39,11 +39,33 @@ int errno_of(Status s) {
 
 }  // namespace
 
-transport::RdmaStream* upgraded_stream(int fd) noexcept {
+StreamRef::StreamRef(TrackedSocket* socket, transport::RdmaStream* stream) noexcept
+    : socket_(socket), stream_(stream) {
+  socket_->add_ref();
+}
+
+StreamRef& StreamRef::operator=(StreamRef&& other) noexcept {
+  if (this != &other) {
+    if (socket_ != nullptr) socket_->release();
+    socket_ = other.socket_;
+    stream_ = other.stream_;
+    other.socket_ = nullptr;
+    other.stream_ = nullptr;
+  }
+  return *this;
+}
+
+StreamRef::~StreamRef() {
+  if (socket_ != nullptr) socket_->release();
+}
+
+StreamRef upgraded_stream(int fd) noexcept {
   TrackedSocket* socket = fd_table().find(fd);
-  if (socket == nullptr) return nullptr;
+  if (socket == nullptr) return {};
   if (socket->upgrade_pending.load(std::memory_order_acquire)) finish_pending_upgrade(fd, socket);
-  return socket->stream();
+  transport::RdmaStream* stream = socket->stream();
+  if (stream == nullptr) return {};
+  return StreamRef(socket, stream);
 }
 
 bool finish_pending_upgrade(int fd, TrackedSocket* socket) noexcept {

@@ -16,9 +16,36 @@ namespace tcp2rdma::preload {
 
 class TrackedSocket;
 
-// The stream of fd when its connection moved to RDMA, else null: one table lookup (and, once, the
-// upgrade of a non-blocking connect that has completed since).
-transport::RdmaStream* upgraded_stream(int fd) noexcept;
+// An upgraded stream held for the length of one call: its socket (and so the stream) is not
+// destroyed meanwhile, even when another thread closes the last descriptor; the last holder ends it
+// then. The kernel keeps a socket alive the same way while a call is using it: a read blocked in
+// one thread goes on after another thread's close(). Converts to the stream, or null when the
+// connection is not on RDMA.
+// (Left open: the few instructions between the table lookup and taking the reference.)
+class StreamRef {
+ public:
+  StreamRef() noexcept = default;
+  StreamRef(TrackedSocket* socket, transport::RdmaStream* stream) noexcept;
+  StreamRef(StreamRef&& other) noexcept : socket_(other.socket_), stream_(other.stream_) {
+    other.socket_ = nullptr;
+    other.stream_ = nullptr;
+  }
+  StreamRef& operator=(StreamRef&& other) noexcept;
+  StreamRef(const StreamRef&) = delete;
+  StreamRef& operator=(const StreamRef&) = delete;
+  ~StreamRef();
+
+  operator transport::RdmaStream*() const noexcept { return stream_; }
+  transport::RdmaStream* operator->() const noexcept { return stream_; }
+
+ private:
+  TrackedSocket* socket_ = nullptr;
+  transport::RdmaStream* stream_ = nullptr;
+};
+
+// The stream of fd when its connection moved to RDMA, held for the caller's call; else empty. One
+// table lookup (and, once, the upgrade of a non-blocking connect that has completed since).
+StreamRef upgraded_stream(int fd) noexcept;
 // Runs the upgrade a non-blocking connect left pending, if the connection is up by now. False when it
 // failed half-way: the connection must then be reported as reset.
 bool finish_pending_upgrade(int fd, TrackedSocket* socket) noexcept;

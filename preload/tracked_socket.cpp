@@ -3,6 +3,10 @@
 #include <fcntl.h>
 #include <sys/socket.h>
 
+#include <algorithm>
+#include <mutex>
+#include <vector>
+
 #include "fd_table.h"
 #include "real_calls.h"
 #include "socket_registry.h"
@@ -15,14 +19,32 @@ TrackedSocket::TrackedSocket(int domain, SocketRole role) : domain_(domain), rol
 
 namespace {
 std::atomic<unsigned> g_fork_generation{0};
+
+// Every socket with a stream, descriptor or not: one whose last descriptor was closed while a call
+// still held it (StreamRef) is still to be ended at exit. Never destroyed: exit hooks use it.
+std::mutex*& live_mutex_slot() {
+  static auto* mutex = new std::mutex;
+  return mutex;
+}
+std::mutex& live_mutex() { return *live_mutex_slot(); }
+std::vector<TrackedSocket*>& live_sockets() {
+  static auto* sockets = new std::vector<TrackedSocket*>;
+  return *sockets;
+}
 }  // namespace
 
 unsigned fork_generation() noexcept { return g_fork_generation.load(std::memory_order_relaxed); }
-void note_forked_child() noexcept { g_fork_generation.fetch_add(1, std::memory_order_relaxed); }
+void note_forked_child() noexcept {
+  g_fork_generation.fetch_add(1, std::memory_order_relaxed);
+  // Another thread of the parent may have held the lock at the fork; the child has only this one.
+  live_mutex_slot() = new std::mutex;
+}
 
 void TrackedSocket::set_stream(std::unique_ptr<transport::RdmaStream> stream) noexcept {
   generation_ = fork_generation();
   stream_.store(stream.release(), std::memory_order_release);
+  std::lock_guard lock(live_mutex());
+  live_sockets().push_back(this);
 }
 
 void disown_parent_streams() noexcept {
@@ -57,12 +79,12 @@ void end_stream(transport::RdmaStream* s, int linger_seconds) noexcept {
 }  // namespace
 
 void close_streams_at_exit() noexcept {
-  int end = fd_table().high_water();
-  for (int fd = 0; fd < end; ++fd) {
-    if (TrackedSocket* socket = fd_table().find(fd)) {
-      // Idempotent with the destructor's end_stream() later.
-      if (transport::RdmaStream* s = socket->stream()) end_stream(s, socket->linger_seconds.load());
-    }
+  // Held for the whole pass: a thread that lets go of the last reference meanwhile waits in the
+  // destructor. Idempotent with the destructor's end_stream() later. Sockets copied from a parent by
+  // fork have no stream here (stream() is null).
+  std::lock_guard lock(live_mutex());
+  for (TrackedSocket* socket : live_sockets()) {
+    if (transport::RdmaStream* s = socket->stream()) end_stream(s, socket->linger_seconds.load());
   }
 }
 
@@ -117,6 +139,11 @@ TrackedSocket::~TrackedSocket() {
   // or reset it where the kernel would.
   // In a forked child the stream and the listener are the parent's: destroying them here would end
   // the parent's connection or listener (they share the rdma_cm descriptor). They are left alone.
+  if (stream_.load() != nullptr) {
+    std::lock_guard lock(live_mutex());
+    auto& live = live_sockets();
+    live.erase(std::remove(live.begin(), live.end(), this), live.end());
+  }
   if (transport::RdmaStream* s = stream()) {
     end_stream(s, linger_seconds.load());
     delete s;

@@ -102,7 +102,7 @@ T2R_INTERPOSE int ioctl(int fd, unsigned long request, ...) {
   va_end(ap);
   // FIONREAD on an upgraded socket: the bytes waiting in its stream, not the (empty) kernel queue.
   if (request == FIONREAD && arg != nullptr) {
-    if (auto* s = tcp2rdma::preload::upgraded_stream(fd)) {
+    if (auto s = tcp2rdma::preload::upgraded_stream(fd)) {
       *static_cast<int*>(arg) = tcp2rdma::preload::stream_readable_bytes(s);
       return 0;
     }

@@ -32,9 +32,14 @@ bool any_upgraded(const pollfd* fds, nfds_t nfds) {
 int poll_streams(pollfd* fds, nfds_t nfds, const timespec* timeout, const sigset_t* sigmask) {
   // Scratch kept per thread: a poll loop should not allocate on every call.
   static thread_local std::vector<pollfd> shadow;
-  static thread_local std::vector<tcp2rdma::transport::RdmaStream*> streams;
-  shadow.assign(fds, fds + nfds);
+  // The streams are held until poll returns (another thread may close a descriptor meanwhile), and
+  // let go on every way out.
+  static thread_local std::vector<tcp2rdma::preload::StreamRef> streams;
+  struct LetGo {
+    ~LetGo() { streams.clear(); }
+  } let_go;
   streams.resize(nfds);
+  shadow.assign(fds, fds + nfds);
   for (nfds_t i = 0; i < nfds; ++i) streams[i] = upgraded_stream(fds[i].fd);
   auto deadline = timeout == nullptr ? Clock::time_point::max()
                                      : Clock::now() + std::chrono::seconds(timeout->tv_sec) +

@@ -140,7 +140,7 @@ T2R_INTERPOSE int connect(int fd, const struct sockaddr* addr, socklen_t len) {
 }
 
 T2R_INTERPOSE int shutdown(int fd, int how) {
-  if (auto* s = tcp2rdma::preload::upgraded_stream(fd)) return tcp2rdma::preload::stream_shutdown(s, how);
+  if (auto s = tcp2rdma::preload::upgraded_stream(fd)) return tcp2rdma::preload::stream_shutdown(s, how);
   return real().shutdown(fd, how);
 }
 

@@ -1,0 +1,78 @@
+// close_while_reading: one thread closes a connection while another is blocked reading it.
+//   close_while_reading server PORT       accepts one connection, waits 2 s, writes "late bytes", closes.
+//   close_while_reading client HOST PORT  connects; a thread blocks in read(); the main thread closes
+//       the descriptor 0.5 s later, then waits for the reader.
+// Linux keeps a socket alive while a call is still using it: the blocked read goes on and returns
+// the late bytes; close() only took the descriptor away. Under the shim the stream must likewise
+// outlive the close until the reader has returned (it must not be freed under the reader).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+
+namespace {
+
+sockaddr_in address(const char* ip, const char* port) {
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(std::atoi(port)));
+  inet_pton(AF_INET, ip, &addr.sin_addr);
+  return addr;
+}
+
+int serve(const char* port) {
+  int listener = socket(AF_INET, SOCK_STREAM, 0);
+  int one = 1;
+  setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in addr = address("0.0.0.0", port);
+  if (bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(listener, 1) != 0) return 1;
+  std::fprintf(stderr, "listening\n");
+  int fd = accept(listener, nullptr, nullptr);
+  if (fd < 0) return 1;
+  sleep(2);
+  const char late[] = "late bytes";
+  bool ok = write(fd, late, sizeof late - 1) == static_cast<ssize_t>(sizeof late - 1);
+  close(fd);
+  return ok ? 0 : 1;
+}
+
+int client(const char* ip, const char* port) {
+  sockaddr_in addr = address(ip, port);
+  int fd = -1;
+  for (int attempt = 0; attempt < 100 && fd < 0; ++attempt) {
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      close(fd);
+      fd = -1;
+      usleep(100000);
+    }
+  }
+  if (fd < 0) return 1;
+  std::string got;
+  std::thread reader([&] {
+    char buffer[64];
+    ssize_t n = read(fd, buffer, sizeof buffer);
+    if (n > 0) got.assign(buffer, static_cast<size_t>(n));
+    std::printf("reader: read returned %zd%s%s\n", n, n > 0 ? ": " : "", got.c_str());
+  });
+  usleep(500000);
+  int rc = close(fd);
+  std::printf("main: close returned %d while the reader was blocked\n", rc);
+  reader.join();
+  return got == "late bytes" ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc == 3 && std::strcmp(argv[1], "server") == 0) return serve(argv[2]);
+  if (argc == 4 && std::strcmp(argv[1], "client") == 0) return client(argv[2], argv[3]);
+  std::fprintf(stderr, "usage: close_while_reading server PORT | client HOST PORT\n");
+  return 2;
+}
