@@ -16,21 +16,18 @@
 #include <string>
 #include <thread>
 
+#include "test_sockets.h"
+
 namespace {
 
-sockaddr_in address(const char* ip, const char* port) {
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(std::atoi(port)));
-  inet_pton(AF_INET, ip, &addr.sin_addr);
-  return addr;
-}
+using tcp2rdma::test::connect_retrying;
+using tcp2rdma::test::ipv4_address;
 
 int serve(const char* port) {
   int listener = socket(AF_INET, SOCK_STREAM, 0);
   int one = 1;
   setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in addr = address("0.0.0.0", port);
+  sockaddr_in addr = ipv4_address("0.0.0.0", port);
   if (bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(listener, 1) != 0) return 1;
   std::fprintf(stderr, "listening\n");
   int fd = accept(listener, nullptr, nullptr);
@@ -43,16 +40,7 @@ int serve(const char* port) {
 }
 
 int client(const char* ip, const char* port) {
-  sockaddr_in addr = address(ip, port);
-  int fd = -1;
-  for (int attempt = 0; attempt < 100 && fd < 0; ++attempt) {
-    fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-      close(fd);
-      fd = -1;
-      usleep(100000);
-    }
-  }
+  int fd = connect_retrying(ip, port);
   if (fd < 0) return 1;
   std::string got;
   std::thread reader([&] {

@@ -26,6 +26,8 @@
 #include <string>
 #include <vector>
 
+#include "test_sockets.h"
+
 namespace {
 
 constexpr size_t kBytes = 4 << 20;
@@ -36,26 +38,11 @@ std::vector<char> pattern() {
   return v;
 }
 
-sockaddr_in address(const char* ip, const char* port) {
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(std::atoi(port)));
-  inet_pton(AF_INET, ip, &addr.sin_addr);
-  return addr;
-}
+using tcp2rdma::test::connect_retrying;
+using tcp2rdma::test::ipv4_address;
 
 int send_then_exec(const char* self, const char* ip, const char* port, const std::string& mode) {
-  sockaddr_in addr = address(ip, port);
-  int type = SOCK_STREAM | (mode == "cloexec" ? SOCK_CLOEXEC : 0);
-  int fd = -1;
-  for (int attempt = 0; attempt < 100 && fd < 0; ++attempt) {
-    fd = socket(AF_INET, type, 0);
-    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-      close(fd);
-      fd = -1;
-      usleep(100000);
-    }
-  }
+  int fd = connect_retrying(ip, port, SOCK_STREAM | (mode == "cloexec" ? SOCK_CLOEXEC : 0));
   if (fd < 0) return 1;
   std::vector<char> bytes = pattern();
   for (size_t done = 0; done < bytes.size();) {
@@ -107,7 +94,7 @@ int receive(const char* port) {
   int listener = socket(AF_INET, SOCK_STREAM, 0);
   int one = 1;
   setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in addr = address("0.0.0.0", port);
+  sockaddr_in addr = ipv4_address("0.0.0.0", port);
   if (bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(listener, 1) != 0) return 1;
   std::fprintf(stderr, "listening\n");
   int fd = accept(listener, nullptr, nullptr);

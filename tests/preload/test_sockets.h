@@ -1,0 +1,35 @@
+// Small socket helpers shared by the preload test programs that run in the Soft-RoCE VM.
+#pragma once
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+
+namespace tcp2rdma::test {
+
+inline sockaddr_in ipv4_address(const char* ip, const char* port) {
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(std::atoi(port)));
+  inet_pton(AF_INET, ip, &addr.sin_addr);
+  return addr;
+}
+
+// A connected TCP socket of `type` (SOCK_STREAM, maybe | SOCK_CLOEXEC), retrying every 100 ms for
+// about 10 s while the server is not listening yet; -1 if it never is.
+inline int connect_retrying(const char* ip, const char* port, int type = SOCK_STREAM) {
+  sockaddr_in addr = ipv4_address(ip, port);
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    int fd = socket(AF_INET, type, 0);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) return fd;
+    close(fd);
+    usleep(100000);
+  }
+  return -1;
+}
+
+}  // namespace tcp2rdma::test
