@@ -127,7 +127,10 @@ T2R_INTERPOSE int connect(int fd, const struct sockaddr* addr, socklen_t len) {
   if (rc != 0) socket->connect_in_progress.store(true);
   if (decision.options->transport != Transport::kRdma) {
     tcp2rdma::preload::log_connection(fd, Role::kClient, decision, "stays tcp", addr, len);
-  } else if (rc != 0) {
+  } else if (rc != 0 || decision.options->upgrade == tcp2rdma::config::UpgradeMode::kBackground) {
+    // Under way (EINPROGRESS); or `upgrade: background`, where connect() returns at TCP speed and the
+    // upgrade runs at the connection's first use, before any byte moves (a burst of connects, as
+    // iperf 2 -P makes, no longer waits for the server to accept each one).
     socket->pending_decision = decision;
     socket->upgrade_pending.store(true, std::memory_order_release);
   } else if (!tcp2rdma::preload::upgrade_and_log(fd, Role::kClient, nullptr, decision)) {
