@@ -25,20 +25,25 @@ void for_each_listener(F f) {
 void mark_listeners_to_hand_on() noexcept {
   unsigned here = fork_generation();
   for_each_listener([here](int, TrackedSocket* l) {
+    // A process that accepts keeps its listener; it is not asked for the lock, which an accept
+    // waiting for an RDMA request can hold for seconds.
+    if (l->accept_generation.load() == here) {
+      l->drop_after_fork.store(false);  // a copy inherited from the parent may say otherwise
+      return;
+    }
     std::lock_guard lock(l->listener_mutex);
-    l->drop_after_fork = l->rdma_listener != nullptr && l->listener_generation == here &&
-                         l->accept_generation.load() != here;
+    bool drop = l->rdma_listener != nullptr && l->listener_generation == here;
+    l->drop_after_fork.store(drop);
     // Set before fork, so that the child's copy knows it may make the listener again.
-    if (l->drop_after_fork) l->rdma_handed_on.store(true);
+    if (drop) l->rdma_handed_on.store(true);
   });
 }
 
 void hand_on_marked_listeners(bool forked) noexcept {
   for_each_listener([forked](int fd, TrackedSocket* l) {
-    std::lock_guard lock(l->listener_mutex);
-    if (!l->drop_after_fork) return;
-    l->drop_after_fork = false;
+    if (!l->drop_after_fork.exchange(false)) return;
     if (!forked) return;  // the fork failed: keep it (rdma_handed_on only allows a later remake here)
+    std::lock_guard lock(l->listener_mutex);
     l->rdma_listener.reset();
     log_line("fd %d listener: forked before accepting: the RDMA listener goes to the process that accepts", fd);
   });

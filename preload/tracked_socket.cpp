@@ -47,17 +47,28 @@ void TrackedSocket::set_stream(std::unique_ptr<transport::RdmaStream> stream) no
   live_sockets().push_back(this);
 }
 
+namespace {
+
+// Makes fd name a fresh unconnected socket (same number, same close-on-exec flag) and forgets it: a
+// stream that cannot be used here then fails loudly (ENOTCONN, EPIPE) instead of leaving the idle
+// TCP socket underneath to be read or written as if it were the connection.
+void replace_with_unconnected_socket(int fd, int domain) noexcept {
+  int placeholder = real().socket(domain, SOCK_STREAM, 0);
+  if (placeholder >= 0) {
+    int fd_flags = real().fcntl(fd, F_GETFD);
+    real().dup3(placeholder, fd, fd_flags > 0 && (fd_flags & FD_CLOEXEC) ? O_CLOEXEC : 0);
+    real().close(placeholder);
+  }
+  track_close(fd);
+}
+
+}  // namespace
+
 void disown_parent_streams() noexcept {
   int end = fd_table().high_water();
   for (int fd = 0; fd < end; ++fd) {
     TrackedSocket* socket = fd_table().find(fd);
-    if (socket == nullptr || !socket->stream_of_parent()) continue;
-    int placeholder = real().socket(socket->domain(), SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (placeholder >= 0) {
-      real().dup2(placeholder, fd);  // keeps the descriptor's number; drops the child's share of the socket
-      real().close(placeholder);
-    }
-    track_close(fd);
+    if (socket != nullptr && socket->stream_of_parent()) replace_with_unconnected_socket(fd, socket->domain());
   }
 }
 
@@ -115,20 +126,13 @@ void end_streams_for_exec() noexcept {
     }
     // The new program inherits the descriptor but not the stream (its verbs resources go with this
     // image). Everything written so far still reaches the peer, then a reset: the new program's
-    // writes can never arrive, and the peer must not read a clean end. The descriptor is made to
-    // name an unconnected socket, so the new program fails loudly (ENOTCONN, EPIPE) instead of
-    // reading the idle TCP socket underneath. Every descriptor of this socket is handled in this pass.
+    // writes can never arrive, and the peer must not read a clean end. Every descriptor of this
+    // socket is handled in this pass.
     (void)s->flush();
     s->abort();
+    int domain = socket->domain();  // the last track_close below may free `socket`
     for (int other = fd; other < end; ++other) {
-      if (fd_table().find(other) != socket) continue;
-      int placeholder = real().socket(socket->domain(), SOCK_STREAM, 0);
-      if (placeholder >= 0) {
-        int cloexec = real().fcntl(other, F_GETFD);
-        real().dup3(placeholder, other, cloexec > 0 && (cloexec & FD_CLOEXEC) ? O_CLOEXEC : 0);
-        real().close(placeholder);
-      }
-      track_close(other);
+      if (fd_table().find(other) == socket) replace_with_unconnected_socket(other, domain);
     }
   }
 }

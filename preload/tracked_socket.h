@@ -89,7 +89,7 @@ class TrackedSocket {
   // again (with listener_mutex).
   std::atomic<unsigned> accept_generation{~0u};
   std::atomic<bool> rdma_handed_on{false};
-  bool drop_after_fork = false;
+  std::atomic<bool> drop_after_fork{false};
   unsigned claim_generation = ~0u;
 
  private:
