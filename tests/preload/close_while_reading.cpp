@@ -21,14 +21,11 @@
 namespace {
 
 using tcp2rdma::test::connect_retrying;
-using tcp2rdma::test::ipv4_address;
+using tcp2rdma::test::listen_on;
 
 int serve(const char* port) {
-  int listener = socket(AF_INET, SOCK_STREAM, 0);
-  int one = 1;
-  setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in addr = ipv4_address("0.0.0.0", port);
-  if (bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(listener, 1) != 0) return 1;
+  int listener = listen_on(port);
+  if (listener < 0) return 1;
   std::fprintf(stderr, "listening\n");
   int fd = accept(listener, nullptr, nullptr);
   if (fd < 0) return 1;

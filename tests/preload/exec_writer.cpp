@@ -39,7 +39,7 @@ std::vector<char> pattern() {
 }
 
 using tcp2rdma::test::connect_retrying;
-using tcp2rdma::test::ipv4_address;
+using tcp2rdma::test::listen_on;
 
 int send_then_exec(const char* self, const char* ip, const char* port, const std::string& mode) {
   int fd = connect_retrying(ip, port, SOCK_STREAM | (mode == "cloexec" ? SOCK_CLOEXEC : 0));
@@ -91,11 +91,8 @@ int after_exec(int fd, const std::string& mode) {
 }
 
 int receive(const char* port) {
-  int listener = socket(AF_INET, SOCK_STREAM, 0);
-  int one = 1;
-  setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in addr = ipv4_address("0.0.0.0", port);
-  if (bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(listener, 1) != 0) return 1;
+  int listener = listen_on(port);
+  if (listener < 0) return 1;
   std::fprintf(stderr, "listening\n");
   int fd = accept(listener, nullptr, nullptr);
   if (fd < 0) return 1;

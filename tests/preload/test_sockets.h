@@ -19,6 +19,16 @@ inline sockaddr_in ipv4_address(const char* ip, const char* port) {
   return addr;
 }
 
+// A listening TCP socket on every address at `port` (SO_REUSEADDR), backlog 1; -1 on failure.
+inline int listen_on(const char* port) {
+  int listener = socket(AF_INET, SOCK_STREAM, 0);
+  int one = 1;
+  setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in addr = ipv4_address("0.0.0.0", port);
+  if (bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(listener, 1) != 0) return -1;
+  return listener;
+}
+
 // A connected TCP socket of `type` (SOCK_STREAM, maybe | SOCK_CLOEXEC), retrying every 100 ms for
 // about 10 s while the server is not listening yet; -1 if it never is.
 inline int connect_retrying(const char* ip, const char* port, int type = SOCK_STREAM) {
