@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -101,9 +102,8 @@ config::Decision decide_connection(int fd, config::Role role, const sockaddr* re
   return decision;
 }
 
-void log_connection(int fd, config::Role role, const config::Decision& decision, const char* path,
-                    const sockaddr* remote_hint, socklen_t remote_hint_len) {
-  if (!log_enabled()) return;
+void describe_connection(int fd, config::Role role, const config::Decision& decision, char* out, size_t size,
+                         const sockaddr* remote_hint, socklen_t remote_hint_len) {
   int saved_errno = errno;
   sockaddr_storage remote{}, local{};
   bool has_remote = false, has_local = false;
@@ -113,12 +113,20 @@ void log_connection(int fd, config::Role role, const config::Decision& decision,
   format_endpoint(remote, has_remote, to, sizeof to);
   const char* who = role == config::Role::kClient ? "client" : "server";
   if (decision.rule == nullptr) {
-    log_line("fd %d %s %s -> %s: no rule matched: %s", fd, who, from, to, path);
+    snprintf(out, size, "fd %d %s %s -> %s: no rule matched", fd, who, from, to);
   } else {
-    log_line("fd %d %s %s -> %s: rule '%s' says %s: %s", fd, who, from, to, decision.rule->name.c_str(),
-             config::to_string(decision.options->transport), path);
+    snprintf(out, size, "fd %d %s %s -> %s: rule '%s' says %s", fd, who, from, to, decision.rule->name.c_str(),
+             config::to_string(decision.options->transport));
   }
   errno = saved_errno;
+}
+
+void log_connection(int fd, config::Role role, const config::Decision& decision, const char* path,
+                    const sockaddr* remote_hint, socklen_t remote_hint_len) {
+  if (!log_enabled()) return;
+  char label[kConnectionLabelSize];
+  describe_connection(fd, role, decision, label, sizeof label, remote_hint, remote_hint_len);
+  log_line("%s: %s", label, path);
 }
 
 }  // namespace tcp2rdma::preload

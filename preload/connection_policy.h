@@ -5,6 +5,8 @@
 
 #include <sys/socket.h>
 
+#include <cstddef>
+
 #include "rule_set.h"
 
 namespace tcp2rdma::preload {
@@ -24,5 +26,11 @@ config::Decision decide_connection(int fd, config::Role role, const sockaddr* re
 // way the bytes really go ("upgraded to rdma", "stays tcp (why)"). Never changes errno.
 void log_connection(int fd, config::Role role, const config::Decision& decision, const char* path,
                     const sockaddr* remote_hint = nullptr, socklen_t remote_hint_len = 0);
+
+// The first part of that line ("fd 5 client 10.0.0.1:40000 -> 10.0.0.2:5201: rule 'x' says rdma"),
+// for a line written later, when the descriptor may be gone (a background upgrade).
+inline constexpr size_t kConnectionLabelSize = 256;
+void describe_connection(int fd, config::Role role, const config::Decision& decision, char* out, size_t size,
+                         const sockaddr* remote_hint = nullptr, socklen_t remote_hint_len = 0);
 
 }  // namespace tcp2rdma::preload

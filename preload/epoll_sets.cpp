@@ -83,7 +83,7 @@ epoll_event proxy_event(Entry* e) {
 
 // The application's events for e now, or 0.
 uint32_t ready_events(const Entry& e) {
-  StreamRef stream = upgraded_stream(e.fd);
+  StreamRef stream = current_stream(e.fd);
   if (stream == nullptr) return 0;
   // EPOLLIN, EPOLLOUT, EPOLLRDHUP, EPOLLERR and EPOLLHUP have poll's values.
   auto wanted = static_cast<short>(e.events & (EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLPRI));
@@ -93,7 +93,7 @@ uint32_t ready_events(const Entry& e) {
 // After (re)registration: arm the stream so its fd fires on the next change, and if it is ready
 // already, make it fire now: epoll reports a descriptor that is ready when it is added.
 void prime(const Entry& e) {
-  StreamRef stream = upgraded_stream(e.fd);
+  StreamRef stream = current_stream(e.fd);
   if (stream != nullptr && ready_events(e) != 0) stream->wake_pollers();
 }
 
@@ -103,7 +103,7 @@ void prime(const Entry& e) {
 // kernel must see the still-ready stream too, as it sees a socket with unread bytes.
 void keep_signalled(const Entry& e) {
   if (e.events & (EPOLLET | EPOLLONESHOT)) return;
-  if (StreamRef stream = upgraded_stream(e.fd)) stream->wake_pollers();
+  if (StreamRef stream = current_stream(e.fd)) stream->wake_pollers();
 }
 
 void erase_pending_locked(size_t i) {
@@ -115,7 +115,8 @@ void erase_pending_locked(size_t i) {
 }  // namespace
 
 int epoll_ctl_upgraded(int epfd, int op, int fd, epoll_event* event) noexcept {
-  StreamRef stream = upgraded_stream(fd);
+  StreamRef stream = current_stream(fd);
+  if (stream == nullptr) return fail(EBADF);
   std::lock_guard lock(g_mutex);
   Entry* e = find_locked(epfd, fd);
   switch (op) {
@@ -158,20 +159,31 @@ int epoll_ctl_upgraded(int epfd, int op, int fd, epoll_event* event) noexcept {
 
 bool epoll_wait_upgraded(int epfd, epoll_event* events, int maxevents, int timeout_ms, RealEpollWait wait,
                          const void* context, int* result) noexcept {
-  if (g_count.load(std::memory_order_acquire) == 0 || maxevents <= 0) return false;
+  if ((g_count.load(std::memory_order_acquire) == 0 && g_pending_count.load(std::memory_order_acquire) == 0) ||
+      maxevents <= 0) {
+    return false;
+  }
   // Scratch kept per thread: an event loop calls this for every wakeup, and it should not allocate.
   static thread_local std::vector<Entry*> mine, reported;
-  mine.clear();
-  {
-    std::lock_guard lock(g_mutex);
+  // A set that holds a socket whose upgrade is pending takes this path too: the upgrade may move that
+  // registration onto its stream while we wait, and the event that then comes carries our Entry.
+  auto take_mine = [&] {
+    mine.clear();
+    bool pending = false;
     for (Entry* e : g_entries) {
       if (e->epfd == epfd) mine.push_back(e);
     }
+    for (const Pending& p : g_pending) pending |= p.epfd == epfd;
+    return pending || !mine.empty();
+  };
+  {
+    std::lock_guard lock(g_mutex);
+    if (!take_mine()) return false;
   }
-  if (mine.empty()) return false;
   auto deadline = timeout_ms < 0 ? Clock::time_point::max() : Clock::now() + std::chrono::milliseconds(timeout_ms);
   for (;;) {
     std::lock_guard lock(g_mutex);  // entries may not go away while we look at them
+    take_mine();
     int n = 0;
     reported.clear();
     // Level-triggered entries are reported while their stream is ready, fired or not: the readiness
@@ -194,6 +206,7 @@ bool epoll_wait_upgraded(int epfd, epoll_event* events, int maxevents, int timeo
       g_mutex.unlock();
       rc = wait(epfd, events + n, maxevents - n, wait_ms, context);
       g_mutex.lock();
+      take_mine();  // an upgrade may have moved a registration meanwhile
     }
     if (rc < 0) {
       *result = n > 0 ? n : -1;
@@ -230,7 +243,10 @@ bool epoll_wait_upgraded(int epfd, epoll_event* events, int maxevents, int timeo
 
 void epoll_note_registration(int epfd, int op, int fd, const epoll_event* event) noexcept {
   TrackedSocket* socket = fd_table().find(fd);
-  if (socket == nullptr || !socket->upgrade_pending.load(std::memory_order_acquire)) return;
+  if (socket == nullptr ||
+      (!socket->upgrade_pending.load(std::memory_order_acquire) && socket->active_session() == nullptr)) {
+    return;
+  }
   std::lock_guard lock(g_mutex);
   for (size_t i = 0; i < g_pending.size(); ++i) {
     if (g_pending[i].epfd != epfd || g_pending[i].fd != fd) continue;

@@ -1,7 +1,6 @@
 #include "handover.h"
 
 #include <cstring>
-#include <limits>
 
 namespace tcp2rdma::preload {
 namespace {
@@ -74,56 +73,15 @@ std::optional<NoncePair> decode_record(std::span<const uint8_t, kRecordSize> f) 
   return n;
 }
 
-uint64_t InboundHandover::tcp_read_limit() const {
-  switch (state_) {
-    case State::kTcp:
-    case State::kTcpForever:
-      return std::numeric_limits<uint64_t>::max();
-    case State::kBounded:
-      return bound_ - delivered_;
-    case State::kAtRecord:
-    case State::kRdma:
-      return 0;
-  }
-  return 0;
+std::optional<uint64_t> bytes_left_on_tcp(uint64_t peer_tcp_bytes, uint64_t received, uint64_t cap) {
+  if (peer_tcp_bytes < received || peer_tcp_bytes - received > cap) return std::nullopt;
+  return peer_tcp_bytes - received;
 }
 
-InboundHandover::Verdict InboundHandover::on_hello(uint64_t peer_tcp_bytes) {
-  if (state_ != State::kTcp || peer_tcp_bytes < delivered_) return Verdict::kProtocolError;
-  bound_ = peer_tcp_bytes;
-  state_ = bound_ == delivered_ ? State::kAtRecord : State::kBounded;
-  return Verdict::kOk;
-}
-
-InboundHandover::Verdict InboundHandover::on_tcp_delivered(uint64_t n) {
-  if (n > tcp_read_limit()) return Verdict::kProtocolError;
-  delivered_ += n;
-  if (state_ == State::kBounded && delivered_ == bound_) state_ = State::kAtRecord;
-  return Verdict::kOk;
-}
-
-InboundHandover::RecordOutcome InboundHandover::on_record(std::span<const uint8_t, kRecordSize> bytes) {
-  if (state_ != State::kAtRecord) return RecordOutcome::kAbort;
+RecordCheck check_record(std::span<const uint8_t, kRecordSize> bytes, const NoncePair& ours) {
   std::optional<NoncePair> got = decode_record(bytes);
-  if (!got.has_value()) {
-    state_ = State::kTcpForever;
-    delivered_ += kRecordSize;
-    return RecordOutcome::kBytesAreData;
-  }
-  if (*got != nonces_) return RecordOutcome::kAbort;
-  state_ = State::kRdma;
-  return RecordOutcome::kSwitchToRdma;
-}
-
-std::array<uint8_t, kHelloSize> OutboundHandover::begin() {
-  state_ = State::kHelloSent;
-  return encode_hello(sent_);
-}
-
-OutboundHandover::Verdict OutboundHandover::on_ack(uint64_t acked_tcp_bytes) {
-  if (state_ != State::kHelloSent || acked_tcp_bytes != sent_) return Verdict::kProtocolError;
-  state_ = State::kRdma;
-  return Verdict::kOk;
+  if (!got.has_value()) return RecordCheck::kNotARecord;
+  return *got == ours ? RecordCheck::kProven : RecordCheck::kOtherConnection;
 }
 
 }  // namespace tcp2rdma::preload

@@ -1,6 +1,5 @@
-// The byte-exact switch of one TCP connection's two directions onto RDMA, as pure logic: no sockets,
-// no verbs, no clocks. The preload layer feeds it what happened and asks it what it may do next.
-// docs/architecture.md ("The upgrade and the byte-exact handover") is the protocol this implements.
+// The frames and checks of the byte-exact switch of a TCP connection onto RDMA, as pure logic: no
+// sockets, no verbs, no clocks. docs/architecture.md ("The byte-exact handover") is the protocol.
 #pragma once
 
 #include <array>
@@ -21,7 +20,7 @@ struct NoncePair {
   bool operator==(const NoncePair&) const = default;
 };
 
-// Preamble frames, the first bytes of each side's RDMA stream; and the record written on TCP right
+// HELLO and ACK, the first bytes of each side's RDMA stream; and the record written on TCP right
 // after the last application byte sent over TCP. Little-endian, fixed size, no padding.
 inline constexpr uint32_t kHelloMagic = 0x4f4c4854;   // "THLO"
 inline constexpr uint32_t kAckMagic = 0x4b434154;     // "TACK"
@@ -38,74 +37,19 @@ std::optional<uint64_t> decode_hello(std::span<const uint8_t, kHelloSize> frame)
 std::optional<uint64_t> decode_ack(std::span<const uint8_t, kAckSize> frame);
 std::optional<NoncePair> decode_record(std::span<const uint8_t, kRecordSize> frame);
 
-// The receiving half: which bytes the application may still take from TCP, and when the stream
-// continues on RDMA.
-class InboundHandover {
- public:
-  enum class State {
-    kTcp,        // no bound known: every TCP byte is application data (the peer writes no record yet)
-    kBounded,    // the peer's HELLO said how many application bytes come on TCP; deliver up to there
-    kAtRecord,   // all of them delivered; the next kRecordSize TCP bytes are the handover record
-    kRdma,       // record verified: the stream continues on RDMA
-    kTcpForever  // record did not verify: this RDMA connection is not our peer's; stay on TCP
-  };
-  enum class Verdict { kOk, kProtocolError };
+// The peer's HELLO said it wrote `peer_tcp_bytes` application bytes to TCP before it froze; the
+// application here has read `received` of them. The rest are still to be read from TCP (before the
+// peer's record) and kept for the application: how many, or nullopt when the claim cannot be true
+// (fewer than were already read) or is more than `cap`, what one TCP connection can have in flight.
+std::optional<uint64_t> bytes_left_on_tcp(uint64_t peer_tcp_bytes, uint64_t received, uint64_t cap);
 
-  explicit InboundHandover(const NoncePair& nonces) : nonces_(nonces) {}
-
-  State state() const { return state_; }
-  uint64_t tcp_bytes_delivered() const { return delivered_; }
-
-  // Most bytes a read may take from TCP now without reaching past the application's data.
-  uint64_t tcp_read_limit() const;
-
-  // The peer's HELLO arrived over RDMA. It may not claim fewer bytes than were already delivered.
-  Verdict on_hello(uint64_t peer_tcp_bytes);
-
-  // n application bytes were handed to the application from TCP (never more than tcp_read_limit()).
-  Verdict on_tcp_delivered(uint64_t n);
-
-  enum class RecordOutcome {
-    kSwitchToRdma,    // our peer's record with this connection's nonces
-    kBytesAreData,    // not a record at all: whoever holds the RDMA connection could not write into
-                      // our TCP stream, so it is not our peer; the bytes are application data and the
-                      // connection stays TCP
-    kAbort            // a record with other nonces, or at the wrong time: never guess, reset
-  };
-  // The kRecordSize bytes read from TCP at the boundary (state kAtRecord).
-  RecordOutcome on_record(std::span<const uint8_t, kRecordSize> bytes);
-
- private:
-  NoncePair nonces_;
-  State state_ = State::kTcp;
-  uint64_t delivered_ = 0;
-  uint64_t bound_ = 0;
+// What the kRecordSize bytes found on TCP right after the peer's last application byte are.
+enum class RecordCheck {
+  kProven,          // the peer's record with this RDMA connection's nonces: the stream is the peer's
+  kNotARecord,      // no record at all: whoever holds the RDMA connection could not write into our
+                    // TCP stream, so it is not our peer
+  kOtherConnection  // a record, but with other nonces
 };
-
-// The sending half: when application bytes must stop going to TCP, and when the record may be written.
-class OutboundHandover {
- public:
-  enum class State {
-    kTcp,         // application bytes go to TCP
-    kHelloSent,   // HELLO{tcp_bytes} sent on RDMA; application writes wait for the peer's ACK
-    kRdma         // ACK read, record written to TCP: application bytes go to RDMA
-  };
-  enum class Verdict { kOk, kProtocolError };
-
-  OutboundHandover() = default;
-
-  State state() const { return state_; }
-  uint64_t tcp_bytes_sent() const { return sent_; }
-
-  void on_tcp_sent(uint64_t n) { sent_ += n; }  // only in kTcp
-  // Freezes the TCP byte count and returns the HELLO to send as the first bytes on RDMA.
-  std::array<uint8_t, kHelloSize> begin();
-  // The peer acknowledged our HELLO; it must echo exactly our count. Then the record goes on TCP.
-  Verdict on_ack(uint64_t acked_tcp_bytes);
-
- private:
-  State state_ = State::kTcp;
-  uint64_t sent_ = 0;
-};
+RecordCheck check_record(std::span<const uint8_t, kRecordSize> bytes, const NoncePair& ours);
 
 }  // namespace tcp2rdma::preload

@@ -8,6 +8,7 @@
 
 #include "epoll_sets.h"
 #include "fd_table.h"
+#include "handover_session.h"
 #include "rdma_stream.h"
 #include "real_calls.h"
 #include "tracked_socket.h"
@@ -39,8 +40,8 @@ int errno_of(Status s) {
 
 }  // namespace
 
-StreamRef::StreamRef(TrackedSocket* socket, transport::RdmaStream* stream) noexcept
-    : socket_(socket), stream_(stream) {
+StreamRef::StreamRef(TrackedSocket* socket, transport::RdmaStream* stream, HandoverSession* session) noexcept
+    : socket_(socket), stream_(stream), session_(session) {
   socket_->add_ref();
 }
 
@@ -49,8 +50,10 @@ StreamRef& StreamRef::operator=(StreamRef&& other) noexcept {
     if (socket_ != nullptr) socket_->release();
     socket_ = other.socket_;
     stream_ = other.stream_;
+    session_ = other.session_;
     other.socket_ = nullptr;
     other.stream_ = nullptr;
+    other.session_ = nullptr;
   }
   return *this;
 }
@@ -63,7 +66,18 @@ StreamRef upgraded_stream(int fd) noexcept {
   TrackedSocket* socket = fd_table().find(fd);
   if (socket == nullptr) return {};
   if (socket->upgrade_pending.load(std::memory_order_acquire)) finish_pending_upgrade(fd, socket);
+  if (HandoverSession* session = socket->active_session(); session != nullptr) {
+    if (session->phase() == HandoverSession::Phase::kOnTcp) return StreamRef(socket, nullptr, session);
+    session->wait_over();  // the switch takes a few round trips; it never waits on the application
+  }
   transport::RdmaStream* stream = socket->stream();
+  if (stream == nullptr) return {};
+  return StreamRef(socket, stream);
+}
+
+StreamRef current_stream(int fd) noexcept {
+  TrackedSocket* socket = fd_table().find(fd);
+  transport::RdmaStream* stream = socket != nullptr ? socket->stream() : nullptr;
   if (stream == nullptr) return {};
   return StreamRef(socket, stream);
 }
@@ -80,10 +94,14 @@ bool finish_pending_upgrade(int fd, TrackedSocket* socket) noexcept {
     errno = saved_errno;
     return true;
   }
+  if (socket->pending_decision.options->upgrade == config::UpgradeMode::kBackground) {
+    upgrade_in_background(fd, config::Role::kClient, nullptr, socket->pending_decision);
+    errno = saved_errno;
+    return true;
+  }
+  // epoll sets the application added the connecting socket to move onto the stream with the upgrade
+  // (or, when it stays TCP, go on watching the socket).
   bool usable = upgrade_and_log(fd, config::Role::kClient, nullptr, socket->pending_decision);
-  // epoll sets the application added the connecting socket to now watch the stream (or, when it
-  // stayed TCP, go on watching the socket).
-  epoll_move_pending(fd, socket->stream() != nullptr);
   if (!usable) {
     // Whichever call ran the upgrade, the application learns of it like a failed connect: SO_ERROR
     // says ECONNRESET, and the socket carries nothing more (shut down both ways).
@@ -94,7 +112,9 @@ bool finish_pending_upgrade(int fd, TrackedSocket* socket) noexcept {
   return usable;
 }
 
-ssize_t stream_recv(transport::RdmaStream* stream, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept {
+ssize_t stream_recv(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept {
+  if (ref.session() != nullptr) return session_recv(ref.session(), fd, iov, iovcnt, msg_flags);
+  transport::RdmaStream* stream = ref;
   int flags = 0;
   if (nonblocking(fd, msg_flags)) flags |= transport::kNonBlocking;
   if (msg_flags & MSG_PEEK) flags |= transport::kPeek;
@@ -108,7 +128,9 @@ ssize_t stream_recv(transport::RdmaStream* stream, int fd, const iovec* iov, int
   return static_cast<ssize_t>(done);
 }
 
-ssize_t stream_send(transport::RdmaStream* stream, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept {
+ssize_t stream_send(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept {
+  if (ref.session() != nullptr) return session_send(ref.session(), fd, iov, iovcnt, msg_flags);
+  transport::RdmaStream* stream = ref;
   size_t done = 0;
   Status s = stream->write(iov, iovcnt, nonblocking(fd, msg_flags) ? transport::kNonBlocking : 0, &done);
   if (s == Status::kOk) return static_cast<ssize_t>(done);

@@ -15,20 +15,25 @@ class RdmaStream;
 namespace tcp2rdma::preload {
 
 class TrackedSocket;
+class HandoverSession;
 
 // An upgraded stream held for the length of one call: its socket (and so the stream) is not
 // destroyed meanwhile, even when another thread closes the last descriptor; the last holder ends it
 // then. The kernel keeps a socket alive the same way while a call is using it: a read blocked in
 // one thread goes on after another thread's close(). Converts to the stream, or null when the
-// connection is not on RDMA.
+// connection is not on RDMA. While the connection's handover is under way and it is still on TCP, it
+// holds the session instead (session() is set, the stream is null): the call is then made on TCP and
+// counted (handover_calls.cpp).
 // (Left open: the few instructions between the table lookup and taking the reference.)
 class StreamRef {
  public:
   StreamRef() noexcept = default;
-  StreamRef(TrackedSocket* socket, transport::RdmaStream* stream) noexcept;
-  StreamRef(StreamRef&& other) noexcept : socket_(other.socket_), stream_(other.stream_) {
+  StreamRef(TrackedSocket* socket, transport::RdmaStream* stream, HandoverSession* session = nullptr) noexcept;
+  StreamRef(StreamRef&& other) noexcept
+      : socket_(other.socket_), stream_(other.stream_), session_(other.session_) {
     other.socket_ = nullptr;
     other.stream_ = nullptr;
+    other.session_ = nullptr;
   }
   StreamRef& operator=(StreamRef&& other) noexcept;
   StreamRef(const StreamRef&) = delete;
@@ -37,21 +42,35 @@ class StreamRef {
 
   operator transport::RdmaStream*() const noexcept { return stream_; }
   transport::RdmaStream* operator->() const noexcept { return stream_; }
+  HandoverSession* session() const noexcept { return session_; }
+  // Whether the call is the module's to make: on the stream, or on TCP counted for a handover.
+  bool ours() const noexcept { return stream_ != nullptr || session_ != nullptr; }
 
  private:
   TrackedSocket* socket_ = nullptr;
   transport::RdmaStream* stream_ = nullptr;
+  HandoverSession* session_ = nullptr;
 };
 
-// The stream of fd when its connection moved to RDMA, held for the caller's call; else empty. One
-// table lookup (and, once, the upgrade of a non-blocking connect that has completed since).
+// The stream of fd when its connection moved to RDMA, held for the caller's call; the session when
+// its handover is under way and it is still on TCP (a call during the switch itself waits for it to
+// end, which takes a few round trips); else empty. One table lookup (and, once, the upgrade of a
+// non-blocking connect that has completed since).
 StreamRef upgraded_stream(int fd) noexcept;
+// The stream of fd if it has one now, held; never waits and never starts anything (for epoll's
+// bookkeeping, which runs under its own lock).
+StreamRef current_stream(int fd) noexcept;
 // Runs the upgrade a non-blocking connect left pending, if the connection is up by now. False when it
 // failed half-way: the connection must then be reported as reset.
 bool finish_pending_upgrade(int fd, TrackedSocket* socket) noexcept;
 
-ssize_t stream_recv(transport::RdmaStream* stream, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept;
-ssize_t stream_send(transport::RdmaStream* stream, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept;
+// Every receive and every send of an application call that is ours (StreamRef::ours()).
+ssize_t stream_recv(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept;
+ssize_t stream_send(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept;
+// The same on TCP while fd's handover is still on TCP: the kernel call, counted; when the connection
+// moves meanwhile, the call goes on on the stream (handover_calls.cpp).
+ssize_t session_recv(HandoverSession* session, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept;
+ssize_t session_send(HandoverSession* session, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept;
 int stream_shutdown(transport::RdmaStream* stream, int how) noexcept;
 // Bytes readable now (FIONREAD).
 int stream_readable_bytes(transport::RdmaStream* stream) noexcept;

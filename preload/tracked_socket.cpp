@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "fd_table.h"
+#include "handover_session.h"
 #include "real_calls.h"
 #include "socket_registry.h"
 #include "rdma_stream.h"
@@ -38,6 +39,21 @@ void note_forked_child() noexcept {
   g_fork_generation.fetch_add(1, std::memory_order_relaxed);
   // Another thread of the parent may have held the lock at the fork; the child has only this one.
   live_mutex_slot() = new std::mutex;
+}
+
+HandoverSession* TrackedSocket::start_session() {
+  auto* fresh = new HandoverSession;
+  HandoverSession* none = nullptr;
+  if (!session_.compare_exchange_strong(none, fresh, std::memory_order_acq_rel)) {
+    delete fresh;
+    return none;
+  }
+  return fresh;
+}
+
+HandoverSession* TrackedSocket::active_session() const noexcept {
+  HandoverSession* s = session();
+  return s != nullptr && s->phase() != HandoverSession::Phase::kOver ? s : nullptr;
 }
 
 void TrackedSocket::set_stream(std::unique_ptr<transport::RdmaStream> stream) noexcept {
@@ -90,6 +106,8 @@ void end_stream(transport::RdmaStream* s, int linger_seconds) noexcept {
 }  // namespace
 
 void close_streams_at_exit() noexcept {
+  // Handovers still on TCP stay there: their thread will not outlive the process.
+  settle_all_sessions();
   // Held for the whole pass: a thread that lets go of the last reference meanwhile waits in the
   // destructor. Idempotent with the destructor's end_stream() later. Sockets copied from a parent by
   // fork have no stream here (stream() is null).
@@ -153,6 +171,7 @@ TrackedSocket::~TrackedSocket() {
     delete s;
   }
   if (listener_generation != fork_generation()) (void)rdma_listener.release();
+  delete session_.load();
 }
 
 }  // namespace tcp2rdma::preload

@@ -16,6 +16,8 @@ class StreamListener;
 
 namespace tcp2rdma::preload {
 
+class HandoverSession;
+
 // Counts the forks on the way to this process (0 in the process the module was loaded into; the fork
 // wrapper bumps it in each child). Cheaper than getpid() on every call.
 unsigned fork_generation() noexcept;
@@ -59,6 +61,13 @@ class TrackedSocket {
   }
   void set_stream(std::unique_ptr<transport::RdmaStream> stream) noexcept;
 
+  // The connection's handover (handover_session.h), from the moment it starts; owned by the socket.
+  // Null for a connection no rule moves. start_session() makes it (once).
+  HandoverSession* session() const noexcept { return session_.load(std::memory_order_acquire); }
+  HandoverSession* start_session();
+  // The session while it is under way (its phase is not over), else null: one load on the fast path.
+  HandoverSession* active_session() const noexcept;
+
   // O_NONBLOCK of the socket's file description, kept so that an upgraded read or write needs no
   // fcntl(F_GETFL): read once at the upgrade, then followed through fcntl(F_SETFL) and
   // ioctl(FIONBIO) (wrappers_fd.cpp).
@@ -99,6 +108,7 @@ class TrackedSocket {
   std::atomic<SocketRole> role_;
   std::atomic<int> refs_{1};
   std::atomic<transport::RdmaStream*> stream_{nullptr};
+  std::atomic<HandoverSession*> session_{nullptr};
   unsigned generation_ = 0;
 };
 

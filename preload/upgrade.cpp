@@ -4,16 +4,24 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <memory>
+#include <system_error>
+#include <thread>
+#include <vector>
 
 #include "connection_policy.h"
 #include "fd_table.h"
 #include "handover.h"
+#include "handover_session.h"
+#include "epoll_sets.h"
 #include "log.h"
 #include "real_calls.h"
 #include "stream_listener.h"
@@ -25,8 +33,16 @@ using Clock = std::chrono::steady_clock;
 
 // A request nobody claims is rejected after this long.
 constexpr std::chrono::milliseconds kHold{5000};
-// The records on TCP: both peers are tcp2rdma by then, so they come at once or not at all.
-constexpr int kRecordTimeoutMs = 3000;
+// The switch itself: both peers are tcp2rdma by then and neither waits on its application, so it takes
+// a few round trips and the reading of what TCP still has in flight.
+constexpr std::chrono::milliseconds kSwitchTimeout{10000};
+// The most application bytes one TCP connection can still have in flight when its peer freezes (the
+// peer's send buffer and our receive buffer): a HELLO claiming more is refused.
+constexpr uint64_t kMaxTcpTail = uint64_t{256} << 20;
+// Switches run in threads of their own (upgrade: background); beyond this many at once a connection
+// stays TCP.
+constexpr int kMaxBackgroundSwitches = 64;
+std::atomic<int> g_background_switches{0};
 
 // An IPv4 peer of a dual-stack IPv6 socket appears as ::ffff:a.b.c.d: both ends must name it alike.
 void put_address(const sockaddr_storage& s, uint8_t* addr, uint16_t* port, uint8_t* family) {
@@ -103,29 +119,93 @@ bool tcp_exchange(int fd, uint8_t* buf, size_t n, bool sending, Clock::time_poin
   return true;
 }
 
-bool send_record(int fd, const transport::RdmaStream& stream, Clock::time_point deadline) {
-  auto record = encode_record(nonces_of(stream));
-  return tcp_exchange(fd, record.data(), record.size(), true, deadline);
-}
-
-bool receive_record(int fd, const transport::RdmaStream& stream, Clock::time_point deadline) {
-  std::array<uint8_t, kRecordSize> record{};
-  if (!tcp_exchange(fd, record.data(), record.size(), false, deadline)) return false;
-  std::optional<NoncePair> got = decode_record(record);
-  return got.has_value() && *got == nonces_of(stream);
-}
-
-// Both ends are tcp2rdma: each writes its record on TCP (the client first) and checks the other's;
-// then the stream carries the application's bytes. A record that does not match is never guessed at.
-UpgradeOutcome adopt_stream(int fd, TrackedSocket* socket, std::unique_ptr<transport::RdmaStream> stream,
-                            bool is_client) {
-  auto deadline = Clock::now() + std::chrono::milliseconds(kRecordTimeoutMs);
-  bool proven = is_client ? send_record(fd, *stream, deadline) && receive_record(fd, *stream, deadline)
-                          : receive_record(fd, *stream, deadline) && send_record(fd, *stream, deadline);
-  if (!proven) {
-    stream->abort();
-    return {false, false, "the peer's handover record did not match this connection"};
+// Exactly n bytes from the stream within the deadline: the peer's HELLO and ACK.
+bool stream_read_exact(transport::RdmaStream& stream, uint8_t* buf, size_t n, Clock::time_point deadline) {
+  size_t got = 0;
+  while (got < n) {
+    iovec iov{buf + got, n - got};
+    size_t done = 0;
+    transport::Status s = stream.read(&iov, 1, transport::kNonBlocking, &done);
+    if (s == transport::Status::kOk) {
+      if (done == 0) return false;  // the end of the stream
+      got += done;
+      continue;
+    }
+    if (s != transport::Status::kWouldBlock) return false;
+    int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+    if (left <= 0) return false;
+    pollfd p{stream.readiness_fd(), POLLIN, 0};
+    real().poll(&p, 1, left);
+    (void)stream.readiness();  // takes the news the fd announced
   }
+  return true;
+}
+
+bool stream_write_all(transport::RdmaStream& stream, const uint8_t* buf, size_t n) {
+  iovec iov{const_cast<uint8_t*>(buf), n};
+  size_t done = 0;
+  return stream.write(&iov, 1, 0, &done) == transport::Status::kOk && done == n;
+}
+
+// The switch (docs/architecture.md, "The byte-exact handover"). Each side freezes its TCP counts and
+// sends HELLO{bytes it wrote on TCP} as the first bytes of its stream, then ACK{the peer's count}.
+// Until a side has sent ACK, the peer writes no record, and neither has it: a failure up to there
+// leaves the TCP connection as it was, and the connection stays TCP. After ACK, the client writes its
+// record on TCP right after its last application byte; the server reads the client's remaining TCP
+// bytes, then the record, and checks it; only then does it write its own, which the client checks
+// the same way. The TCP bytes read by the switch go ahead of the stream's (the stream's prefix).
+UpgradeOutcome switch_onto(int fd, TrackedSocket* socket, HandoverSession* session,
+                           std::unique_ptr<transport::RdmaStream> stream, bool is_client) {
+  uint64_t sent = 0, received = 0;
+  if (!session->freeze(&sent, &received)) {
+    stream->abort();
+    return {false, true, "closed, or the process forked or ran another program, before the switch"};
+  }
+  auto deadline = Clock::now() + kSwitchTimeout;
+  auto stays_tcp = [&](const char* why) {
+    stream->abort();
+    return UpgradeOutcome{false, true, why};
+  };
+  auto broken = [&](const char* why) {
+    stream->abort();
+    return UpgradeOutcome{false, false, why};
+  };
+  auto hello = encode_hello(sent);
+  if (!stream_write_all(*stream, hello.data(), hello.size())) return stays_tcp("the RDMA connection failed at HELLO");
+  std::array<uint8_t, kHelloSize> peer_hello{};
+  if (!stream_read_exact(*stream, peer_hello.data(), peer_hello.size(), deadline)) {
+    return stays_tcp("no HELLO from the peer");
+  }
+  std::optional<uint64_t> peer_sent = decode_hello(peer_hello);
+  std::optional<uint64_t> tail = peer_sent ? bytes_left_on_tcp(*peer_sent, received, kMaxTcpTail) : std::nullopt;
+  if (!tail) return stays_tcp("the peer's HELLO is malformed or claims an impossible byte count");
+  auto ack = encode_ack(*peer_sent);
+  if (!stream_write_all(*stream, ack.data(), ack.size())) return stays_tcp("the RDMA connection failed at ACK");
+  // From here on the peer may write its record on TCP: a failure resets the connection.
+  std::array<uint8_t, kAckSize> peer_ack{};
+  if (!stream_read_exact(*stream, peer_ack.data(), peer_ack.size(), deadline) || decode_ack(peer_ack) != sent) {
+    return broken("the peer's ACK is missing or does not echo our byte count");
+  }
+  NoncePair nonces = nonces_of(*stream);
+  auto record = encode_record(nonces);
+  if (is_client && !tcp_exchange(fd, record.data(), record.size(), true, deadline)) {
+    return broken("could not write the handover record on TCP");
+  }
+  std::vector<uint8_t> tcp_tail(*tail);
+  std::array<uint8_t, kRecordSize> peer_record{};
+  if (!tcp_exchange(fd, tcp_tail.data(), tcp_tail.size(), false, deadline) ||
+      !tcp_exchange(fd, peer_record.data(), peer_record.size(), false, deadline)) {
+    return broken("the TCP connection ended before the peer's handover record");
+  }
+  // Not a record, or another connection's: whoever holds this RDMA connection is not the peer of
+  // this TCP connection. Never guessed at: the connection is reset.
+  if (check_record(peer_record, nonces) != RecordCheck::kProven) {
+    return broken("the peer's handover record did not match this connection");
+  }
+  if (!is_client && !tcp_exchange(fd, record.data(), record.size(), true, deadline)) {
+    return broken("could not write the handover record on TCP");
+  }
+  stream->set_unread_prefix(std::move(tcp_tail));
   int fl = real().fcntl(fd, F_GETFL);
   socket->nonblocking.store(fl >= 0 && (fl & O_NONBLOCK), std::memory_order_relaxed);
   socket->set_stream(std::move(stream));
@@ -197,71 +277,182 @@ bool has_bound_port(int fd) {
   return false;
 }
 
-UpgradeOutcome upgrade_client(int fd, TrackedSocket* socket, const config::ConnectionOptions& options) {
+namespace {
+
+// What an upgrade needs to know of its connection, taken in the application's call: the switch thread
+// must not touch the descriptor before the switch freezes it.
+struct Connection {
+  int fd = -1;
+  bool is_client = false;
+  TrackedSocket* socket = nullptr;
+  TrackedSocket* listener = nullptr;  // server: the listener it was accepted from
+  config::Decision decision;
+  bool have_tuple = false;
+  transport::TcpTuple tuple{};
+  sockaddr_storage server{};
+  Clock::time_point started = Clock::now();
+};
+
+Connection describe(int fd, config::Role role, TrackedSocket* socket, TrackedSocket* listener,
+                    const config::Decision& decision) {
+  Connection c;
+  c.fd = fd;
+  c.is_client = role == config::Role::kClient;
+  c.socket = socket;
+  c.listener = listener;
+  c.decision = decision;
+  c.have_tuple = tuple_of(fd, c.is_client, &c.tuple, &c.server);
+  return c;
+}
+
+transport::Status connect_stream(const Connection& c, std::unique_ptr<transport::RdmaStream>* out) {
   transport::Pairing pairing;
-  sockaddr_storage server{};
-  if (!tuple_of(fd, true, &pairing.tuple, &server)) return {false, true, "no addresses for the connection"};
+  pairing.tuple = c.tuple;
   pairing.client_nonce = transport::random_nonce();
-  std::unique_ptr<transport::RdmaStream> stream;
-  transport::Status s =
-      transport::RdmaStream::connect(reinterpret_cast<sockaddr*>(&server), pairing, stream_options(options), &stream);
-  if (s != transport::Status::kOk) return {false, true, why_not(s)};
-  // The peer is tcp2rdma (its listener answered with our nonce): now, and only now, the TCP connection
-  // carries the records.
-  return adopt_stream(fd, socket, std::move(stream), true);
+  return transport::RdmaStream::connect(reinterpret_cast<const sockaddr*>(&c.server), pairing,
+                                        stream_options(*c.decision.options), out);
 }
 
-UpgradeOutcome upgrade_server(int fd, TrackedSocket* listener, TrackedSocket* socket,
-                              const config::ConnectionOptions& options) {
-  transport::TcpTuple tuple;
-  sockaddr_storage server{};
-  if (!tuple_of(fd, false, &tuple, &server)) return {false, true, "no addresses for the connection"};
-  std::unique_ptr<transport::RdmaStream> stream;
-  {
-    std::lock_guard lock(listener->listener_mutex);
-    transport::StreamListener* rdma = listener->rdma_listener.get();
-    if (rdma == nullptr) return {false, true, "no RDMA listener on this port"};
-    if (listener->listener_generation != fork_generation()) {
-      return {false, true, "the RDMA listener belongs to the parent process (pre-fork servers: not yet)"};
-    }
-    // accept() waits for the client's RDMA connection request up to the rule's upgrade_timeout. A
-    // tcp2rdma client sends it right after its TCP connect completes, but its first setup in a process
-    // can take over a second on a slow guest; a plain client never sends one, and this wait is what
-    // before-return mode costs it (docs/architecture.md).
-    auto until = Clock::now() + std::chrono::microseconds(options.upgrade_timeout_us);
-    transport::Status s = transport::Status::kWouldBlock;
-    for (;;) {
+// Waits (up to the rule's upgrade_timeout) for the client's RDMA connection request for this
+// connection and accepts it. A tcp2rdma client sends it right after its TCP connect completes, but
+// its first setup in a process can take over a second on a slow guest; a plain client never sends
+// one. The listener is locked per look, not for the wait: other connections' upgrades go on.
+transport::Status accept_stream(const Connection& c, HandoverSession* session,
+                                std::unique_ptr<transport::RdmaStream>* out) {
+  const config::ConnectionOptions& options = *c.decision.options;
+  auto until = Clock::now() + std::chrono::microseconds(options.upgrade_timeout_us);
+  for (;;) {
+    int listener_fd = -1;
+    {
+      std::lock_guard lock(c.listener->listener_mutex);
+      transport::StreamListener* rdma = c.listener->rdma_listener.get();
+      if (rdma == nullptr || c.listener->listener_generation != fork_generation()) return transport::Status::kRejected;
       rdma->collect(kHold);
-      s = rdma->accept(tuple, transport::random_nonce(), stream_options(options), &stream);
-      if (s != transport::Status::kWouldBlock || Clock::now() >= until) break;
-      pollfd p{rdma->fd(), POLLIN, 0};
-      real().poll(&p, 1, 20);
+      transport::Status s = rdma->accept(c.tuple, transport::random_nonce(), stream_options(options), out);
+      if (s != transport::Status::kWouldBlock) return s;
+      listener_fd = rdma->fd();
     }
-    if (s == transport::Status::kWouldBlock) return {false, true, "the client asked for no RDMA connection"};
-    if (s != transport::Status::kOk) return {false, true, why_not(s)};
+    if (Clock::now() >= until || session->phase() == HandoverSession::Phase::kOver) {
+      return transport::Status::kWouldBlock;
+    }
+    pollfd p{listener_fd, POLLIN, 0};
+    real().poll(&p, 1, 20);
   }
-  return adopt_stream(fd, socket, std::move(stream), false);
 }
 
-bool upgrade_and_log(int fd, config::Role role, TrackedSocket* listener, const config::Decision& decision) {
-  auto* socket = fd_table().find(fd);
-  if (socket == nullptr) return true;
-  UpgradeOutcome outcome = role == config::Role::kClient ? upgrade_client(fd, socket, *decision.options)
-                                                         : upgrade_server(fd, listener, socket, *decision.options);
-  char path[192];
-  bool required = decision.options->upgrade == config::UpgradeMode::kRequired;
-  if (const transport::RdmaStream* stream = socket->stream(); outcome.upgraded && stream != nullptr) {
-    snprintf(path, sizeof path, "upgraded to rdma (receive ring %llu KiB, the peer's %llu KiB)",
+UpgradeOutcome run_upgrade(const Connection& c, HandoverSession* session) {
+  if (!c.have_tuple) return {false, true, "no addresses for the connection"};
+  if (!c.is_client && c.listener == nullptr) return {false, true, "no RDMA listener on this port"};
+  std::unique_ptr<transport::RdmaStream> stream;
+  transport::Status s = c.is_client ? connect_stream(c, &stream) : accept_stream(c, session, &stream);
+  if (s == transport::Status::kWouldBlock) return {false, true, "the client asked for no RDMA connection"};
+  if (s == transport::Status::kRejected && !c.is_client) return {false, true, "no RDMA listener on this port"};
+  if (s != transport::Status::kOk) return {false, true, why_not(s)};
+  // The peer is tcp2rdma (its listener answered with our nonce, or the client asked for this very
+  // connection): now, and only now, the switch.
+  auto established = Clock::now();
+  UpgradeOutcome outcome = switch_onto(c.fd, c.socket, session, std::move(stream), c.is_client);
+  outcome.setup_ms = std::chrono::duration_cast<std::chrono::milliseconds>(established - c.started).count();
+  outcome.switch_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - established).count();
+  return outcome;
+}
+
+// The log line and the end of the session. After a switch (the phase is kSwitching, so the descriptor
+// is still the application's), epoll registrations move onto the stream; a connection broken half-way
+// is reset when it runs in the background (in the application's call, the caller reports it).
+bool conclude(const Connection& c, HandoverSession* session, const UpgradeOutcome& outcome, bool background) {
+  char path[256];
+  bool required = c.decision.options->upgrade == config::UpgradeMode::kRequired;
+  const transport::RdmaStream* stream = c.socket->stream();
+  if (outcome.upgraded && stream != nullptr) {
+    snprintf(path, sizeof path,
+             "upgraded to rdma (receive ring %llu KiB, the peer's %llu KiB; switched after %llu bytes sent "
+             "and %llu received on tcp; setup %ld ms, switch %ld ms)",
              static_cast<unsigned long long>(stream->ring_size() >> 10),
-             static_cast<unsigned long long>(stream->peer_ring_size() >> 10));
+             static_cast<unsigned long long>(stream->peer_ring_size() >> 10),
+             static_cast<unsigned long long>(session->sent()), static_cast<unsigned long long>(session->received()),
+             outcome.setup_ms, outcome.switch_ms);
   } else if (required) {
     // The rule would rather have no connection than a TCP one.
     snprintf(path, sizeof path, "fails: the upgrade is required (%s)", outcome.why);
   } else {
     snprintf(path, sizeof path, "stays tcp (%s)", outcome.why);
   }
-  log_connection(fd, role, decision, path);
-  return outcome.connection_usable && (outcome.upgraded || !required);
+  bool usable = outcome.connection_usable && (outcome.upgraded || !required);
+  if (session->phase() == HandoverSession::Phase::kOnTcp) {
+    // It never got to the switch. Settled meanwhile (closed, fork, exec, exit): that call logged it.
+    if (session->end_on_tcp()) log_line("%s: %s", session->label(), path);
+    epoll_move_pending(c.fd, false);
+    return usable;
+  }
+  if (session->phase() == HandoverSession::Phase::kOver) return usable;  // settled before the freeze
+  log_line("%s: %s", session->label(), path);
+  epoll_move_pending(c.fd, stream != nullptr);
+  if (!outcome.connection_usable && background) {
+    // Reset the TCP connection (connect to AF_UNSPEC disconnects with a reset), so the peer never
+    // reads a clean end; the application reads errors from then on, and SO_ERROR says ECONNRESET.
+    c.socket->pending_error.store(ECONNRESET, std::memory_order_release);
+    sockaddr unspec{};
+    unspec.sa_family = AF_UNSPEC;
+    real().connect(c.fd, &unspec, sizeof unspec);
+  }
+  session->finish();
+  return usable;
+}
+
+}  // namespace
+
+bool upgrade_and_log(int fd, config::Role role, TrackedSocket* listener, const config::Decision& decision) {
+  auto* socket = fd_table().find(fd);
+  if (socket == nullptr) return true;
+  HandoverSession* session = socket->start_session();
+  if (session == nullptr) return true;  // decided and upgraded once already
+  char label[kConnectionLabelSize];
+  describe_connection(fd, role, decision, label, sizeof label);
+  session->set_label(label);
+  Connection c = describe(fd, role, socket, listener, decision);
+  return conclude(c, session, run_upgrade(c, session), false);
+}
+
+void upgrade_in_background(int fd, config::Role role, TrackedSocket* listener, const config::Decision& decision) {
+  auto* socket = fd_table().find(fd);
+  if (socket == nullptr) return;
+  if (g_background_switches.fetch_add(1) >= kMaxBackgroundSwitches) {
+    g_background_switches.fetch_sub(1);
+    log_connection(fd, role, decision, "stays tcp (too many upgrades under way in this process)");
+    return;
+  }
+  HandoverSession* session = socket->start_session();
+  if (session == nullptr) {
+    g_background_switches.fetch_sub(1);
+    return;
+  }
+  char label[kConnectionLabelSize];
+  describe_connection(fd, role, decision, label, sizeof label);
+  session->set_label(label);
+  auto c = std::make_shared<Connection>(describe(fd, role, socket, listener, decision));
+  socket->add_ref();  // the thread's, until it is done with the socket and its listener
+  if (listener != nullptr) listener->add_ref();
+  auto let_go = [c] {
+    c->socket->release();
+    if (c->listener != nullptr) c->listener->release();
+    g_background_switches.fetch_sub(1);
+  };
+  // The thread takes no signal meant for the application: it starts with every signal blocked.
+  sigset_t all, previous;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &previous);
+  try {
+    std::thread([c, session, let_go] {
+      conclude(*c, session, run_upgrade(*c, session), true);
+      let_go();
+    }).detach();
+  } catch (const std::system_error&) {
+    if (session->end_on_tcp()) log_line("%s: stays tcp (cannot start a thread for the upgrade)", label);
+    epoll_move_pending(fd, false);
+    let_go();
+  }
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
 }
 
 }  // namespace tcp2rdma::preload

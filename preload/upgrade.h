@@ -1,8 +1,8 @@
-// Moving a connected TCP socket onto an RDMA stream, before connect()/accept() return to the
-// application (docs/architecture.md, "The upgrade as built"). Nothing is written to the TCP connection
-// until the RDMA connection shows the peer runs tcp2rdma; then each side writes one record on TCP that
-// proves the RDMA connection belongs to this TCP connection. The TCP connection stays open beside the
-// stream.
+// Moving a connected TCP socket onto an RDMA stream (docs/architecture.md, "The byte-exact
+// handover"). Nothing is written to the TCP connection until the RDMA connection shows the peer runs
+// tcp2rdma; then the two sides agree over RDMA on how many bytes each wrote on TCP, and each writes
+// one record on TCP right after them that proves the RDMA connection belongs to this TCP connection.
+// The TCP connection stays open beside the stream.
 #pragma once
 
 #include "options.h"
@@ -20,6 +20,8 @@ struct UpgradeOutcome {
   bool upgraded = false;
   bool connection_usable = true;
   const char* why = "";
+  long setup_ms = 0;   // from the start until the RDMA connection was established
+  long switch_ms = 0;  // the switch itself
 };
 
 // A listener a rule may select RDMA for: start an rdma_cm listener on the same address and port.
@@ -33,15 +35,15 @@ void drop_rdma_listener(TrackedSocket* listener);
 // Whether fd is bound to a port already (bind() was called), i.e. listen() will not pick one.
 bool has_bound_port(int fd);
 
-// Client: fd has just connected over TCP.
-UpgradeOutcome upgrade_client(int fd, TrackedSocket* socket, const config::ConnectionOptions& options);
-
-// Server: fd was just accepted from `listener`.
-UpgradeOutcome upgrade_server(int fd, TrackedSocket* listener, TrackedSocket* socket,
-                              const config::ConnectionOptions& options);
-
-// Runs the upgrade for a connection decided for RDMA and logs the path it took. False when the
-// connection failed half-way and must not be used.
+// Runs the upgrade of a connection decided for RDMA now, in the application's call (upgrade:
+// before-return and required), and logs the path it took. False when the connection must not be
+// used: it failed half-way, or RDMA was required and could not be had.
 bool upgrade_and_log(int fd, config::Role role, TrackedSocket* listener, const config::Decision& decision);
+
+// upgrade: background: starts the upgrade beside the application, in a thread of its own, and
+// returns at once. The connection carries the application's bytes on TCP meanwhile, and each
+// direction moves onto the stream at an exact byte offset (docs/architecture.md); the thread logs
+// the path taken.
+void upgrade_in_background(int fd, config::Role role, TrackedSocket* listener, const config::Decision& decision);
 
 }  // namespace tcp2rdma::preload

@@ -8,6 +8,7 @@
 
 #include "epoll_sets.h"
 #include "fd_table.h"
+#include "handover_session.h"
 #include "interposed.h"
 #include "stream_calls.h"
 #include "socket_registry.h"
@@ -37,6 +38,9 @@ int fcntl_common(int (*real_fcntl)(int, int, ...), int fd, int cmd, void* arg) {
 
 T2R_INTERPOSE int close(int fd) {
   {
+    // A connection whose handover is still on TCP stays there (its TCP end must follow its bytes);
+    // one in the middle of its switch is closed once the switch is over.
+    tcp2rdma::preload::settle_session(fd);
     // The epoll registrations that stand in for an upgraded socket go with it (the kernel drops the
     // socket's own); and a closed epoll set takes its entries along.
     int saved_errno = errno;
@@ -56,6 +60,12 @@ T2R_INTERPOSE int close_range(unsigned int first, unsigned int last, int flags) 
     errno = ENOSYS;
     return -1;
   }
+  if ((flags & CLOSE_RANGE_CLOEXEC) == 0) {
+    int end = tcp2rdma::preload::fd_table().high_water();
+    for (unsigned fd = first; fd <= last && fd < static_cast<unsigned>(end); ++fd) {
+      tcp2rdma::preload::settle_session(static_cast<int>(fd));
+    }
+  }
   int rc = real().close_range(first, last, flags);
   if (rc == 0 && (flags & CLOSE_RANGE_CLOEXEC) == 0) tcp2rdma::preload::track_close_range(first, last);
   return rc;
@@ -68,12 +78,14 @@ T2R_INTERPOSE int dup(int fd) {
 }
 
 T2R_INTERPOSE int dup2(int fd, int fd2) {
+  if (fd != fd2) tcp2rdma::preload::settle_session(fd2);  // dup2 closes fd2 first
   int rc = real().dup2(fd, fd2);
   if (rc >= 0) tcp2rdma::preload::track_duplicate(fd, rc);
   return rc;
 }
 
 T2R_INTERPOSE int dup3(int fd, int fd2, int flags) {
+  if (fd != fd2) tcp2rdma::preload::settle_session(fd2);
   int rc = real().dup3(fd, fd2, flags);
   if (rc >= 0) tcp2rdma::preload::track_duplicate(fd, rc);
   return rc;

@@ -10,6 +10,7 @@
 #include "fd_table.h"
 #include "interposed.h"
 #include "prefork_listeners.h"
+#include "handover_session.h"
 #include "rdma_stream.h"
 #include "stream_calls.h"
 
@@ -23,12 +24,14 @@ using Clock = std::chrono::steady_clock;
 
 bool any_upgraded(const pollfd* fds, nfds_t nfds) {
   for (nfds_t i = 0; i < nfds; ++i) {
-    if (upgraded_stream(fds[i].fd) != nullptr) return true;
+    if (upgraded_stream(fds[i].fd).ours()) return true;
   }
   return false;
 }
 
-// poll with upgraded descriptors among fds. timeout: nullptr waits for ever.
+// poll with upgraded descriptors among fds, or ones whose handover is under way. timeout: nullptr
+// waits for ever. A descriptor whose handover is still on TCP is polled on its socket, with the
+// session's wake fd beside it: when the connection moves, everything is looked at afresh.
 int poll_streams(pollfd* fds, nfds_t nfds, const timespec* timeout, const sigset_t* sigmask) {
   // Scratch kept per thread: a poll loop should not allocate on every call.
   static thread_local std::vector<pollfd> shadow;
@@ -38,39 +41,47 @@ int poll_streams(pollfd* fds, nfds_t nfds, const timespec* timeout, const sigset
   struct LetGo {
     ~LetGo() { streams.clear(); }
   } let_go;
-  streams.resize(nfds);
-  shadow.assign(fds, fds + nfds);
-  for (nfds_t i = 0; i < nfds; ++i) streams[i] = upgraded_stream(fds[i].fd);
   auto deadline = timeout == nullptr ? Clock::time_point::max()
                                      : Clock::now() + std::chrono::seconds(timeout->tv_sec) +
                                            std::chrono::nanoseconds(timeout->tv_nsec);
   for (;;) {
-    int ready = 0;
+    streams.resize(nfds);
+    shadow.assign(fds, fds + nfds);
     for (nfds_t i = 0; i < nfds; ++i) {
-      if (streams[i] == nullptr) continue;
-      fds[i].revents = stream_poll_events(streams[i], fds[i].events);
-      ready += fds[i].revents != 0;
-      // A ready stream is not slept on; one that is not wakes us through its readiness fd.
-      shadow[i] = {fds[i].revents != 0 ? -1 : streams[i]->readiness_fd(), POLLIN, 0};
+      streams[i] = upgraded_stream(fds[i].fd);
+      if (auto* session = streams[i].session()) shadow.push_back({session->wake_fd(), POLLIN, 0});
     }
-    timespec left{0, 0};
-    if (ready == 0 && deadline != Clock::time_point::max()) {
-      auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - Clock::now()).count();
-      if (ns > 0) left = {static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+    bool moved = false;
+    for (;;) {
+      int ready = 0;
+      for (nfds_t i = 0; i < nfds; ++i) {
+        if (streams[i] == nullptr) continue;
+        fds[i].revents = stream_poll_events(streams[i], fds[i].events);
+        ready += fds[i].revents != 0;
+        // A ready stream is not slept on; one that is not wakes us through its readiness fd.
+        shadow[i] = {fds[i].revents != 0 ? -1 : streams[i]->readiness_fd(), POLLIN, 0};
+      }
+      timespec left{0, 0};
+      if (ready == 0 && deadline != Clock::time_point::max()) {
+        auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - Clock::now()).count();
+        if (ns > 0) left = {static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+      }
+      bool forever = ready == 0 && deadline == Clock::time_point::max();
+      int rc = real().ppoll(shadow.data(), shadow.size(), forever ? nullptr : &left, sigmask);
+      if (rc < 0) return -1;
+      for (nfds_t i = 0; i < nfds; ++i) {
+        if (streams[i] != nullptr) continue;
+        fds[i].revents = shadow[i].revents;
+        ready += fds[i].revents != 0;
+      }
+      for (size_t i = nfds; i < shadow.size(); ++i) moved |= shadow[i].revents != 0;
+      if (ready > 0) return ready;
+      if (rc == 0) return 0;  // timed out
+      if (deadline != Clock::time_point::max() && Clock::now() >= deadline) return 0;
+      if (moved) break;
+      // Only a stream's fd fired: look at the streams again.
+      for (nfds_t i = 0; i < nfds; ++i) shadow[i] = streams[i] != nullptr ? shadow[i] : fds[i];
     }
-    bool forever = ready == 0 && deadline == Clock::time_point::max();
-    int rc = real().ppoll(shadow.data(), nfds, forever ? nullptr : &left, sigmask);
-    if (rc < 0) return -1;
-    for (nfds_t i = 0; i < nfds; ++i) {
-      if (streams[i] != nullptr) continue;
-      fds[i].revents = shadow[i].revents;
-      ready += fds[i].revents != 0;
-    }
-    if (ready > 0) return ready;
-    if (rc == 0) return 0;  // timed out
-    if (deadline != Clock::time_point::max() && Clock::now() >= deadline) return 0;
-    // Only a stream's fd fired: look at the streams again.
-    for (nfds_t i = 0; i < nfds; ++i) shadow[i] = streams[i] != nullptr ? shadow[i] : fds[i];
   }
 }
 
@@ -107,7 +118,7 @@ bool any_upgraded_in(int nfds, const fd_set* rd, const fd_set* wr, const fd_set*
   for (int fd = 0; fd < nfds; ++fd) {
     bool asked = (rd != nullptr && FD_ISSET(fd, rd)) || (wr != nullptr && FD_ISSET(fd, wr)) ||
                  (ex != nullptr && FD_ISSET(fd, ex));
-    if (asked && upgraded_stream(fd) != nullptr) return true;
+    if (asked && upgraded_stream(fd).ours()) return true;
   }
   return false;
 }
@@ -186,7 +197,22 @@ T2R_INTERPOSE int epoll_create(int size) { return real().epoll_create(size); }
 T2R_INTERPOSE int epoll_create1(int flags) { return real().epoll_create1(flags); }
 
 T2R_INTERPOSE int epoll_ctl(int epfd, int op, int fd, struct epoll_event* event) {
-  if (upgraded_stream(fd) != nullptr) return tcp2rdma::preload::epoll_ctl_upgraded(epfd, op, fd, event);
+  auto ref = upgraded_stream(fd);
+  if (auto* session = ref.session()) {
+    // Registered on the socket and remembered, in one step with respect to the switch, which moves
+    // the remembered registrations onto the stream.
+    int rc = 0, error = 0;
+    if (session->run_on_tcp([&](uint64_t&, uint64_t&) {
+          rc = real().epoll_ctl(epfd, op, fd, event);
+          error = errno;
+          if (rc == 0) tcp2rdma::preload::epoll_note_registration(epfd, op, fd, event);
+        })) {
+      errno = error;
+      return rc;
+    }
+    ref = upgraded_stream(fd);  // it moved meanwhile: waits for the switch to end
+  }
+  if (ref != nullptr) return tcp2rdma::preload::epoll_ctl_upgraded(epfd, op, fd, event);
   int rc = real().epoll_ctl(epfd, op, fd, event);
   if (rc == 0) tcp2rdma::preload::epoll_note_registration(epfd, op, fd, event);
   // An event-driven worker of a pre-fork server adds the listener to its set before its first accept:

@@ -7,11 +7,15 @@
 
 #include "interposed.h"
 #include "prefork_listeners.h"
+#include "handover_session.h"
 #include "tracked_socket.h"
 
 using tcp2rdma::preload::real;
 
 T2R_INTERPOSE pid_t fork(void) {
+  // A connection whose handover is still on TCP stays TCP, so that the child can use it too; one in
+  // the middle of its switch is waited for (and is then the parent's, as every upgraded one).
+  tcp2rdma::preload::settle_all_sessions();
   tcp2rdma::preload::mark_listeners_to_hand_on();
   pid_t pid = real().fork();
   if (pid == 0) {
@@ -34,6 +38,19 @@ T2R_INTERPOSE pid_t vfork(void) { return fork(); }
 // each other through the PLT, so every variant is wrapped; the l-forms gather their arguments and go
 // through the v-forms. Streams are ended before the real call (end_streams_for_exec): if exec then
 // fails, the connections it would have closed or handed on are already ended.
+namespace tcp2rdma::preload {
+namespace {
+
+// Connections whose handover is still on TCP stay there, and the new program can use them; then the
+// streams end as exec ends them.
+void before_exec() noexcept {
+  settle_all_sessions();
+  end_streams_for_exec();
+}
+
+}  // namespace
+}  // namespace tcp2rdma::preload
+
 namespace {
 
 // An l-form's arguments, `first` up to and including the terminating null, as an argv array; `next`
@@ -48,32 +65,32 @@ std::vector<char*> gather_arguments(const char* first, Next next) {
 }  // namespace
 
 T2R_INTERPOSE int execve(const char* path, char* const argv[], char* const envp[]) {
-  tcp2rdma::preload::end_streams_for_exec();
+  tcp2rdma::preload::before_exec();
   return real().execve(path, argv, envp);
 }
 
 T2R_INTERPOSE int execv(const char* path, char* const argv[]) {
-  tcp2rdma::preload::end_streams_for_exec();
+  tcp2rdma::preload::before_exec();
   return real().execv(path, argv);
 }
 
 T2R_INTERPOSE int execvp(const char* file, char* const argv[]) {
-  tcp2rdma::preload::end_streams_for_exec();
+  tcp2rdma::preload::before_exec();
   return real().execvp(file, argv);
 }
 
 T2R_INTERPOSE int execvpe(const char* file, char* const argv[], char* const envp[]) {
-  tcp2rdma::preload::end_streams_for_exec();
+  tcp2rdma::preload::before_exec();
   return real().execvpe(file, argv, envp);
 }
 
 T2R_INTERPOSE int execveat(int dirfd, const char* path, char* const argv[], char* const envp[], int flags) {
-  tcp2rdma::preload::end_streams_for_exec();
+  tcp2rdma::preload::before_exec();
   return real().execveat(dirfd, path, argv, envp, flags);
 }
 
 T2R_INTERPOSE int fexecve(int fd, char* const argv[], char* const envp[]) {
-  tcp2rdma::preload::end_streams_for_exec();
+  tcp2rdma::preload::before_exec();
   return real().fexecve(fd, argv, envp);
 }
 

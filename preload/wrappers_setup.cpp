@@ -5,6 +5,7 @@
 
 #include "connection_policy.h"
 #include "fd_table.h"
+#include "handover_session.h"
 #include "interposed.h"
 #include "prefork_listeners.h"
 #include "socket_registry.h"
@@ -43,6 +44,9 @@ int accept_common(int fd, int accepted) {
     auto decision = tcp2rdma::preload::decide_connection(accepted, Role::kServer);
     if (decision.options->transport != Transport::kRdma) {
       tcp2rdma::preload::log_connection(accepted, Role::kServer, decision, "stays tcp");
+    } else if (decision.options->upgrade == tcp2rdma::config::UpgradeMode::kBackground) {
+      // accept() returns at TCP speed; the connection moves to RDMA beside the application.
+      tcp2rdma::preload::upgrade_in_background(accepted, Role::kServer, listener, decision);
     } else if (!tcp2rdma::preload::upgrade_and_log(accepted, Role::kServer, listener, decision)) {
       // Broken half-way (records exchanged, then a mismatch), or RDMA was required and could not be
       // had: never hand out such a connection. The client reads a reset (linger 0), not an end.
@@ -127,12 +131,14 @@ T2R_INTERPOSE int connect(int fd, const struct sockaddr* addr, socklen_t len) {
   if (rc != 0) socket->connect_in_progress.store(true);
   if (decision.options->transport != Transport::kRdma) {
     tcp2rdma::preload::log_connection(fd, Role::kClient, decision, "stays tcp", addr, len);
-  } else if (rc != 0 || decision.options->upgrade == tcp2rdma::config::UpgradeMode::kBackground) {
-    // Under way (EINPROGRESS); or `upgrade: background`, where connect() returns at TCP speed and the
-    // upgrade runs at the connection's first use, before any byte moves (a burst of connects, as
-    // iperf 2 -P makes, no longer waits for the server to accept each one).
+  } else if (rc != 0) {
+    // Under way (EINPROGRESS): the upgrade starts once the connection is up, at the application's next
+    // call on it (stream_calls.cpp).
     socket->pending_decision = decision;
     socket->upgrade_pending.store(true, std::memory_order_release);
+  } else if (decision.options->upgrade == tcp2rdma::config::UpgradeMode::kBackground) {
+    // connect() returns at TCP speed; the connection moves to RDMA beside the application.
+    tcp2rdma::preload::upgrade_in_background(fd, Role::kClient, nullptr, decision);
   } else if (!tcp2rdma::preload::upgrade_and_log(fd, Role::kClient, nullptr, decision)) {
     real().shutdown(fd, SHUT_RDWR);
     errno = ECONNRESET;
@@ -143,6 +149,9 @@ T2R_INTERPOSE int connect(int fd, const struct sockaddr* addr, socklen_t len) {
 }
 
 T2R_INTERPOSE int shutdown(int fd, int how) {
+  // A connection whose handover is still on TCP stays there: the TCP end must come after its bytes, and
+  // no record could follow it.
+  tcp2rdma::preload::settle_session(fd);
   if (auto s = tcp2rdma::preload::upgraded_stream(fd)) return tcp2rdma::preload::stream_shutdown(s, how);
   return real().shutdown(fd, how);
 }

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "flow_control.h"
 #include "registration_cache.h"
@@ -106,6 +107,10 @@ class RdmaStream {
   Status close();
   // Tells the peer to reset (best effort) and disconnects at once: the peer never reads a clean end.
   void abort();
+  // Bytes that belong before the first byte the peer sends on this stream: the tail of the TCP
+  // connection a stream takes over (the preload layer's handover). read() and readiness() serve
+  // them first. Called once, before the stream is handed to anyone else.
+  void set_unread_prefix(std::vector<uint8_t> bytes);
 
   // Pollable (POLLIN) when the stream may have news: call readiness() then. When readiness() reports
   // less than readable and writable, or a call returned kWouldBlock, the fd will fire on the next change,
@@ -175,6 +180,8 @@ class RdmaStream {
   Status write_zero_copy(const uint8_t* src, size_t len, int flags, size_t* done, std::unique_lock<std::mutex>& lock);
   Status write_copy(const uint8_t* src, size_t len, int flags, size_t* done, std::unique_lock<std::mutex>& lock);
   size_t copy_out(const iovec* iov, int iovcnt, size_t skip, bool consume);
+  size_t copy_prefix(const iovec* iov, int iovcnt, bool consume);
+  size_t prefix_left() const { return prefix_.size() - prefix_pos_; }
   bool failed() const { return failure_ != Status::kOk; }
   void fail(Status s);
 
@@ -221,6 +228,8 @@ class RdmaStream {
   uint64_t server_nonce_ = 0;
   StreamCounters counters_;
   std::unique_ptr<FlowControl> flow_;
+  std::vector<uint8_t> prefix_;  // set_unread_prefix: served before the ring
+  size_t prefix_pos_ = 0;
 };
 
 }  // namespace tcp2rdma::transport

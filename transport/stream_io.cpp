@@ -174,6 +174,31 @@ size_t RdmaStream::copy_out(const iovec* iov, int iovcnt, size_t skip, bool cons
   return cursor;
 }
 
+size_t RdmaStream::copy_prefix(const iovec* iov, int iovcnt, bool consume) {
+  size_t copied = 0;
+  for (int i = 0; i < iovcnt && copied < prefix_left(); ++i) {
+    size_t n = std::min(iov[i].iov_len, prefix_left() - copied);
+    std::memcpy(iov[i].iov_base, prefix_.data() + prefix_pos_ + copied, n);
+    copied += n;
+  }
+  if (consume) {
+    prefix_pos_ += copied;
+    counters_.bytes_received += copied;
+    if (prefix_left() == 0) std::vector<uint8_t>().swap(prefix_);
+    if (prefix_.empty()) prefix_pos_ = 0;
+  }
+  return copied;
+}
+
+void RdmaStream::set_unread_prefix(std::vector<uint8_t> bytes) {
+  {
+    std::lock_guard lock(mu_);
+    prefix_ = std::move(bytes);
+    prefix_pos_ = 0;
+  }
+  if (!prefix_.empty()) wake_pollers();
+}
+
 Status RdmaStream::read(const iovec* iov, int iovcnt, int flags, size_t* done) {
   *done = 0;
   size_t want = 0;
@@ -187,6 +212,17 @@ Status RdmaStream::read(const iovec* iov, int iovcnt, int flags, size_t* done) {
   bool consume = !(flags & kPeek);
   bool wait_all = (flags & kWaitAll) && consume;
   Status s = Status::kOk;
+  // The prefix comes first; a read returns what it holds (at most), and only MSG_WAITALL goes on into
+  // the ring for the rest.
+  if (prefix_left() > 0) {
+    size_t from_prefix = copy_prefix(iov, iovcnt, consume);
+    *done = from_prefix;
+    if (from_prefix == want || !wait_all) {
+      reader_busy_ = false;
+      cv_.notify_all();
+      return Status::kOk;
+    }
+  }
   for (;;) {
     progress();  // a failure is reported below, after the bytes that came before it
     if (flow_->readable() > 0 && *done < want) {

@@ -316,7 +316,7 @@ Readiness RdmaStream::readiness() {
     progress();
     r.failed = failed();
     r.peer_closed = flow_->peer_closed();
-    r.bytes_readable = flow_->readable();
+    r.bytes_readable = flow_->readable() + prefix_left();
     r.readable = r.failed || r.peer_closed || r.bytes_readable > 0;
     r.writable = r.failed || write_shut_ || disconnect_seen_ || (flow_->data_room(1) > 0 && send_queue_has_room(2));
     if (r.readable && r.writable) return r;

@@ -46,106 +46,43 @@ TEST(HandoverFrames, EveryHeaderFieldIsChecked) {
   EXPECT_FALSE(decode_ack(hello).has_value());
 }
 
-TEST(InboundHandover, UnboundedUntilHello) {
-  InboundHandover in(make_nonces(1));
-  EXPECT_EQ(in.tcp_read_limit(), kUnbounded);
-  EXPECT_EQ(in.on_tcp_delivered(1000), InboundHandover::Verdict::kOk);
-  EXPECT_EQ(in.state(), InboundHandover::State::kTcp);
+TEST(BytesLeftOnTcp, WhatThePeerWroteMinusWhatWasRead) {
+  EXPECT_EQ(bytes_left_on_tcp(777, 500, 1000), 277u);
+  EXPECT_EQ(bytes_left_on_tcp(500, 500, 1000), 0u);
+  EXPECT_EQ(bytes_left_on_tcp(0, 0, 0), 0u);
 }
 
-TEST(InboundHandover, BoundedByHelloThenRecordThenRdma) {
-  NoncePair nonces = make_nonces(2);
-  InboundHandover in(nonces);
-  ASSERT_EQ(in.on_tcp_delivered(100), InboundHandover::Verdict::kOk);
-  ASSERT_EQ(in.on_hello(250), InboundHandover::Verdict::kOk);
-  EXPECT_EQ(in.state(), InboundHandover::State::kBounded);
-  EXPECT_EQ(in.tcp_read_limit(), 150u);
-  EXPECT_EQ(in.on_tcp_delivered(151), InboundHandover::Verdict::kProtocolError);  // past the bound
-  ASSERT_EQ(in.on_tcp_delivered(149), InboundHandover::Verdict::kOk);
-  EXPECT_EQ(in.tcp_read_limit(), 1u);
-  ASSERT_EQ(in.on_tcp_delivered(1), InboundHandover::Verdict::kOk);
-  EXPECT_EQ(in.state(), InboundHandover::State::kAtRecord);
-  EXPECT_EQ(in.tcp_read_limit(), 0u);
-  EXPECT_EQ(in.on_record(encode_record(nonces)), InboundHandover::RecordOutcome::kSwitchToRdma);
-  EXPECT_EQ(in.state(), InboundHandover::State::kRdma);
-  EXPECT_EQ(in.tcp_bytes_delivered(), 250u);
+TEST(BytesLeftOnTcp, AClaimOfFewerBytesThanWereReadIsImpossible) {
+  EXPECT_FALSE(bytes_left_on_tcp(499, 500, 1000).has_value());
 }
 
-TEST(InboundHandover, HelloAtTheCurrentOffsetGoesStraightToTheRecord) {
-  InboundHandover in(make_nonces(3));
-  ASSERT_EQ(in.on_tcp_delivered(64), InboundHandover::Verdict::kOk);
-  ASSERT_EQ(in.on_hello(64), InboundHandover::Verdict::kOk);
-  EXPECT_EQ(in.state(), InboundHandover::State::kAtRecord);
+TEST(BytesLeftOnTcp, MoreThanTheCapIsRefused) {
+  EXPECT_EQ(bytes_left_on_tcp(1500, 500, 1000), 1000u);
+  EXPECT_FALSE(bytes_left_on_tcp(1501, 500, 1000).has_value());
+  EXPECT_FALSE(bytes_left_on_tcp(kUnbounded, 0, 1u << 30).has_value());
 }
 
-TEST(InboundHandover, HelloClaimingLessThanDeliveredIsAProtocolError) {
-  InboundHandover in(make_nonces(4));
-  ASSERT_EQ(in.on_tcp_delivered(10), InboundHandover::Verdict::kOk);
-  EXPECT_EQ(in.on_hello(9), InboundHandover::Verdict::kProtocolError);
-  EXPECT_EQ(in.on_hello(10), InboundHandover::Verdict::kOk);
-  EXPECT_EQ(in.on_hello(10), InboundHandover::Verdict::kProtocolError);  // only one HELLO
+TEST(CheckRecord, OursIsProven) {
+  EXPECT_EQ(check_record(encode_record(make_nonces(2)), make_nonces(2)), RecordCheck::kProven);
 }
 
-TEST(InboundHandover, ApplicationBytesWhereTheRecordShouldBeStayData) {
-  InboundHandover in(make_nonces(5));
-  ASSERT_EQ(in.on_hello(0), InboundHandover::Verdict::kOk);
+TEST(CheckRecord, ApplicationBytesAreNotARecord) {
   std::array<uint8_t, kRecordSize> data{};
-  data.fill('x');
-  EXPECT_EQ(in.on_record(data), InboundHandover::RecordOutcome::kBytesAreData);
-  EXPECT_EQ(in.state(), InboundHandover::State::kTcpForever);
-  EXPECT_EQ(in.tcp_read_limit(), kUnbounded);
-  EXPECT_EQ(in.tcp_bytes_delivered(), kRecordSize);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>('a' + i % 26);
+  EXPECT_EQ(check_record(data, make_nonces(3)), RecordCheck::kNotARecord);
+  // A record whose header is damaged anywhere is not one either.
+  auto record = encode_record(make_nonces(3));
+  record[6] = 1;
+  EXPECT_EQ(check_record(record, make_nonces(3)), RecordCheck::kNotARecord);
 }
 
-TEST(InboundHandover, ARecordWithOtherNoncesAborts) {
-  InboundHandover in(make_nonces(6));
-  ASSERT_EQ(in.on_hello(0), InboundHandover::Verdict::kOk);
-  NoncePair other = make_nonces(6);
-  other.server[15] ^= 1;
-  EXPECT_EQ(in.on_record(encode_record(other)), InboundHandover::RecordOutcome::kAbort);
-}
-
-TEST(InboundHandover, ARecordBeforeTheBoundAborts) {
-  NoncePair nonces = make_nonces(8);
-  InboundHandover in(nonces);
-  EXPECT_EQ(in.on_record(encode_record(nonces)), InboundHandover::RecordOutcome::kAbort);
-  ASSERT_EQ(in.on_hello(5), InboundHandover::Verdict::kOk);
-  EXPECT_EQ(in.on_record(encode_record(nonces)), InboundHandover::RecordOutcome::kAbort);
-}
-
-TEST(OutboundHandover, HelloFreezesTheCountAndAckMustEchoIt) {
-  OutboundHandover out;
-  out.on_tcp_sent(4096);
-  out.on_tcp_sent(1);
-  auto hello = out.begin();
-  EXPECT_EQ(decode_hello(hello), 4097u);
-  EXPECT_EQ(out.state(), OutboundHandover::State::kHelloSent);
-  EXPECT_EQ(out.on_ack(4096), OutboundHandover::Verdict::kProtocolError);
-  EXPECT_EQ(out.on_ack(4097), OutboundHandover::Verdict::kOk);
-  EXPECT_EQ(out.state(), OutboundHandover::State::kRdma);
-  EXPECT_EQ(out.on_ack(4097), OutboundHandover::Verdict::kProtocolError);  // only one ACK
-}
-
-TEST(OutboundHandover, AckWithoutHelloIsAProtocolError) {
-  OutboundHandover out;
-  EXPECT_EQ(out.on_ack(0), OutboundHandover::Verdict::kProtocolError);
-}
-
-TEST(Handover, BothEndsAgreeOnEveryByte) {
-  // One direction end to end: sender and receiver driven in the order the protocol allows.
-  NoncePair nonces = make_nonces(9);
-  OutboundHandover out;
-  InboundHandover in(nonces);
-  out.on_tcp_sent(777);
-  ASSERT_EQ(in.on_tcp_delivered(500), InboundHandover::Verdict::kOk);  // receiver lags behind
-  auto hello = decode_hello(out.begin());
-  ASSERT_TRUE(hello.has_value());
-  ASSERT_EQ(in.on_hello(*hello), InboundHandover::Verdict::kOk);
-  auto ack = decode_ack(encode_ack(*hello));
-  ASSERT_EQ(out.on_ack(*ack), OutboundHandover::Verdict::kOk);
-  ASSERT_EQ(in.on_tcp_delivered(in.tcp_read_limit()), InboundHandover::Verdict::kOk);
-  EXPECT_EQ(in.on_record(encode_record(nonces)), InboundHandover::RecordOutcome::kSwitchToRdma);
-  EXPECT_EQ(in.tcp_bytes_delivered(), out.tcp_bytes_sent());
+TEST(CheckRecord, EitherNonceDifferingIsAnotherConnection) {
+  NoncePair ours = make_nonces(4);
+  NoncePair other_client = ours, other_server = ours;
+  other_client.client[15] ^= 1;
+  other_server.server[0] ^= 1;
+  EXPECT_EQ(check_record(encode_record(other_client), ours), RecordCheck::kOtherConnection);
+  EXPECT_EQ(check_record(encode_record(other_server), ours), RecordCheck::kOtherConnection);
 }
 
 }  // namespace

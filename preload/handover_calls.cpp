@@ -1,0 +1,162 @@
+// The application's reads and writes on a connection whose handover is under way and still on TCP.
+// Each one is a kernel call that does not block, made under the session's gate and counted, so that
+// the switch can freeze the counts between two of them; a caller that would block waits outside the
+// gate, on the socket and on the session's wake fd together. When the connection moves meanwhile, the
+// call goes on where it now belongs (the stream, or TCP for good), after the bytes it already moved.
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <vector>
+
+#include "handover_session.h"
+#include "real_calls.h"
+#include "stream_calls.h"
+
+namespace tcp2rdma::preload {
+namespace {
+
+bool would_block(int fd, int msg_flags) {
+  if (msg_flags & MSG_DONTWAIT) return true;
+  int fl = real().fcntl(fd, F_GETFL);
+  return fl >= 0 && (fl & O_NONBLOCK);
+}
+
+// The iovecs after the first `skip` bytes.
+std::vector<iovec> after(const iovec* iov, int iovcnt, size_t skip) {
+  std::vector<iovec> rest;
+  for (int i = 0; i < iovcnt; ++i) {
+    if (skip >= iov[i].iov_len) {
+      skip -= iov[i].iov_len;
+      continue;
+    }
+    rest.push_back({static_cast<char*>(iov[i].iov_base) + skip, iov[i].iov_len - skip});
+    skip = 0;
+  }
+  return rest;
+}
+
+size_t total(const iovec* iov, int iovcnt) {
+  size_t n = 0;
+  for (int i = 0; i < iovcnt; ++i) n += iov[i].iov_len;
+  return n;
+}
+
+// Sleeps until the socket may be ready for `events` or the connection moves. False on a signal
+// (EINTR), which the blocking call then reports, as the kernel's would.
+bool wait_for(int fd, short events, const HandoverSession& session) {
+  pollfd p[2] = {{fd, events, 0}, {session.wake_fd(), POLLIN, 0}};
+  return real().poll(p, 2, -1) >= 0 || errno != EINTR;
+}
+
+// Where a call goes once the session no longer takes it: the same lookup as every call makes.
+ssize_t continue_elsewhere(int fd, const iovec* iov, int iovcnt, int msg_flags, bool receiving) {
+  StreamRef ref = upgraded_stream(fd);  // waits for the switch to end
+  if (ref.ours()) {
+    return receiving ? stream_recv(ref, fd, iov, iovcnt, msg_flags) : stream_send(ref, fd, iov, iovcnt, msg_flags);
+  }
+  msghdr m{};
+  m.msg_iov = const_cast<iovec*>(iov);
+  m.msg_iovlen = static_cast<size_t>(iovcnt);
+  return receiving ? real().recvmsg(fd, &m, msg_flags) : real().sendmsg(fd, &m, msg_flags);
+}
+
+}  // namespace
+
+ssize_t session_recv(HandoverSession* session, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept {
+  const size_t want = total(iov, iovcnt);
+  const bool peek = msg_flags & MSG_PEEK;
+  // MSG_WAITALL must not wait on TCP for bytes that will come over RDMA: this loop waits instead.
+  const bool wait_all = (msg_flags & MSG_WAITALL) && !peek;
+  const int kernel_flags = (msg_flags & ~MSG_WAITALL) | MSG_DONTWAIT;
+  size_t done = 0;
+  for (;;) {
+    std::vector<iovec> rest = after(iov, iovcnt, done);
+    ssize_t r = 0;
+    int error = 0;
+    bool on_tcp = session->run_on_tcp([&](uint64_t&, uint64_t& received) {
+      msghdr m{};
+      m.msg_iov = rest.data();
+      m.msg_iovlen = rest.size();
+      r = real().recvmsg(fd, &m, kernel_flags);
+      error = errno;
+      if (r > 0 && !peek) received += static_cast<uint64_t>(r);
+    });
+    if (!on_tcp) {
+      if (done > 0 && !wait_all) return static_cast<ssize_t>(done);
+      ssize_t more = continue_elsewhere(fd, rest.data(), static_cast<int>(rest.size()), msg_flags, true);
+      if (more < 0) return done > 0 ? static_cast<ssize_t>(done) : -1;
+      return static_cast<ssize_t>(done + static_cast<size_t>(more));
+    }
+    if (r > 0) {
+      done += static_cast<size_t>(r);
+      if (!wait_all || done == want) return static_cast<ssize_t>(done);
+      continue;
+    }
+    if (r == 0 || want == 0) return static_cast<ssize_t>(done);  // the end of the stream
+    if (error != EAGAIN && error != EWOULDBLOCK) {
+      if (done > 0) return static_cast<ssize_t>(done);
+      errno = error;
+      return -1;
+    }
+    if (would_block(fd, msg_flags)) {
+      if (done > 0) return static_cast<ssize_t>(done);
+      errno = EAGAIN;
+      return -1;
+    }
+    if (!wait_for(fd, POLLIN, *session)) {
+      if (done > 0) return static_cast<ssize_t>(done);
+      errno = EINTR;
+      return -1;
+    }
+  }
+}
+
+ssize_t session_send(HandoverSession* session, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept {
+  const size_t want = total(iov, iovcnt);
+  const int kernel_flags = msg_flags | MSG_DONTWAIT;
+  size_t done = 0;
+  for (;;) {
+    std::vector<iovec> rest = after(iov, iovcnt, done);
+    ssize_t r = 0;
+    int error = 0;
+    bool on_tcp = session->run_on_tcp([&](uint64_t& sent, uint64_t&) {
+      msghdr m{};
+      m.msg_iov = rest.data();
+      m.msg_iovlen = rest.size();
+      r = real().sendmsg(fd, &m, kernel_flags);
+      error = errno;
+      if (r > 0) sent += static_cast<uint64_t>(r);
+    });
+    if (!on_tcp) {
+      ssize_t more = continue_elsewhere(fd, rest.data(), static_cast<int>(rest.size()), msg_flags, false);
+      if (more < 0) return done > 0 ? static_cast<ssize_t>(done) : -1;
+      return static_cast<ssize_t>(done + static_cast<size_t>(more));
+    }
+    if (r >= 0) {
+      done += static_cast<size_t>(r);
+      // A blocking send takes every byte, as the kernel's does; a non-blocking one what fits.
+      if (done == want || would_block(fd, msg_flags)) return static_cast<ssize_t>(done);
+      continue;
+    }
+    if (error != EAGAIN && error != EWOULDBLOCK) {
+      if (done > 0) return static_cast<ssize_t>(done);
+      errno = error;
+      return -1;
+    }
+    if (would_block(fd, msg_flags)) {
+      if (done > 0) return static_cast<ssize_t>(done);
+      errno = EAGAIN;
+      return -1;
+    }
+    if (!wait_for(fd, POLLOUT, *session)) {
+      if (done > 0) return static_cast<ssize_t>(done);
+      errno = EINTR;
+      return -1;
+    }
+  }
+}
+
+}  // namespace tcp2rdma::preload

@@ -1,0 +1,93 @@
+#include "handover_session.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "fd_table.h"
+#include "log.h"
+#include "tracked_socket.h"
+
+namespace tcp2rdma::preload {
+
+HandoverSession::HandoverSession() : wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
+
+HandoverSession::~HandoverSession() {
+  if (wake_fd_ >= 0) ::close(wake_fd_);
+}
+
+void HandoverSession::signal_locked() {
+  // Written once and never read: it stays readable for every later poll.
+  uint64_t one = 1;
+  if (wake_fd_ >= 0) (void)!::write(wake_fd_, &one, sizeof one);
+  cv_.notify_all();
+}
+
+void HandoverSession::wait_over() {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return phase() == Phase::kOver; });
+}
+
+bool HandoverSession::settle() {
+  std::unique_lock lock(mu_);
+  if (phase() == Phase::kOnTcp) {
+    phase_.store(Phase::kOver, std::memory_order_release);
+    signal_locked();
+    return true;
+  }
+  cv_.wait(lock, [&] { return phase() == Phase::kOver; });
+  return false;
+}
+
+bool HandoverSession::end_on_tcp() {
+  std::lock_guard lock(mu_);
+  if (phase() != Phase::kOnTcp) return false;
+  phase_.store(Phase::kOver, std::memory_order_release);
+  signal_locked();
+  return true;
+}
+
+void HandoverSession::set_label(const char* label) { snprintf(label_, sizeof label_, "%s", label); }
+
+bool HandoverSession::freeze(uint64_t* sent, uint64_t* received) {
+  std::lock_guard lock(mu_);
+  if (phase() != Phase::kOnTcp) return false;
+  phase_.store(Phase::kSwitching, std::memory_order_release);
+  *sent = sent_;
+  *received = received_;
+  signal_locked();
+  return true;
+}
+
+void HandoverSession::finish() {
+  std::lock_guard lock(mu_);
+  phase_.store(Phase::kOver, std::memory_order_release);
+  signal_locked();
+}
+
+uint64_t HandoverSession::sent() const {
+  std::lock_guard lock(mu_);
+  return sent_;
+}
+
+uint64_t HandoverSession::received() const {
+  std::lock_guard lock(mu_);
+  return received_;
+}
+
+void settle_session(int fd) noexcept {
+  TrackedSocket* socket = fd_table().find(fd);
+  if (socket == nullptr) return;
+  if (HandoverSession* session = socket->active_session(); session != nullptr && session->settle()) {
+    log_line("%s: stays tcp (closed, or the process forked, ran another program or exited, before the upgrade)",
+             session->label());
+  }
+}
+
+void settle_all_sessions() noexcept {
+  int end = fd_table().high_water();
+  for (int fd = 0; fd < end; ++fd) settle_session(fd);
+}
+
+}  // namespace tcp2rdma::preload
