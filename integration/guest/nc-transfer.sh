@@ -11,7 +11,10 @@
 # With T2R_SHIM set to libtcp2rdma.so, nc runs under it (LD_PRELOAD) and logs to T2R_WORK/shim-HOST.log;
 # T2R_EXPECT_LOG is then an extended regular expression that some line of that log must match, and
 # T2R_FORBID_LOG one that no line may match. The sender retries its connection every T2R_RETRY_SLEEP
-# seconds (default 0.2) until the receiver listens.
+# seconds (default 0.2) until the receiver listens. With T2R_SWITCH_AFTER_MIB=N the sender feeds nc the
+# first N MiB, waits until its shim logged the connection's switch to RDMA, then feeds the rest: the
+# switch lands mid-stream (upgrade: background). T2R_RECEIVE_FLAGS replaces the receiver's -N (-d:
+# never read standard input, so the receiver never half-closes before the switch).
 set -eu
 here=$(dirname "$0")
 expect=${T2R_EXPECT:-tcp}
@@ -26,7 +29,7 @@ pkts() { "$here/rdma-counters" | awk -v c="${1:-sent_pkts}" '$1==c{print $2}'; }
 before=$(pkts); before_rcvd=$(pkts rcvd_pkts)
 case "$1" in
   receive)
-    run nc -N -l "$2" > /tmp/received
+    run nc ${T2R_RECEIVE_FLAGS:--N} -l "$2" > /tmp/received
     i=0; until [ -f "$T2R_WORK/sent.sha256" ]; do i=$((i+1)); [ $i -lt 100 ] || exit 1; sleep 0.1; done
     got=$(sha256sum < /tmp/received | cut -d' ' -f1)
     want=$(cat "$T2R_WORK/sent.sha256")
@@ -39,7 +42,15 @@ case "$1" in
     sha256sum < /tmp/data | cut -d' ' -f1 > "$T2R_WORK/sent.sha256.tmp"
     mv "$T2R_WORK/sent.sha256.tmp" "$T2R_WORK/sent.sha256"
     pause=${T2R_RETRY_SLEEP:-0.2}; tries=$(awk -v p="$pause" 'BEGIN { print int(10 / p) }')  # about 10 s
-    i=0; until run nc -N "$T2R_PEER" "$2" < /tmp/data; do i=$((i+1)); [ $i -lt "$tries" ] || exit 1; sleep "$pause"; done
+    feed() {
+      if [ -z "${T2R_SWITCH_AFTER_MIB:-}" ]; then cat /tmp/data; return; fi
+      head -c $((T2R_SWITCH_AFTER_MIB * 1048576)) /tmp/data
+      w=0; until grep -q "client .*:$1: .*upgraded to rdma" "$T2R_WORK/shim-$T2R_HOST.log" 2>/dev/null; do
+        w=$((w+1)); [ $w -lt 300 ] || break; sleep 0.1
+      done
+      tail -c +$((T2R_SWITCH_AFTER_MIB * 1048576 + 1)) /tmp/data
+    }
+    i=0; until feed "$2" | run nc -N "$T2R_PEER" "$2"; do i=$((i+1)); [ $i -lt "$tries" ] || exit 1; sleep "$pause"; done
     echo "sent $bytes bytes" ;;
   *) echo "usage: nc-transfer.sh receive PORT | send PORT MIB" >&2; exit 2 ;;
 esac
