@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <optional>
 #include <vector>
 
 #include "handover_session.h"
@@ -44,11 +45,26 @@ size_t total(const iovec* iov, int iovcnt) {
   return n;
 }
 
-// Sleeps until the socket may be ready for `events` or the connection moves. False on a signal
-// (EINTR), which the blocking call then reports, as the kernel's would.
+// Sleeps until the socket may be ready for `events` or the connection moves. False on a signal.
 bool wait_for(int fd, short events, const HandoverSession& session) {
   pollfd p[2] = {{fd, events, 0}, {session.wake_fd(), POLLIN, 0}};
   return real().poll(p, 2, -1) >= 0 || errno != EINTR;
+}
+
+// A kernel call moved nothing, with `error`: what the application's call returns now (the bytes it
+// moved before, or -1 and errno), or nothing when it is to wait for the socket, or for the connection
+// to move, and try again. A blocking call interrupted by a signal reports EINTR, as the kernel's would.
+std::optional<ssize_t> when_stuck(int fd, int msg_flags, short events, const HandoverSession& session, size_t done,
+                                  int error) {
+  auto result = [done](int e) -> ssize_t {
+    if (done > 0) return static_cast<ssize_t>(done);
+    errno = e;
+    return -1;
+  };
+  if (error != EAGAIN && error != EWOULDBLOCK) return result(error);
+  if (would_block(fd, msg_flags)) return result(EAGAIN);
+  if (!wait_for(fd, events, session)) return result(EINTR);
+  return std::nullopt;
 }
 
 // Where a call goes once the session no longer takes it: the same lookup as every call makes.
@@ -96,21 +112,7 @@ ssize_t session_recv(HandoverSession* session, int fd, const iovec* iov, int iov
       continue;
     }
     if (r == 0 || want == 0) return static_cast<ssize_t>(done);  // the end of the stream
-    if (error != EAGAIN && error != EWOULDBLOCK) {
-      if (done > 0) return static_cast<ssize_t>(done);
-      errno = error;
-      return -1;
-    }
-    if (would_block(fd, msg_flags)) {
-      if (done > 0) return static_cast<ssize_t>(done);
-      errno = EAGAIN;
-      return -1;
-    }
-    if (!wait_for(fd, POLLIN, *session)) {
-      if (done > 0) return static_cast<ssize_t>(done);
-      errno = EINTR;
-      return -1;
-    }
+    if (auto result = when_stuck(fd, msg_flags, POLLIN, *session, done, error)) return *result;
   }
 }
 
@@ -141,21 +143,7 @@ ssize_t session_send(HandoverSession* session, int fd, const iovec* iov, int iov
       if (done == want || would_block(fd, msg_flags)) return static_cast<ssize_t>(done);
       continue;
     }
-    if (error != EAGAIN && error != EWOULDBLOCK) {
-      if (done > 0) return static_cast<ssize_t>(done);
-      errno = error;
-      return -1;
-    }
-    if (would_block(fd, msg_flags)) {
-      if (done > 0) return static_cast<ssize_t>(done);
-      errno = EAGAIN;
-      return -1;
-    }
-    if (!wait_for(fd, POLLOUT, *session)) {
-      if (done > 0) return static_cast<ssize_t>(done);
-      errno = EINTR;
-      return -1;
-    }
+    if (auto result = when_stuck(fd, msg_flags, POLLOUT, *session, done, error)) return *result;
   }
 }
 

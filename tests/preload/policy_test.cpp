@@ -15,6 +15,7 @@
 #include <string>
 
 #include "interposed.h"
+#include "test_sockets.h"
 
 namespace {
 
@@ -43,11 +44,7 @@ class Policy : public ::testing::Test {
   void connect_pair(bool nonblocking) {
     listener_ = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-    socklen_t len = sizeof addr;
-    ASSERT_EQ(getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+    ASSERT_TRUE(tcp2rdma::test::bind_loopback(listener_, &addr));
     ASSERT_EQ(listen(listener_, 1), 0);
     client_ = socket(AF_INET, SOCK_STREAM | (nonblocking ? SOCK_NONBLOCK : 0), 0);
     int rc = connect(client_, reinterpret_cast<sockaddr*>(&addr), sizeof addr);

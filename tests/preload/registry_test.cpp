@@ -12,6 +12,7 @@
 
 #include "fd_table.h"
 #include "interposed.h"
+#include "test_sockets.h"
 #include "tracked_socket.h"
 
 namespace tcp2rdma::preload {
@@ -111,11 +112,7 @@ TEST(Registry, CloseRangeForgetsOnlyWhatItClosed) {
 TEST(Registry, RolesFollowListenConnectAndAccept) {
   int listener = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  socklen_t len = sizeof addr;
-  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  ASSERT_TRUE(test::bind_loopback(listener, &addr));
   EXPECT_EQ(tracked(listener)->role(), SocketRole::kUnknown);
   ASSERT_EQ(listen(listener, 4), 0);
   EXPECT_EQ(tracked(listener)->role(), SocketRole::kListener);

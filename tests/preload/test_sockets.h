@@ -19,6 +19,16 @@ inline sockaddr_in ipv4_address(const char* ip, const char* port) {
   return addr;
 }
 
+// Binds fd to a port the kernel picks on 127.0.0.1; *addr is then the address to connect to.
+inline bool bind_loopback(int fd, sockaddr_in* addr) {
+  *addr = sockaddr_in{};
+  addr->sin_family = AF_INET;
+  addr->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof *addr;
+  return bind(fd, reinterpret_cast<sockaddr*>(addr), sizeof *addr) == 0 &&
+         getsockname(fd, reinterpret_cast<sockaddr*>(addr), &len) == 0;
+}
+
 // A listening TCP socket on every address at `port` (SO_REUSEADDR), backlog 1; -1 on failure.
 inline int listen_on(const char* port) {
   int listener = socket(AF_INET, SOCK_STREAM, 0);

@@ -1,0 +1,195 @@
+// The application's side of a handover, on the host: no RDMA. The wrappers are linked into this
+// program, so its own read(), send(), poll() … go through them as an application's would. A session
+// is started by hand on a loopback TCP connection and driven through its phases as the switch thread
+// would drive it (finish() without a stream: the connection then stays TCP), so that what is checked
+// is the gate: the counts of bytes moved on TCP, calls waiting for the switch, and calls going on
+// afterwards.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "fd_table.h"
+#include "handover_session.h"
+#include "test_sockets.h"
+#include "tracked_socket.h"
+
+namespace tcp2rdma::preload {
+namespace {
+
+using namespace std::chrono_literals;
+
+bool readable(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, 0) == 1;
+}
+
+// A loopback TCP connection made through the wrappers (no rule file: it stays TCP), and a session
+// started by hand on its client end.
+class HandoverSessionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    int listener = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    ASSERT_TRUE(test::bind_loopback(listener, &addr));
+    ASSERT_EQ(listen(listener, 1), 0);
+    client_ = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_EQ(connect(client_, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    peer_ = accept(listener, nullptr, nullptr);
+    ASSERT_GE(peer_, 0);
+    close(listener);
+    ASSERT_NE(fd_table().find(client_), nullptr);
+    session_ = fd_table().find(client_)->start_session();
+    ASSERT_NE(session_, nullptr);
+  }
+  void TearDown() override {
+    if (session_->phase() == HandoverSession::Phase::kSwitching) session_->finish();
+    close(client_);
+    close(peer_);
+  }
+
+  int client_ = -1, peer_ = -1;
+  HandoverSession* session_ = nullptr;
+};
+
+TEST(HandoverSession, PhasesAndTheWakeFd) {
+  HandoverSession s;
+  EXPECT_EQ(s.phase(), HandoverSession::Phase::kOnTcp);
+  EXPECT_FALSE(readable(s.wake_fd()));
+  uint64_t sent = 1, received = 1;
+  ASSERT_TRUE(s.freeze(&sent, &received));
+  EXPECT_EQ(sent, 0u);
+  EXPECT_EQ(received, 0u);
+  EXPECT_EQ(s.phase(), HandoverSession::Phase::kSwitching);
+  EXPECT_TRUE(readable(s.wake_fd()));  // and stays so: pollers look again
+  EXPECT_TRUE(readable(s.wake_fd()));
+  bool ran = false;
+  EXPECT_FALSE(s.run_on_tcp([&](uint64_t&, uint64_t&) { ran = true; }));
+  EXPECT_FALSE(ran);
+  s.finish();
+  EXPECT_EQ(s.phase(), HandoverSession::Phase::kOver);
+}
+
+TEST(HandoverSession, SettledBeforeTheFreezeStaysTcp) {
+  HandoverSession s;
+  EXPECT_TRUE(s.settle());
+  EXPECT_EQ(s.phase(), HandoverSession::Phase::kOver);
+  EXPECT_TRUE(readable(s.wake_fd()));
+  uint64_t sent = 0, received = 0;
+  EXPECT_FALSE(s.freeze(&sent, &received));  // the switch must write nothing
+  EXPECT_FALSE(s.end_on_tcp());              // and log nothing: the settler did
+  EXPECT_FALSE(s.settle());
+}
+
+TEST(HandoverSession, SettleWaitsForASwitchUnderWay) {
+  HandoverSession s;
+  uint64_t sent = 0, received = 0;
+  ASSERT_TRUE(s.freeze(&sent, &received));
+  std::atomic<bool> settled{false};
+  std::thread closer([&] {
+    EXPECT_FALSE(s.settle());
+    settled = true;
+  });
+  std::this_thread::sleep_for(50ms);
+  EXPECT_FALSE(settled);
+  s.finish();
+  closer.join();
+  EXPECT_TRUE(settled);
+}
+
+TEST_F(HandoverSessionTest, CountsEveryByteMovedOnTcpButNotPeeks) {
+  char buf[4096];
+  std::memset(buf, 'x', sizeof buf);
+  ASSERT_EQ(write(client_, buf, 1000), 1000);
+  iovec iov[2] = {{buf, 300}, {buf + 300, 200}};
+  ASSERT_EQ(writev(client_, iov, 2), 500);
+  ASSERT_EQ(send(client_, buf, 24, 0), 24);
+  ASSERT_EQ(recv(peer_, buf, 1524, MSG_WAITALL), 1524);
+  ASSERT_EQ(send(peer_, buf, 700, 0), 700);
+  ASSERT_EQ(recv(client_, buf, 100, MSG_PEEK | MSG_WAITALL), 100);
+  ASSERT_EQ(recv(client_, buf, 600, MSG_WAITALL), 600);
+  ASSERT_EQ(read(client_, buf, sizeof buf), 100);
+  EXPECT_EQ(session_->sent(), 1524u);
+  EXPECT_EQ(session_->received(), 700u);
+}
+
+TEST_F(HandoverSessionTest, ANonBlockingCallSaysEagainAsTheKernelDoes) {
+  char buf[16];
+  errno = 0;
+  EXPECT_EQ(recv(client_, buf, sizeof buf, MSG_DONTWAIT), -1);
+  EXPECT_EQ(errno, EAGAIN);
+  EXPECT_EQ(session_->received(), 0u);
+}
+
+TEST_F(HandoverSessionTest, WaitAllAssemblesPiecesThatArriveApart) {
+  std::thread writer([&] {
+    char part[60];
+    std::memset(part, 'a', sizeof part);
+    ASSERT_EQ(send(peer_, part, 40, 0), 40);
+    std::this_thread::sleep_for(50ms);
+    ASSERT_EQ(send(peer_, part, 60, 0), 60);
+  });
+  char buf[100];
+  EXPECT_EQ(recv(client_, buf, sizeof buf, MSG_WAITALL), 100);
+  writer.join();
+  EXPECT_EQ(session_->received(), 100u);
+}
+
+TEST_F(HandoverSessionTest, ABlockedReadWaitsThroughTheSwitchAndGoesOnWhereTheConnectionIs) {
+  // The reader sleeps in the gate's poll with no byte on TCP; the switch freezes the counts (the
+  // reader must wake and wait for it to end), the peer's bytes come meanwhile, and the switch ends
+  // without a stream: the read goes on on TCP and returns them, and nothing more is counted.
+  std::atomic<ssize_t> got{-2};
+  char buf[64];
+  std::thread reader([&] { got = read(client_, buf, sizeof buf); });
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(got, -2);
+  uint64_t sent = 0, received = 0;
+  ASSERT_TRUE(session_->freeze(&sent, &received));
+  ASSERT_EQ(send(peer_, "0123456789", 10, 0), 10);
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(got, -2);  // the connection is switching: the read waits
+  session_->finish();
+  reader.join();
+  EXPECT_EQ(got, 10);
+  EXPECT_EQ(std::memcmp(buf, "0123456789", 10), 0);
+  EXPECT_EQ(session_->received(), 0u);
+}
+
+TEST_F(HandoverSessionTest, PollWatchesTheSocketAndWakesWhenTheConnectionMoves) {
+  std::atomic<int> rc{-2};
+  pollfd p{client_, POLLIN, 0};
+  std::thread poller([&] { rc = poll(&p, 1, 5000); });
+  std::this_thread::sleep_for(50ms);
+  uint64_t sent = 0, received = 0;
+  ASSERT_TRUE(session_->freeze(&sent, &received));
+  ASSERT_EQ(send(peer_, "x", 1, 0), 1);
+  session_->finish();  // stays TCP: poll looks at the socket again and finds the byte
+  poller.join();
+  EXPECT_EQ(rc, 1);
+  EXPECT_TRUE(p.revents & POLLIN);
+}
+
+TEST_F(HandoverSessionTest, CloseSettlesASessionStillOnTcp) {
+  HandoverSession* session = session_;
+  int dup_fd = dup(client_);
+  ASSERT_GE(dup_fd, 0);
+  ASSERT_EQ(close(dup_fd), 0);  // any descriptor of the socket: the connection stays TCP
+  EXPECT_EQ(session->phase(), HandoverSession::Phase::kOver);
+  char buf[4];
+  ASSERT_EQ(send(peer_, "abcd", 4, 0), 4);
+  EXPECT_EQ(recv(client_, buf, 4, MSG_WAITALL), 4);  // straight to the kernel now
+  EXPECT_EQ(session->received(), 0u);
+}
+
+}  // namespace
+}  // namespace tcp2rdma::preload
