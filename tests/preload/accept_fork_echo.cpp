@@ -1,0 +1,73 @@
+// accept_fork_echo PORT fork|exec: the shape of an accept-then-fork server (socat's fork, inetd), to
+// run under the shim with `upgrade: background`. It accepts one connection and forks at once; the
+// parent keeps its copy open until the child is done (so that it is the fork, not the parent's close,
+// that must keep the connection on TCP). The child serves the connection it inherited:
+//   fork  echoes until the client half-closes, then closes;
+//   exec  makes the connection its standard input and output and runs cat, which echoes (inetd).
+// The fork comes before the connection could switch, so it must stay TCP and work in the child; the
+// client checks the echoed bytes.
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "test_sockets.h"
+
+namespace {
+
+bool echo_until_end(int fd) {
+  char buffer[65536];
+  for (;;) {
+    ssize_t n = read(fd, buffer, sizeof buffer);
+    if (n == 0) return true;
+    if (n < 0) return false;
+    for (ssize_t done = 0; done < n;) {
+      ssize_t w = write(fd, buffer + done, static_cast<size_t>(n - done));
+      if (w <= 0) return false;
+      done += w;
+    }
+  }
+}
+
+int serve(int fd, bool exec_cat) {
+  if (!exec_cat) {
+    bool ok = echo_until_end(fd);
+    close(fd);
+    std::printf("child: %s\n", ok ? "echoed the connection to its end" : "FAILED");
+    return ok ? 0 : 1;
+  }
+  if (dup2(fd, 0) < 0 || dup2(fd, 1) < 0) return 1;
+  close(fd);
+  execlp("cat", "cat", static_cast<char*>(nullptr));
+  std::perror("accept_fork_echo: exec cat");
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 3 || (std::strcmp(argv[2], "fork") != 0 && std::strcmp(argv[2], "exec") != 0)) {
+    std::fprintf(stderr, "usage: accept_fork_echo PORT fork|exec\n");
+    return 2;
+  }
+  int listener = tcp2rdma::test::listen_on(argv[1]);
+  if (listener < 0) {
+    std::perror("accept_fork_echo: listen");
+    return 1;
+  }
+  std::fprintf(stderr, "listening\n");
+  int fd = accept(listener, nullptr, nullptr);
+  if (fd < 0) return 1;
+  pid_t child = fork();
+  if (child == 0) {
+    close(listener);
+    std::exit(serve(fd, std::strcmp(argv[2], "exec") == 0));
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  close(fd);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
