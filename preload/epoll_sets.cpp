@@ -180,6 +180,7 @@ bool epoll_wait_upgraded(int epfd, epoll_event* events, int maxevents, int timeo
     std::lock_guard lock(g_mutex);
     if (!take_mine()) return false;
   }
+  const int saved_errno = errno;
   auto deadline = timeout_ms < 0 ? Clock::time_point::max() : Clock::now() + std::chrono::milliseconds(timeout_ms);
   for (;;) {
     std::lock_guard lock(g_mutex);  // entries may not go away while we look at them
@@ -235,6 +236,7 @@ bool epoll_wait_upgraded(int epfd, epoll_event* events, int maxevents, int timeo
     if (out > 0 || wait_ms == 0) {
       for (Entry* e : reported) keep_signalled(*e);
       *result = out;
+      errno = saved_errno;  // success leaves errno alone, as the kernel's epoll_wait does
       return true;
     }
     // Only readiness fds fired, with nothing the application asked for: wait again.

@@ -112,9 +112,9 @@ bool finish_pending_upgrade(int fd, TrackedSocket* socket) noexcept {
   return usable;
 }
 
-ssize_t stream_recv(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept {
-  if (ref.session() != nullptr) return session_recv(ref.session(), fd, iov, iovcnt, msg_flags);
-  transport::RdmaStream* stream = ref;
+namespace {
+
+ssize_t recv_on_stream(transport::RdmaStream* stream, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept {
   int flags = 0;
   if (nonblocking(fd, msg_flags)) flags |= transport::kNonBlocking;
   if (msg_flags & MSG_PEEK) flags |= transport::kPeek;
@@ -128,9 +128,7 @@ ssize_t stream_recv(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, 
   return static_cast<ssize_t>(done);
 }
 
-ssize_t stream_send(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept {
-  if (ref.session() != nullptr) return session_send(ref.session(), fd, iov, iovcnt, msg_flags);
-  transport::RdmaStream* stream = ref;
+ssize_t send_on_stream(transport::RdmaStream* stream, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept {
   size_t done = 0;
   Status s = stream->write(iov, iovcnt, nonblocking(fd, msg_flags) ? transport::kNonBlocking : 0, &done);
   if (s == Status::kOk) return static_cast<ssize_t>(done);
@@ -141,9 +139,31 @@ ssize_t stream_send(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, 
   return -1;
 }
 
+}  // namespace
+
+// A call that succeeds leaves errno as it was, as the kernel's do: the module's own system calls on
+// the way (a non-blocking look at an eventfd, an interrupted wait) must not show through. (sockperf,
+// for one, reads errno after a successful recvfrom() and takes a stale ECONNRESET for the peer's end.)
+ssize_t stream_recv(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept {
+  const int saved_errno = errno;
+  ssize_t n = ref.session() != nullptr ? session_recv(ref.session(), fd, iov, iovcnt, msg_flags)
+                                       : recv_on_stream(ref, fd, iov, iovcnt, msg_flags);
+  if (n >= 0) errno = saved_errno;
+  return n;
+}
+
+ssize_t stream_send(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept {
+  const int saved_errno = errno;
+  ssize_t n = ref.session() != nullptr ? session_send(ref.session(), fd, iov, iovcnt, msg_flags)
+                                       : send_on_stream(ref, fd, iov, iovcnt, msg_flags);
+  if (n >= 0) errno = saved_errno;
+  return n;
+}
+
 int stream_shutdown(transport::RdmaStream* stream, int how) noexcept {
   // Only the sending side has something to tell the peer; the TCP connection stays whole as the
   // control channel.
+  const int saved_errno = errno;
   if (how == SHUT_WR || how == SHUT_RDWR) {
     Status s = stream->shutdown_write();
     if (s != Status::kOk) {
@@ -151,11 +171,14 @@ int stream_shutdown(transport::RdmaStream* stream, int how) noexcept {
       return -1;
     }
   }
+  errno = saved_errno;
   return 0;
 }
 
 int stream_readable_bytes(transport::RdmaStream* stream) noexcept {
+  const int saved_errno = errno;
   uint64_t n = stream->readiness().bytes_readable;
+  errno = saved_errno;
   return n > INT32_MAX ? INT32_MAX : static_cast<int>(n);
 }
 

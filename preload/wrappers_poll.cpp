@@ -32,7 +32,7 @@ bool any_upgraded(const pollfd* fds, nfds_t nfds) {
 // poll with upgraded descriptors among fds, or ones whose handover is under way. timeout: nullptr
 // waits for ever. A descriptor whose handover is still on TCP is polled on its socket, with the
 // session's wake fd beside it: when the connection moves, everything is looked at afresh.
-int poll_streams(pollfd* fds, nfds_t nfds, const timespec* timeout, const sigset_t* sigmask) {
+int poll_streams_once(pollfd* fds, nfds_t nfds, const timespec* timeout, const sigset_t* sigmask) {
   // Scratch kept per thread: a poll loop should not allocate on every call.
   static thread_local std::vector<pollfd> shadow;
   // The streams are held until poll returns (another thread may close a descriptor meanwhile), and
@@ -83,6 +83,14 @@ int poll_streams(pollfd* fds, nfds_t nfds, const timespec* timeout, const sigset
       for (nfds_t i = 0; i < nfds; ++i) shadow[i] = streams[i] != nullptr ? shadow[i] : fds[i];
     }
   }
+}
+
+int poll_streams(pollfd* fds, nfds_t nfds, const timespec* timeout, const sigset_t* sigmask) {
+  // Success leaves errno alone, as the kernel's poll does (the streams' own calls may set it).
+  const int saved_errno = errno;
+  int rc = poll_streams_once(fds, nfds, timeout, sigmask);
+  if (rc >= 0) errno = saved_errno;
+  return rc;
 }
 
 timespec from_ms(int ms) { return {ms / 1000, static_cast<long>(ms % 1000) * 1000000}; }

@@ -179,6 +179,24 @@ TEST_F(HandoverSessionTest, PollWatchesTheSocketAndWakesWhenTheConnectionMoves) 
   EXPECT_TRUE(p.revents & POLLIN);
 }
 
+TEST_F(HandoverSessionTest, ASuccessfulCallLeavesErrnoAlone) {
+  // The kernel's recv() and send() do not touch errno when they succeed, and programs read it anyway
+  // (sockperf takes a stale ECONNRESET after a successful recvfrom() for the peer's end). A blocking
+  // read that first found nothing (EAGAIN inside) and a write must leave it as it was.
+  std::thread writer([&] {
+    std::this_thread::sleep_for(50ms);
+    ASSERT_EQ(send(peer_, "abc", 3, 0), 3);
+  });
+  char buf[3];
+  errno = ECONNRESET;
+  EXPECT_EQ(read(client_, buf, sizeof buf), 3);
+  EXPECT_EQ(errno, ECONNRESET);
+  writer.join();
+  errno = EPIPE;
+  EXPECT_EQ(send(client_, "x", 1, 0), 1);
+  EXPECT_EQ(errno, EPIPE);
+}
+
 TEST_F(HandoverSessionTest, CloseSettlesASessionStillOnTcp) {
   HandoverSession* session = session_;
   int dup_fd = dup(client_);
