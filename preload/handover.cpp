@@ -33,10 +33,11 @@ bool header_ok(const uint8_t* p, uint32_t magic) {
 
 }  // namespace
 
-std::array<uint8_t, kHelloSize> encode_hello(uint64_t tcp_bytes) {
+std::array<uint8_t, kHelloSize> encode_hello(const Hello& hello) {
   std::array<uint8_t, kHelloSize> f{};
   put_header(f.data(), kHelloMagic);
-  put64(f.data() + 8, tcp_bytes);
+  put16(f.data() + 6, hello.tcp_ended ? kHelloTcpEnded : 0);
+  put64(f.data() + 8, hello.tcp_bytes);
   return f;
 }
 
@@ -55,9 +56,12 @@ std::array<uint8_t, kRecordSize> encode_record(const NoncePair& nonces) {
   return f;
 }
 
-std::optional<uint64_t> decode_hello(std::span<const uint8_t, kHelloSize> f) {
-  if (!header_ok(f.data(), kHelloMagic)) return std::nullopt;
-  return get(f.data() + 8, 8);
+std::optional<Hello> decode_hello(std::span<const uint8_t, kHelloSize> f) {
+  uint64_t flags = get(f.data() + 6, 2);
+  if (get(f.data(), 4) != kHelloMagic || get(f.data() + 4, 2) != kHandoverVersion || (flags & ~kHelloTcpEnded) != 0) {
+    return std::nullopt;
+  }
+  return Hello{get(f.data() + 8, 8), flags == kHelloTcpEnded};
 }
 
 std::optional<uint64_t> decode_ack(std::span<const uint8_t, kAckSize> f) {

@@ -26,14 +26,24 @@ inline constexpr uint32_t kHelloMagic = 0x4f4c4854;   // "THLO"
 inline constexpr uint32_t kAckMagic = 0x4b434154;     // "TACK"
 inline constexpr uint32_t kRecordMagic = 0x43455254;  // "TREC"
 inline constexpr uint16_t kHandoverVersion = 1;
-inline constexpr size_t kHelloSize = 16;   // magic u32, version u16, reserved u16, tcp_bytes u64
+inline constexpr size_t kHelloSize = 16;   // magic u32, version u16, flags u16, tcp_bytes u64
 inline constexpr size_t kAckSize = 16;     // magic u32, version u16, reserved u16, acked_tcp_bytes u64
 inline constexpr size_t kRecordSize = 40;  // magic u32, version u16, reserved u16, client nonce, server nonce
 
-std::array<uint8_t, kHelloSize> encode_hello(uint64_t tcp_bytes);
+// What a side says in its HELLO: the application bytes it wrote on TCP before it froze, and whether
+// its TCP sending side ended right after them (the application shut it down: no record follows, the
+// TCP end marks the boundary instead). Only a server may say so (architecture.md).
+struct Hello {
+  uint64_t tcp_bytes = 0;
+  bool tcp_ended = false;
+  bool operator==(const Hello&) const = default;
+};
+inline constexpr uint16_t kHelloTcpEnded = 1;  // HELLO's flags; every other bit must be zero
+
+std::array<uint8_t, kHelloSize> encode_hello(const Hello& hello);
 std::array<uint8_t, kAckSize> encode_ack(uint64_t acked_tcp_bytes);
 std::array<uint8_t, kRecordSize> encode_record(const NoncePair& nonces);
-std::optional<uint64_t> decode_hello(std::span<const uint8_t, kHelloSize> frame);
+std::optional<Hello> decode_hello(std::span<const uint8_t, kHelloSize> frame);
 std::optional<uint64_t> decode_ack(std::span<const uint8_t, kAckSize> frame);
 std::optional<NoncePair> decode_record(std::span<const uint8_t, kRecordSize> frame);
 

@@ -50,12 +50,13 @@ bool HandoverSession::end_on_tcp() {
 
 void HandoverSession::set_label(const char* label) { snprintf(label_, sizeof label_, "%s", label); }
 
-bool HandoverSession::freeze(uint64_t* sent, uint64_t* received) {
+bool HandoverSession::freeze(uint64_t* sent, uint64_t* received, bool* sending_ended) {
   std::lock_guard lock(mu_);
   if (phase() != Phase::kOnTcp) return false;
   phase_.store(Phase::kSwitching, std::memory_order_release);
   *sent = sent_;
   *received = received_;
+  *sending_ended = sending_ended_;
   signal_locked();
   return true;
 }

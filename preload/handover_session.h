@@ -40,6 +40,17 @@ class HandoverSession {
     io(sent_, received_);
     return true;
   }
+  // The application of a server shuts its sending side down while the connection is on TCP:
+  // `shut()` makes the kernel call with the gate held, and the session remembers that this side's
+  // TCP ended (its HELLO will say so, and no record follows). False, with nothing done, once the
+  // phase is no longer kOnTcp.
+  template <typename Shut>
+  bool end_sending_on_tcp(Shut&& shut) {
+    std::lock_guard lock(mu_);
+    if (phase() != Phase::kOnTcp) return false;
+    if (shut()) sending_ended_ = true;
+    return true;
+  }
   void wait_over();
   // A descriptor of the socket is closed, or the process forks, execs or exits: a session still on
   // TCP ends there (the connection stays TCP: a child or a new program can go on using it; true, and
@@ -47,9 +58,10 @@ class HandoverSession {
   // kOver.
   bool settle();
 
-  // The switch's side. kOnTcp -> kSwitching, the counts as they are now; false when the session was
-  // settled first (the connection stays TCP, and nothing may be written to it).
-  bool freeze(uint64_t* sent, uint64_t* received);
+  // The switch's side. kOnTcp -> kSwitching, the counts as they are now and whether this side's TCP
+  // sending side ended; false when the session was settled first (the connection stays TCP, and
+  // nothing may be written to it).
+  bool freeze(uint64_t* sent, uint64_t* received, bool* sending_ended);
   // kOnTcp -> kOver: the upgrade failed before the switch and the connection stays TCP; false when
   // the session was settled first.
   bool end_on_tcp();
@@ -72,6 +84,7 @@ class HandoverSession {
   std::atomic<Phase> phase_{Phase::kOnTcp};
   uint64_t sent_ = 0;
   uint64_t received_ = 0;
+  bool sending_ended_ = false;
   int wake_fd_ = -1;
   char label_[256] = "";
 };

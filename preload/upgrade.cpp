@@ -147,63 +147,117 @@ bool stream_write_all(transport::RdmaStream& stream, const uint8_t* buf, size_t 
   return stream.write(&iov, 1, 0, &done) == transport::Status::kOk && done == n;
 }
 
-// The switch (docs/architecture.md, "The byte-exact handover"). Each side freezes its TCP counts and
-// sends HELLO{bytes it wrote on TCP} as the first bytes of its stream, then ACK{the peer's count}.
-// Until a side has sent ACK, the peer writes no record, and neither has it: a failure up to there
-// leaves the TCP connection as it was, and the connection stays TCP. After ACK, the client writes its
-// record on TCP right after its last application byte; the server reads the client's remaining TCP
-// bytes, then the record, and checks it; only then does it write its own, which the client checks
-// the same way. The TCP bytes read by the switch go ahead of the stream's (the stream's prefix).
+// True when the TCP connection is at its end (the peer shut its sending side down) within the
+// deadline; false when a byte comes instead, or an error.
+bool tcp_at_end(int fd, Clock::time_point deadline) {
+  for (;;) {
+    int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+    if (left <= 0) return false;
+    pollfd p{fd, POLLIN, 0};
+    if (real().poll(&p, 1, left) <= 0) continue;
+    uint8_t byte = 0;
+    ssize_t r = real().recv(fd, &byte, 1, MSG_DONTWAIT);
+    if (r == 0) return true;
+    if (r > 0 || (errno != EAGAIN && errno != EINTR)) return false;
+  }
+}
+
+// What a step of the switch came to: go on; stay on TCP (nothing was written anywhere either
+// application reads); or reset the connection (the two byte counts are split).
+struct Step {
+  enum Kind { kGoOn, kStaysTcp, kBroken } kind = kGoOn;
+  const char* why = "";
+};
+
+// HELLO and ACK both ways on the stream: the peer's HELLO in *peer, and how many of its TCP bytes
+// this side has still to read in *tail. Until this side has sent ACK the peer writes no record, and
+// neither has this side: a failure up to there leaves the TCP connection as it was.
+Step exchange_counts(transport::RdmaStream& stream, const Hello& ours, uint64_t received, bool is_client,
+                     Clock::time_point deadline, Hello* peer, uint64_t* tail) {
+  auto hello = encode_hello(ours);
+  if (!stream_write_all(stream, hello.data(), hello.size())) return {Step::kStaysTcp, "the RDMA connection failed at HELLO"};
+  std::array<uint8_t, kHelloSize> peer_hello{};
+  if (!stream_read_exact(stream, peer_hello.data(), peer_hello.size(), deadline)) {
+    return {Step::kStaysTcp, "no HELLO from the peer"};
+  }
+  std::optional<Hello> decoded = decode_hello(peer_hello);
+  // A client never says its TCP ended: its shutdown() keeps the connection on TCP (it could write no
+  // record after its end, and the server needs the client's record).
+  std::optional<uint64_t> left = decoded && !(decoded->tcp_ended && !is_client)
+                                     ? bytes_left_on_tcp(decoded->tcp_bytes, received, kMaxTcpTail)
+                                     : std::nullopt;
+  if (!left) return {Step::kStaysTcp, "the peer's HELLO is malformed or claims an impossible byte count"};
+  auto ack = encode_ack(decoded->tcp_bytes);
+  if (!stream_write_all(stream, ack.data(), ack.size())) return {Step::kStaysTcp, "the RDMA connection failed at ACK"};
+  std::array<uint8_t, kAckSize> peer_ack{};
+  if (!stream_read_exact(stream, peer_ack.data(), peer_ack.size(), deadline) || decode_ack(peer_ack) != ours.tcp_bytes) {
+    return {Step::kBroken, "the peer's ACK is missing or does not echo our byte count"};
+  }
+  *peer = *decoded;
+  *tail = *left;
+  return {};
+}
+
+// The peer's application bytes still on TCP (into *bytes), then what must follow them: its record,
+// checked against this stream's nonces, or, when its HELLO said so, the end of its TCP stream. Not a
+// record, or another connection's: whoever holds this RDMA connection is not the peer of this TCP
+// connection. Never guessed at: the connection is reset.
+Step read_peer_tail(int fd, uint64_t tail, bool peer_ended, const NoncePair& nonces, Clock::time_point deadline,
+                    std::vector<uint8_t>* bytes) {
+  bytes->resize(tail);
+  if (!tcp_exchange(fd, bytes->data(), bytes->size(), false, deadline)) {
+    return {Step::kBroken, "the TCP connection ended before the peer's last bytes on it"};
+  }
+  if (peer_ended) {
+    if (!tcp_at_end(fd, deadline)) return {Step::kBroken, "bytes on TCP after the end the peer announced"};
+    return {};
+  }
+  std::array<uint8_t, kRecordSize> record{};
+  if (!tcp_exchange(fd, record.data(), record.size(), false, deadline)) {
+    return {Step::kBroken, "the TCP connection ended before the peer's handover record"};
+  }
+  if (check_record(record, nonces) != RecordCheck::kProven) {
+    return {Step::kBroken, "the peer's handover record did not match this connection"};
+  }
+  return {};
+}
+
+// The switch (docs/architecture.md, "The byte-exact handover"): freeze, HELLO and ACK on the stream;
+// the client writes its record on TCP right after its last application byte; the server reads the
+// client's remaining TCP bytes and its record, and only then writes its own (or, when its application
+// had already ended its TCP sending side, nothing: the TCP end marks the boundary), which the client
+// reads the same way. The TCP bytes read by the switch go ahead of the stream's (its prefix).
 UpgradeOutcome switch_onto(int fd, TrackedSocket* socket, HandoverSession* session,
                            std::unique_ptr<transport::RdmaStream> stream, bool is_client) {
-  uint64_t sent = 0, received = 0;
-  if (!session->freeze(&sent, &received)) {
+  Hello ours;
+  uint64_t received = 0;
+  if (!session->freeze(&ours.tcp_bytes, &received, &ours.tcp_ended)) {
     stream->abort();
     return {false, true, "closed, or the process forked or ran another program, before the switch"};
   }
   auto deadline = Clock::now() + kSwitchTimeout;
-  auto stays_tcp = [&](const char* why) {
-    stream->abort();
-    return UpgradeOutcome{false, true, why};
-  };
-  auto broken = [&](const char* why) {
-    stream->abort();
-    return UpgradeOutcome{false, false, why};
-  };
-  auto hello = encode_hello(sent);
-  if (!stream_write_all(*stream, hello.data(), hello.size())) return stays_tcp("the RDMA connection failed at HELLO");
-  std::array<uint8_t, kHelloSize> peer_hello{};
-  if (!stream_read_exact(*stream, peer_hello.data(), peer_hello.size(), deadline)) {
-    return stays_tcp("no HELLO from the peer");
-  }
-  std::optional<uint64_t> peer_sent = decode_hello(peer_hello);
-  std::optional<uint64_t> tail = peer_sent ? bytes_left_on_tcp(*peer_sent, received, kMaxTcpTail) : std::nullopt;
-  if (!tail) return stays_tcp("the peer's HELLO is malformed or claims an impossible byte count");
-  auto ack = encode_ack(*peer_sent);
-  if (!stream_write_all(*stream, ack.data(), ack.size())) return stays_tcp("the RDMA connection failed at ACK");
-  // From here on the peer may write its record on TCP: a failure resets the connection.
-  std::array<uint8_t, kAckSize> peer_ack{};
-  if (!stream_read_exact(*stream, peer_ack.data(), peer_ack.size(), deadline) || decode_ack(peer_ack) != sent) {
-    return broken("the peer's ACK is missing or does not echo our byte count");
-  }
+  Hello peer;
+  uint64_t tail = 0;
+  std::vector<uint8_t> tcp_tail;
   NoncePair nonces = nonces_of(*stream);
   auto record = encode_record(nonces);
-  if (is_client && !tcp_exchange(fd, record.data(), record.size(), true, deadline)) {
-    return broken("could not write the handover record on TCP");
+  Step step = exchange_counts(*stream, ours, received, is_client, deadline, &peer, &tail);
+  if (step.kind == Step::kGoOn && is_client && !tcp_exchange(fd, record.data(), record.size(), true, deadline)) {
+    step = {Step::kBroken, "could not write the handover record on TCP"};
   }
-  std::vector<uint8_t> tcp_tail(*tail);
-  std::array<uint8_t, kRecordSize> peer_record{};
-  if (!tcp_exchange(fd, tcp_tail.data(), tcp_tail.size(), false, deadline) ||
-      !tcp_exchange(fd, peer_record.data(), peer_record.size(), false, deadline)) {
-    return broken("the TCP connection ended before the peer's handover record");
+  if (step.kind == Step::kGoOn) step = read_peer_tail(fd, tail, peer.tcp_ended, nonces, deadline, &tcp_tail);
+  if (step.kind == Step::kGoOn && !is_client && !ours.tcp_ended &&
+      !tcp_exchange(fd, record.data(), record.size(), true, deadline)) {
+    step = {Step::kBroken, "could not write the handover record on TCP"};
   }
-  // Not a record, or another connection's: whoever holds this RDMA connection is not the peer of
-  // this TCP connection. Never guessed at: the connection is reset.
-  if (check_record(peer_record, nonces) != RecordCheck::kProven) {
-    return broken("the peer's handover record did not match this connection");
+  // Our application ended its sending side on TCP: the stream's sending side ends too, so that the
+  // peer reads the end right after our last bytes.
+  if (step.kind == Step::kGoOn && ours.tcp_ended && stream->shutdown_write() != transport::Status::kOk) {
+    step = {Step::kBroken, "the RDMA connection failed at the end of our sending side"};
   }
-  if (!is_client && !tcp_exchange(fd, record.data(), record.size(), true, deadline)) {
-    return broken("could not write the handover record on TCP");
+  if (step.kind != Step::kGoOn) {
+    stream->abort();
+    return {false, step.kind == Step::kStaysTcp, step.why};
   }
   stream->set_unread_prefix(std::move(tcp_tail));
   int fl = real().fcntl(fd, F_GETFL);
@@ -380,9 +434,12 @@ bool conclude(const Connection& c, HandoverSession* session, const UpgradeOutcom
   }
   bool usable = outcome.connection_usable && (outcome.upgraded || !required);
   if (session->phase() == HandoverSession::Phase::kOnTcp) {
-    // It never got to the switch. Settled meanwhile (closed, fork, exec, exit): that call logged it.
-    if (session->end_on_tcp()) log_line("%s: %s", session->label(), path);
-    epoll_move_pending(c.fd, false);
+    // It never got to the switch. Settled meanwhile (closed, fork, exec, exit): that call logged it,
+    // and a close forgot the registrations (the descriptor may name another socket by now).
+    if (session->end_on_tcp()) {
+      log_line("%s: %s", session->label(), path);
+      epoll_move_pending(c.fd, false);
+    }
     return usable;
   }
   if (session->phase() == HandoverSession::Phase::kOver) return usable;  // settled before the freeze

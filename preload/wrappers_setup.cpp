@@ -149,8 +149,23 @@ T2R_INTERPOSE int connect(int fd, const struct sockaddr* addr, socklen_t len) {
 }
 
 T2R_INTERPOSE int shutdown(int fd, int how) {
-  // A connection whose handover is still on TCP stays there: the TCP end must come after its bytes, and
-  // no record could follow it.
+  // A server that ends its sending side while its connection's handover is still on TCP: the kernel
+  // sends the end now, and the switch goes on (its HELLO says the TCP end marks its last byte).
+  if (auto* socket = fd_table().find(fd); socket != nullptr && how == SHUT_WR && socket->role() == SocketRole::kServer) {
+    if (auto* session = socket->active_session()) {
+      int rc = 0, error = 0;
+      if (session->end_sending_on_tcp([&] {
+            rc = real().shutdown(fd, how);
+            error = errno;
+            return rc == 0;
+          })) {
+        errno = error;
+        return rc;
+      }
+    }
+  }
+  // Any other shutdown of a connection still on TCP keeps it there: a client could write no record
+  // after its end, and a read side shut down could not be drained.
   tcp2rdma::preload::settle_session(fd);
   if (auto s = tcp2rdma::preload::upgraded_stream(fd)) return tcp2rdma::preload::stream_shutdown(s, how);
   return real().shutdown(fd, how);

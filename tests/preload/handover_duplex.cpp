@@ -3,7 +3,9 @@
 // and goes on writing and reading in pieces of random size (1 B to 64 KiB) until it has sent `MiB`
 // mebibytes; then it shuts down its sending side and reads to the end. Every byte read is checked
 // against the sequence the peer writes: a byte lost, duplicated or reordered at the switch fails the
-// run with its offset.
+// run with its offset. With TCP2RDMA_LOG set, each side writes its first 8 MiB, then writes no more
+// (reading on) until the shim has logged this process's switch (at most 30 s), so that the switch
+// lands mid-stream however long the RDMA setup takes on a loaded guest.
 //   handover_duplex server PORT MIB         non-blocking socket, one thread, poll()
 //   handover_duplex client IP PORT MIB      blocking socket, a writer thread and a reader thread
 //                                           (some reads with MSG_WAITALL)
@@ -16,8 +18,11 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <chrono>
 #include <cstring>
+#include <fstream>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -41,6 +46,28 @@ class Sequence {
 };
 
 constexpr uint64_t kClientToServer = 1, kServerToClient = 2;
+constexpr uint64_t kBeforeSwitch = uint64_t{8} << 20;
+
+// Whether writing may go past kBeforeSwitch: the shim's log names this process's switch, or there is
+// no log to wait for, or 30 s have passed (the shims' logs then tell why).
+class SwitchGate {
+ public:
+  bool open() {
+    if (open_) return true;
+    const char* log = std::getenv("TCP2RDMA_LOG");
+    if (log == nullptr || std::chrono::steady_clock::now() > give_up_) return open_ = true;
+    std::ifstream in(log);
+    std::string line, me = "tcp2rdma[" + std::to_string(getpid()) + "]";
+    while (std::getline(in, line)) {
+      if (line.rfind(me, 0) == 0 && line.find("upgraded to rdma") != std::string::npos) return open_ = true;
+    }
+    return false;
+  }
+
+ private:
+  bool open_ = false;
+  std::chrono::steady_clock::time_point give_up_ = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+};
 
 struct Checker {
   explicit Checker(uint64_t seed) : expected(seed) {}
@@ -82,14 +109,16 @@ int run_server(const char* port, uint64_t total) {
   std::vector<uint8_t> pending, buf(65536);
   uint64_t generated = 0;
   bool shut = false, eof = false;
+  SwitchGate gate;
   while (!(shut && eof)) {
-    if (pending.empty() && generated < total) {
+    if (pending.empty() && generated < total && (generated < kBeforeSwitch || gate.open())) {
       pending.resize(std::min<uint64_t>(piece(rng), total - generated));
       for (auto& b : pending) b = out.next();
       generated += pending.size();
     }
     pollfd p{fd, static_cast<short>(POLLIN | (pending.empty() ? 0 : POLLOUT)), 0};
-    if (poll(&p, 1, 60000) <= 0) die("poll (stalled for 60 s, or failed)");
+    int ready = poll(&p, 1, pending.empty() && generated < total ? 100 : 60000);  // looks at the gate again
+    if (ready < 0 || (ready == 0 && !(pending.empty() && generated < total))) die("poll (stalled for 60 s, or failed)");
     if (p.revents & (POLLIN | POLLHUP | POLLERR)) {
       ssize_t r = recv(fd, buf.data(), piece(rng), 0);
       if (r > 0 && !in.check(buf.data(), static_cast<size_t>(r))) return 1;
@@ -125,7 +154,9 @@ int run_client(const char* ip, const char* port, uint64_t total) {
     std::mt19937 rng(std::random_device{}());
     Sequence out(kClientToServer);
     std::vector<uint8_t> chunk;
+    SwitchGate gate;
     for (uint64_t sent = 0; sent < total;) {
+      while (sent >= kBeforeSwitch && !gate.open()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
       chunk.resize(std::min<uint64_t>(piece(rng), total - sent));
       for (auto& b : chunk) b = out.next();
       if (send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(chunk.size())) {

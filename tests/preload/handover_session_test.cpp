@@ -66,9 +66,11 @@ TEST(HandoverSession, PhasesAndTheWakeFd) {
   EXPECT_EQ(s.phase(), HandoverSession::Phase::kOnTcp);
   EXPECT_FALSE(readable(s.wake_fd()));
   uint64_t sent = 1, received = 1;
-  ASSERT_TRUE(s.freeze(&sent, &received));
+  bool ended = true;
+  ASSERT_TRUE(s.freeze(&sent, &received, &ended));
   EXPECT_EQ(sent, 0u);
   EXPECT_EQ(received, 0u);
+  EXPECT_FALSE(ended);
   EXPECT_EQ(s.phase(), HandoverSession::Phase::kSwitching);
   EXPECT_TRUE(readable(s.wake_fd()));  // and stays so: pollers look again
   EXPECT_TRUE(readable(s.wake_fd()));
@@ -85,7 +87,8 @@ TEST(HandoverSession, SettledBeforeTheFreezeStaysTcp) {
   EXPECT_EQ(s.phase(), HandoverSession::Phase::kOver);
   EXPECT_TRUE(readable(s.wake_fd()));
   uint64_t sent = 0, received = 0;
-  EXPECT_FALSE(s.freeze(&sent, &received));  // the switch must write nothing
+  bool ended = false;
+  EXPECT_FALSE(s.freeze(&sent, &received, &ended));  // the switch must write nothing
   EXPECT_FALSE(s.end_on_tcp());              // and log nothing: the settler did
   EXPECT_FALSE(s.settle());
 }
@@ -93,7 +96,8 @@ TEST(HandoverSession, SettledBeforeTheFreezeStaysTcp) {
 TEST(HandoverSession, SettleWaitsForASwitchUnderWay) {
   HandoverSession s;
   uint64_t sent = 0, received = 0;
-  ASSERT_TRUE(s.freeze(&sent, &received));
+  bool ended = false;
+  ASSERT_TRUE(s.freeze(&sent, &received, &ended));
   std::atomic<bool> settled{false};
   std::thread closer([&] {
     EXPECT_FALSE(s.settle());
@@ -154,7 +158,8 @@ TEST_F(HandoverSessionTest, ABlockedReadWaitsThroughTheSwitchAndGoesOnWhereTheCo
   std::this_thread::sleep_for(50ms);
   EXPECT_EQ(got, -2);
   uint64_t sent = 0, received = 0;
-  ASSERT_TRUE(session_->freeze(&sent, &received));
+  bool ended = false;
+  ASSERT_TRUE(session_->freeze(&sent, &received, &ended));
   ASSERT_EQ(send(peer_, "0123456789", 10, 0), 10);
   std::this_thread::sleep_for(50ms);
   EXPECT_EQ(got, -2);  // the connection is switching: the read waits
@@ -171,7 +176,8 @@ TEST_F(HandoverSessionTest, PollWatchesTheSocketAndWakesWhenTheConnectionMoves) 
   std::thread poller([&] { rc = poll(&p, 1, 5000); });
   std::this_thread::sleep_for(50ms);
   uint64_t sent = 0, received = 0;
-  ASSERT_TRUE(session_->freeze(&sent, &received));
+  bool ended = false;
+  ASSERT_TRUE(session_->freeze(&sent, &received, &ended));
   ASSERT_EQ(send(peer_, "x", 1, 0), 1);
   session_->finish();  // stays TCP: poll looks at the socket again and finds the byte
   poller.join();

@@ -19,14 +19,15 @@ NoncePair make_nonces(uint8_t seed) {
 constexpr uint64_t kUnbounded = std::numeric_limits<uint64_t>::max();
 
 TEST(HandoverFrames, RoundTrip) {
-  EXPECT_EQ(decode_hello(encode_hello(0)), 0u);
-  EXPECT_EQ(decode_hello(encode_hello(0x0123456789abcdefull)), 0x0123456789abcdefull);
+  EXPECT_EQ(decode_hello(encode_hello({0})), Hello{0});
+  EXPECT_EQ(decode_hello(encode_hello({0x0123456789abcdefull})), Hello{0x0123456789abcdefull});
+  EXPECT_EQ(decode_hello(encode_hello({77, true})), (Hello{77, true}));
   EXPECT_EQ(decode_ack(encode_ack(kUnbounded)), kUnbounded);
   EXPECT_EQ(decode_record(encode_record(make_nonces(7))), make_nonces(7));
 }
 
 TEST(HandoverFrames, LayoutIsLittleEndianWithMagicFirst) {
-  auto f = encode_hello(0x0102);
+  auto f = encode_hello({0x0102});
   EXPECT_EQ(f[0], 0x54);  // 'T'
   EXPECT_EQ(f[4], kHandoverVersion);
   EXPECT_EQ(f[8], 0x02);
@@ -34,8 +35,8 @@ TEST(HandoverFrames, LayoutIsLittleEndianWithMagicFirst) {
 }
 
 TEST(HandoverFrames, EveryHeaderFieldIsChecked) {
-  auto hello = encode_hello(5);
-  for (size_t i = 0; i < 8; ++i) {  // magic, version, reserved
+  auto hello = encode_hello({5});
+  for (size_t i = 0; i < 8; ++i) {  // magic, version, flags (an unknown flag bit is refused)
     auto bad = hello;
     bad[i] ^= 0x40;
     EXPECT_FALSE(decode_hello(bad).has_value()) << "byte " << i;
@@ -44,6 +45,10 @@ TEST(HandoverFrames, EveryHeaderFieldIsChecked) {
   auto ack = encode_ack(5);
   EXPECT_FALSE(decode_hello(ack).has_value());
   EXPECT_FALSE(decode_ack(hello).has_value());
+  // The TCP-ended flag belongs to HELLO alone: another frame with it is refused.
+  auto ack_with_flag = ack;
+  ack_with_flag[6] = kHelloTcpEnded;
+  EXPECT_FALSE(decode_ack(ack_with_flag).has_value());
 }
 
 TEST(BytesLeftOnTcp, WhatThePeerWroteMinusWhatWasRead) {
