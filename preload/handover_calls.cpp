@@ -7,7 +7,6 @@
 #include <poll.h>
 #include <sys/socket.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <optional>
 #include <vector>
@@ -25,18 +24,37 @@ bool would_block(int fd, int msg_flags) {
   return fl >= 0 && (fl & O_NONBLOCK);
 }
 
-// The iovecs after the first `skip` bytes.
-std::vector<iovec> after(const iovec* iov, int iovcnt, size_t skip) {
-  std::vector<iovec> rest;
-  for (int i = 0; i < iovcnt; ++i) {
-    if (skip >= iov[i].iov_len) {
-      skip -= iov[i].iov_len;
-      continue;
+// The iovecs of a call after the bytes it has already moved. Most calls move theirs in one kernel
+// call, so the copy is made only once a call has moved something and goes on.
+class Remaining {
+ public:
+  Remaining(const iovec* iov, int iovcnt) : iov_(iov), iovcnt_(iovcnt) {}
+  const iovec* iov() const { return rest_.empty() ? iov_ : rest_.data(); }
+  int iovcnt() const { return rest_.empty() ? iovcnt_ : static_cast<int>(rest_.size()); }
+  void skip(size_t done) {
+    rest_.clear();
+    for (int i = 0; i < iovcnt_; ++i) {
+      if (done >= iov_[i].iov_len) {
+        done -= iov_[i].iov_len;
+        continue;
+      }
+      rest_.push_back({static_cast<char*>(iov_[i].iov_base) + done, iov_[i].iov_len - done});
+      done = 0;
     }
-    rest.push_back({static_cast<char*>(iov[i].iov_base) + skip, iov[i].iov_len - skip});
-    skip = 0;
   }
-  return rest;
+
+ private:
+  const iovec* iov_;
+  int iovcnt_;
+  std::vector<iovec> rest_;
+};
+
+// One kernel call on the socket, as the application asked it.
+ssize_t kernel_io(int fd, const iovec* iov, int iovcnt, int flags, bool receiving) {
+  msghdr m{};
+  m.msg_iov = const_cast<iovec*>(iov);
+  m.msg_iovlen = static_cast<size_t>(iovcnt);
+  return receiving ? real().recvmsg(fd, &m, flags) : real().sendmsg(fd, &m, flags);
 }
 
 size_t total(const iovec* iov, int iovcnt) {
@@ -73,10 +91,7 @@ ssize_t continue_elsewhere(int fd, const iovec* iov, int iovcnt, int msg_flags, 
   if (ref.ours()) {
     return receiving ? stream_recv(ref, fd, iov, iovcnt, msg_flags) : stream_send(ref, fd, iov, iovcnt, msg_flags);
   }
-  msghdr m{};
-  m.msg_iov = const_cast<iovec*>(iov);
-  m.msg_iovlen = static_cast<size_t>(iovcnt);
-  return receiving ? real().recvmsg(fd, &m, msg_flags) : real().sendmsg(fd, &m, msg_flags);
+  return kernel_io(fd, iov, iovcnt, msg_flags, receiving);
 }
 
 }  // namespace
@@ -88,27 +103,25 @@ ssize_t session_recv(HandoverSession* session, int fd, const iovec* iov, int iov
   const bool wait_all = (msg_flags & MSG_WAITALL) && !peek;
   const int kernel_flags = (msg_flags & ~MSG_WAITALL) | MSG_DONTWAIT;
   size_t done = 0;
+  Remaining rest(iov, iovcnt);
   for (;;) {
-    std::vector<iovec> rest = after(iov, iovcnt, done);
     ssize_t r = 0;
     int error = 0;
     bool on_tcp = session->run_on_tcp([&](uint64_t&, uint64_t& received) {
-      msghdr m{};
-      m.msg_iov = rest.data();
-      m.msg_iovlen = rest.size();
-      r = real().recvmsg(fd, &m, kernel_flags);
+      r = kernel_io(fd, rest.iov(), rest.iovcnt(), kernel_flags, true);
       error = errno;
       if (r > 0 && !peek) received += static_cast<uint64_t>(r);
     });
     if (!on_tcp) {
       if (done > 0 && !wait_all) return static_cast<ssize_t>(done);
-      ssize_t more = continue_elsewhere(fd, rest.data(), static_cast<int>(rest.size()), msg_flags, true);
+      ssize_t more = continue_elsewhere(fd, rest.iov(), rest.iovcnt(), msg_flags, true);
       if (more < 0) return done > 0 ? static_cast<ssize_t>(done) : -1;
       return static_cast<ssize_t>(done + static_cast<size_t>(more));
     }
     if (r > 0) {
       done += static_cast<size_t>(r);
       if (!wait_all || done == want) return static_cast<ssize_t>(done);
+      rest.skip(done);
       continue;
     }
     if (r == 0 || want == 0) return static_cast<ssize_t>(done);  // the end of the stream
@@ -120,20 +133,17 @@ ssize_t session_send(HandoverSession* session, int fd, const iovec* iov, int iov
   const size_t want = total(iov, iovcnt);
   const int kernel_flags = msg_flags | MSG_DONTWAIT;
   size_t done = 0;
+  Remaining rest(iov, iovcnt);
   for (;;) {
-    std::vector<iovec> rest = after(iov, iovcnt, done);
     ssize_t r = 0;
     int error = 0;
     bool on_tcp = session->run_on_tcp([&](uint64_t& sent, uint64_t&) {
-      msghdr m{};
-      m.msg_iov = rest.data();
-      m.msg_iovlen = rest.size();
-      r = real().sendmsg(fd, &m, kernel_flags);
+      r = kernel_io(fd, rest.iov(), rest.iovcnt(), kernel_flags, false);
       error = errno;
       if (r > 0) sent += static_cast<uint64_t>(r);
     });
     if (!on_tcp) {
-      ssize_t more = continue_elsewhere(fd, rest.data(), static_cast<int>(rest.size()), msg_flags, false);
+      ssize_t more = continue_elsewhere(fd, rest.iov(), rest.iovcnt(), msg_flags, false);
       if (more < 0) return done > 0 ? static_cast<ssize_t>(done) : -1;
       return static_cast<ssize_t>(done + static_cast<size_t>(more));
     }
@@ -141,6 +151,7 @@ ssize_t session_send(HandoverSession* session, int fd, const iovec* iov, int iov
       done += static_cast<size_t>(r);
       // A blocking send takes every byte, as the kernel's does; a non-blocking one what fits.
       if (done == want || would_block(fd, msg_flags)) return static_cast<ssize_t>(done);
+      rest.skip(done);
       continue;
     }
     if (auto result = when_stuck(fd, msg_flags, POLLOUT, *session, done, error)) return *result;

@@ -29,23 +29,23 @@ void HandoverSession::wait_over() {
   cv_.wait(lock, [&] { return phase() == Phase::kOver; });
 }
 
+bool HandoverSession::end_on_tcp_locked() {
+  if (phase() != Phase::kOnTcp) return false;
+  phase_.store(Phase::kOver, std::memory_order_release);
+  signal_locked();
+  return true;
+}
+
 bool HandoverSession::settle() {
   std::unique_lock lock(mu_);
-  if (phase() == Phase::kOnTcp) {
-    phase_.store(Phase::kOver, std::memory_order_release);
-    signal_locked();
-    return true;
-  }
+  if (end_on_tcp_locked()) return true;
   cv_.wait(lock, [&] { return phase() == Phase::kOver; });
   return false;
 }
 
 bool HandoverSession::end_on_tcp() {
   std::lock_guard lock(mu_);
-  if (phase() != Phase::kOnTcp) return false;
-  phase_.store(Phase::kOver, std::memory_order_release);
-  signal_locked();
-  return true;
+  return end_on_tcp_locked();
 }
 
 void HandoverSession::set_label(const char* label) { snprintf(label_, sizeof label_, "%s", label); }

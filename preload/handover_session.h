@@ -78,6 +78,7 @@ class HandoverSession {
 
  private:
   void signal_locked();
+  bool end_on_tcp_locked();
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -141,45 +141,37 @@ ssize_t send_on_stream(transport::RdmaStream* stream, int fd, const iovec* iov, 
 
 }  // namespace
 
-// A call that succeeds leaves errno as it was, as the kernel's do: the module's own system calls on
-// the way (a non-blocking look at an eventfd, an interrupted wait) must not show through. (sockperf,
-// for one, reads errno after a successful recvfrom() and takes a stale ECONNRESET for the peer's end.)
 ssize_t stream_recv(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept {
-  const int saved_errno = errno;
-  ssize_t n = ref.session() != nullptr ? session_recv(ref.session(), fd, iov, iovcnt, msg_flags)
-                                       : recv_on_stream(ref, fd, iov, iovcnt, msg_flags);
-  if (n >= 0) errno = saved_errno;
-  return n;
+  return keeping_errno_on_success([&] {
+    return ref.session() != nullptr ? session_recv(ref.session(), fd, iov, iovcnt, msg_flags)
+                                    : recv_on_stream(ref, fd, iov, iovcnt, msg_flags);
+  });
 }
 
 ssize_t stream_send(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept {
-  const int saved_errno = errno;
-  ssize_t n = ref.session() != nullptr ? session_send(ref.session(), fd, iov, iovcnt, msg_flags)
-                                       : send_on_stream(ref, fd, iov, iovcnt, msg_flags);
-  if (n >= 0) errno = saved_errno;
-  return n;
+  return keeping_errno_on_success([&] {
+    return ref.session() != nullptr ? session_send(ref.session(), fd, iov, iovcnt, msg_flags)
+                                    : send_on_stream(ref, fd, iov, iovcnt, msg_flags);
+  });
 }
 
 int stream_shutdown(transport::RdmaStream* stream, int how) noexcept {
   // Only the sending side has something to tell the peer; the TCP connection stays whole as the
   // control channel.
-  const int saved_errno = errno;
-  if (how == SHUT_WR || how == SHUT_RDWR) {
+  if (how != SHUT_WR && how != SHUT_RDWR) return 0;
+  return keeping_errno_on_success([&] {
     Status s = stream->shutdown_write();
-    if (s != Status::kOk) {
-      errno = s == Status::kReset ? ENOTCONN : errno_of(s);
-      return -1;
-    }
-  }
-  errno = saved_errno;
-  return 0;
+    if (s == Status::kOk) return 0;
+    errno = s == Status::kReset ? ENOTCONN : errno_of(s);
+    return -1;
+  });
 }
 
 int stream_readable_bytes(transport::RdmaStream* stream) noexcept {
-  const int saved_errno = errno;
-  uint64_t n = stream->readiness().bytes_readable;
-  errno = saved_errno;
-  return n > INT32_MAX ? INT32_MAX : static_cast<int>(n);
+  return keeping_errno_on_success([&] {
+    uint64_t n = stream->readiness().bytes_readable;
+    return n > INT32_MAX ? INT32_MAX : static_cast<int>(n);
+  });
 }
 
 short stream_poll_events(transport::RdmaStream* stream, short requested) noexcept {

@@ -8,6 +8,8 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
+#include <cerrno>
+
 namespace tcp2rdma::transport {
 class RdmaStream;
 }
@@ -63,6 +65,18 @@ StreamRef current_stream(int fd) noexcept;
 // Runs the upgrade a non-blocking connect left pending, if the connection is up by now. False when it
 // failed half-way: the connection must then be reported as reset.
 bool finish_pending_upgrade(int fd, TrackedSocket* socket) noexcept;
+
+// Runs call(), which returns a count (or 0) on success and -1 with errno set on failure. On success
+// errno is left as it was, as the kernel's calls leave it: the module's own system calls on the way (a
+// non-blocking look at an eventfd, an interrupted wait) must not show through. (sockperf, for one,
+// reads errno after a successful recvfrom() and takes a stale ECONNRESET for the peer's end.)
+template <typename Call>
+auto keeping_errno_on_success(Call&& call) noexcept {
+  const int saved_errno = errno;
+  auto result = call();
+  if (result >= 0) errno = saved_errno;
+  return result;
+}
 
 // Every receive and every send of an application call that is ours (StreamRef::ours()).
 ssize_t stream_recv(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept;

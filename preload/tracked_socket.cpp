@@ -45,8 +45,8 @@ HandoverSession* TrackedSocket::start_session() {
   auto* fresh = new HandoverSession;
   HandoverSession* none = nullptr;
   if (!session_.compare_exchange_strong(none, fresh, std::memory_order_acq_rel)) {
-    delete fresh;
-    return none;
+    delete fresh;  // the connection has one already: it is never upgraded twice
+    return nullptr;
   }
   return fresh;
 }

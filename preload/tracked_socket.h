@@ -62,7 +62,7 @@ class TrackedSocket {
   void set_stream(std::unique_ptr<transport::RdmaStream> stream) noexcept;
 
   // The connection's handover (handover_session.h), from the moment it starts; owned by the socket.
-  // Null for a connection no rule moves. start_session() makes it (once).
+  // Null for a connection no rule moves. start_session() makes it, or returns null when it exists.
   HandoverSession* session() const noexcept { return session_.load(std::memory_order_acquire); }
   HandoverSession* start_session();
   // The session while it is under way (its phase is not over), else null: one load on the fast path.

@@ -86,11 +86,7 @@ int poll_streams_once(pollfd* fds, nfds_t nfds, const timespec* timeout, const s
 }
 
 int poll_streams(pollfd* fds, nfds_t nfds, const timespec* timeout, const sigset_t* sigmask) {
-  // Success leaves errno alone, as the kernel's poll does (the streams' own calls may set it).
-  const int saved_errno = errno;
-  int rc = poll_streams_once(fds, nfds, timeout, sigmask);
-  if (rc >= 0) errno = saved_errno;
-  return rc;
+  return tcp2rdma::preload::keeping_errno_on_success([&] { return poll_streams_once(fds, nfds, timeout, sigmask); });
 }
 
 timespec from_ms(int ms) { return {ms / 1000, static_cast<long>(ms % 1000) * 1000000}; }

@@ -18,23 +18,9 @@
 
 namespace {
 
-bool echo_until_end(int fd) {
-  char buffer[65536];
-  for (;;) {
-    ssize_t n = read(fd, buffer, sizeof buffer);
-    if (n == 0) return true;
-    if (n < 0) return false;
-    for (ssize_t done = 0; done < n;) {
-      ssize_t w = write(fd, buffer + done, static_cast<size_t>(n - done));
-      if (w <= 0) return false;
-      done += w;
-    }
-  }
-}
-
 int serve(int fd, bool exec_cat) {
   if (!exec_cat) {
-    bool ok = echo_until_end(fd);
+    bool ok = tcp2rdma::test::echo_until_end(fd);
     close(fd);
     std::printf("child: %s\n", ok ? "echoed the connection to its end" : "FAILED");
     return ok ? 0 : 1;

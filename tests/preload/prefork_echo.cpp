@@ -11,27 +11,15 @@
 #include <cstdio>
 #include <cstdlib>
 
-namespace {
+#include "test_sockets.h"
 
-bool echo_until_end(int fd) {
-  char buffer[65536];
-  for (;;) {
-    ssize_t n = read(fd, buffer, sizeof buffer);
-    if (n == 0) return true;
-    if (n < 0) return false;
-    for (ssize_t done = 0; done < n;) {
-      ssize_t w = write(fd, buffer + done, static_cast<size_t>(n - done));
-      if (w <= 0) return false;
-      done += w;
-    }
-  }
-}
+namespace {
 
 int worker(int listener, int connections) {
   for (int i = 0; i < connections; ++i) {
     int fd = accept(listener, nullptr, nullptr);
     if (fd < 0) return 1;
-    bool ok = echo_until_end(fd);
+    bool ok = tcp2rdma::test::echo_until_end(fd);
     close(fd);
     std::printf("worker: connection %d %s\n", i + 1, ok ? "echoed to its end" : "FAILED");
     std::fflush(stdout);

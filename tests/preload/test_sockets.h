@@ -52,4 +52,19 @@ inline int connect_retrying(const char* ip, const char* port, int type = SOCK_ST
   return -1;
 }
 
+// Writes back everything read from fd until its peer ends its sending side; false on an error.
+inline bool echo_until_end(int fd) {
+  char buffer[65536];
+  for (;;) {
+    ssize_t n = read(fd, buffer, sizeof buffer);
+    if (n == 0) return true;
+    if (n < 0) return false;
+    for (ssize_t done = 0; done < n;) {
+      ssize_t w = write(fd, buffer + done, static_cast<size_t>(n - done));
+      if (w <= 0) return false;
+      done += w;
+    }
+  }
+}
+
 }  // namespace tcp2rdma::test
