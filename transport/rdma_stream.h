@@ -83,7 +83,8 @@ class RdmaStream {
   // peer host would then never fail a send.
   static constexpr uint8_t kRetryCount = 6;
 
-  // Connects to a StreamListener at `address` (an IP address and the rdma_cm port).
+  // Connects to a StreamListener at `address` (an IP address and the rdma_cm port), following one
+  // redirect to another port of the same address (a pre-fork server's directory).
   static Status connect(const sockaddr* address, const Pairing& pairing, const StreamOptions& options,
                         std::unique_ptr<RdmaStream>* out);
   ~RdmaStream();
@@ -144,6 +145,9 @@ class RdmaStream {
   static constexpr size_t kMailboxSlot = 64;  // the mailbox's place after the ring, and each outgoing copy
 
   // Setup (stream_setup.cpp).
+  // One connection attempt; a valid redirect sets *redirect_port (else 0) and returns kRejected.
+  static Status connect_once(const sockaddr* address, const Pairing& pairing, const StreamOptions& options,
+                             std::unique_ptr<RdmaStream>* out, uint16_t* redirect_port);
   Status create_resources(rdma_cm_id* id, const StreamOptions& options);
   Status create_wait_set();
   Status start(uint8_t peer_ring_log2, uint32_t peer_rkey, uint8_t peer_depth, bool is_client);

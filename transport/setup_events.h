@@ -14,7 +14,8 @@ Status next_cm_event(rdma_event_channel* channel, int timeout_ms, rdma_cm_event*
 Status status_of_cm_event(rdma_cm_event_type type);
 // Waits for `want`; any other event is the failure it stands for.
 Status expect_cm_event(rdma_event_channel* channel, int timeout_ms, rdma_cm_event_type want);
-// Waits for ESTABLISHED and copies the peer's AcceptReply out of it.
-Status expect_established(rdma_event_channel* channel, int timeout_ms, AcceptReply* reply);
+// Waits for ESTABLISHED and copies the peer's AcceptReply out of it. On a rejection (kRejected) the
+// rejection's private data is copied to *redirect when it is long enough to be one (else zeroed).
+Status expect_established(rdma_event_channel* channel, int timeout_ms, AcceptReply* reply, Redirect* redirect);
 
 }  // namespace tcp2rdma::transport

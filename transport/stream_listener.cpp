@@ -1,5 +1,6 @@
 #include "stream_listener.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <poll.h>
 
@@ -40,6 +41,37 @@ void StreamListener::reject(rdma_cm_id* id) {
   rdma_destroy_id(id);
 }
 
+void StreamListener::remove_held(size_t index) {
+  held_[index] = held_.back();
+  held_.pop_back();
+}
+
+uint16_t StreamListener::port() const { return ntohs(rdma_get_src_port(id_)); }
+
+std::vector<StreamListener::Redirected> StreamListener::redirect(
+    const std::function<uint16_t(const TcpTuple&)>& port_for) {
+  std::vector<Redirected> sent;
+  for (size_t i = 0; i < held_.size();) {
+    uint16_t port = port_for(held_[i].request.tuple);
+    if (port == 0) {
+      ++i;
+      continue;
+    }
+    Redirect r{};
+    r.magic = kSetupMagic;
+    r.version = kProtocolVersion;
+    r.kind = kRedirectKind;
+    r.port = port;
+    r.client_nonce = held_[i].request.client_nonce;
+    rdma_reject(held_[i].id, &r, sizeof r);
+    rdma_destroy_id(held_[i].id);
+    sent.push_back(Redirected{held_[i].request.tuple, port});
+    ++counters_.redirected;
+    remove_held(i);
+  }
+  return sent;
+}
+
 void StreamListener::take_event(rdma_cm_event* event) {
   rdma_cm_id* id = event->id;
   if (event->event != RDMA_CM_EVENT_CONNECT_REQUEST) {
@@ -48,8 +80,7 @@ void StreamListener::take_event(rdma_cm_event* event) {
     for (size_t i = 0; i < held_.size(); ++i) {
       if (held_[i].id == id) {
         rdma_destroy_id(id);
-        held_[i] = held_.back();
-        held_.pop_back();
+        remove_held(i);
         break;
       }
     }
@@ -76,8 +107,7 @@ void StreamListener::collect(std::chrono::milliseconds hold) {
     if (now - held_[i].since > hold) {
       ++counters_.rejected_expired;
       reject(held_[i].id);
-      held_[i] = held_.back();
-      held_.pop_back();
+      remove_held(i);
     } else {
       ++i;
     }
@@ -114,8 +144,7 @@ Status StreamListener::accept_any(std::chrono::milliseconds timeout, std::unique
 Status StreamListener::accept_held(size_t index, uint64_t server_nonce, const StreamOptions& options,
                                    std::unique_ptr<RdmaStream>* out) {
   Held held = held_[index];
-  held_[index] = held_.back();
-  held_.pop_back();
+  remove_held(index);
   std::unique_ptr<RdmaStream> stream(new RdmaStream);
   stream->tuple_ = held.request.tuple;
   stream->client_nonce_ = held.request.client_nonce;

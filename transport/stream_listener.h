@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -21,6 +22,12 @@ class StreamListener {
     uint64_t accepted = 0;
     uint64_t rejected_malformed = 0;
     uint64_t rejected_expired = 0;
+    uint64_t redirected = 0;
+  };
+  // A held request sent to another port (redirect()).
+  struct Redirected {
+    TcpTuple tuple;
+    uint16_t port;
   };
 
   static Status listen(const sockaddr* address, const StreamOptions& options, std::unique_ptr<StreamListener>* out);
@@ -38,6 +45,12 @@ class StreamListener {
   Status accept(const TcpTuple& tuple, uint64_t server_nonce, std::unique_ptr<RdmaStream>* out);
   Status accept(const TcpTuple& tuple, uint64_t server_nonce, const StreamOptions& options,
                 std::unique_ptr<RdmaStream>* out);
+  // Answers each held request for which `port_for(tuple)` names a port (non-zero) with a rejection
+  // that sends its client there (a Redirect): the directory of a pre-fork server, whose other
+  // processes listen on ports of their own. Returns what it sent where.
+  std::vector<Redirected> redirect(const std::function<uint16_t(const TcpTuple&)>& port_for);
+  // The rdma_cm port this listener is bound to (host order): the one asked for, or the one given.
+  uint16_t port() const;
   // Waits up to `timeout` for any request and accepts it (tests and tools, where no TCP connection
   // is paired).
   Status accept_any(std::chrono::milliseconds timeout, std::unique_ptr<RdmaStream>* out);
@@ -56,6 +69,7 @@ class StreamListener {
   Status accept_held(size_t index, uint64_t server_nonce, const StreamOptions& options,
                      std::unique_ptr<RdmaStream>* out);
   void reject(rdma_cm_id* id);
+  void remove_held(size_t index);
 
   rdma_event_channel* channel_ = nullptr;
   rdma_cm_id* id_ = nullptr;
@@ -67,6 +81,7 @@ class StreamListener {
 // Whether a ConnectRequest or AcceptReply describes a peer we can talk to.
 bool valid_request(const ConnectRequest& r);
 bool valid_reply(const AcceptReply& r, uint64_t client_nonce);
+bool valid_redirect(const Redirect& r, uint64_t client_nonce);
 bool valid_options(const StreamOptions& o);
 
 }  // namespace tcp2rdma::transport

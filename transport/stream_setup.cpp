@@ -1,5 +1,6 @@
 // Setup of an RdmaStream: verbs resources, the client's connect, teardown. The listener's half is in
 // stream_listener.cpp; both meet in start().
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/epoll.h>
@@ -62,6 +63,11 @@ bool valid_request(const ConnectRequest& r) {
 bool valid_reply(const AcceptReply& r, uint64_t client_nonce) {
   return r.magic == kSetupMagic && r.version == kProtocolVersion && r.ring_size_log2 >= 10 && r.ring_size_log2 <= 29 &&
          r.queue_depth >= 4 && r.client_nonce == client_nonce;
+}
+
+bool valid_redirect(const Redirect& r, uint64_t client_nonce) {
+  return r.magic == kSetupMagic && r.version == kProtocolVersion && r.kind == kRedirectKind && r.port != 0 &&
+         r.client_nonce == client_nonce;
 }
 
 uint64_t random_nonce() {
@@ -160,6 +166,24 @@ Status RdmaStream::connect(const sockaddr* address, const Pairing& pairing, cons
                            std::unique_ptr<RdmaStream>* out) {
   if (!valid_options(options)) return Status::kInvalid;
   if (memlock_holds_no_stream()) return Status::kMemoryLock;
+  uint16_t redirect_port = 0;
+  Status s = connect_once(address, pairing, options, out, &redirect_port);
+  if (redirect_port == 0) return s;
+  // Sent on by a pre-fork server's directory (docs/protocol.md, "Redirect"): once, never further.
+  sockaddr_storage there{};
+  std::memcpy(&there, address, address->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in));
+  if (there.ss_family == AF_INET6) {
+    reinterpret_cast<sockaddr_in6*>(&there)->sin6_port = htons(redirect_port);
+  } else {
+    reinterpret_cast<sockaddr_in*>(&there)->sin_port = htons(redirect_port);
+  }
+  s = connect_once(reinterpret_cast<const sockaddr*>(&there), pairing, options, out, &redirect_port);
+  return redirect_port == 0 ? s : Status::kRejected;
+}
+
+Status RdmaStream::connect_once(const sockaddr* address, const Pairing& pairing, const StreamOptions& options,
+                                std::unique_ptr<RdmaStream>* out, uint16_t* redirect_port) {
+  *redirect_port = 0;
   std::unique_ptr<RdmaStream> stream(new RdmaStream);
   stream->tuple_ = pairing.tuple;
   stream->client_nonce_ = pairing.client_nonce;
@@ -190,7 +214,11 @@ Status RdmaStream::connect(const sockaddr* address, const Pairing& pairing, cons
   param.rnr_retry_count = 0;  // receiver-not-ready must never happen: make it an error, not a retry
   if (rdma_connect(id, &param) != 0) return Status::kReset;
   AcceptReply reply{};
-  if (Status s = expect_established(stream->cm_channel_, options.timeout_ms, &reply); s != Status::kOk) return s;
+  Redirect redirect{};
+  if (Status s = expect_established(stream->cm_channel_, options.timeout_ms, &reply, &redirect); s != Status::kOk) {
+    if (s == Status::kRejected && valid_redirect(redirect, pairing.client_nonce)) *redirect_port = redirect.port;
+    return s;
+  }
   if (!valid_reply(reply, pairing.client_nonce)) return Status::kProtocolError;
   stream->server_nonce_ = reply.server_nonce;
   if (Status s = stream->start(reply.ring_size_log2, reply.rkey, reply.queue_depth, true); s != Status::kOk) return s;

@@ -50,6 +50,20 @@ struct [[gnu::packed]] AcceptReply {
 };
 static_assert(sizeof(AcceptReply) == 32);
 
+// The private data of a rejection that sends the client to another port of the same address: the
+// listener on a pre-fork server's well-known port answers so for a connection that another process
+// of that server accepted, which listens there (docs/protocol.md, "Redirect").
+inline constexpr uint8_t kRedirectKind = 1;
+struct [[gnu::packed]] Redirect {
+  uint16_t magic;
+  uint8_t version;
+  uint8_t kind;    // kRedirectKind
+  uint16_t port;   // host order: the rdma_cm port to ask instead
+  uint8_t reserved[2];
+  uint64_t client_nonce;  // echoed: the client checks it answers its own request
+};
+static_assert(sizeof(Redirect) == 16);
+
 // Where each direction's byte cursor starts: a mix of both nonces, so neither side can choose it alone
 // and wraparound past 2^64 is an ordinary event in practice, not a special case.
 inline uint64_t stream_cursor_origin(uint64_t client_nonce, uint64_t server_nonce, bool client_to_server) {

@@ -200,6 +200,54 @@ TEST(StreamApi, TheListenerHoldsARequestUntilItsTcpConnectionIsAccepted) {
   EXPECT_EQ(std::memcmp(&server->tuple(), &wanted.tuple, sizeof wanted.tuple), 0);
 }
 
+// A pre-fork server's directory: the listener on the well-known port sends a request on to the
+// listener (on a port of its own) of the process that accepted that TCP connection; the client
+// follows the redirect once and the stream works. A request nobody maps stays held.
+TEST(StreamApi, ARedirectSendsTheClientToAnotherListener) {
+  StreamOptions o = small_options();
+  std::unique_ptr<StreamListener> directory = peer_util::listen_on("7609", o);
+  std::unique_ptr<StreamListener> worker = peer_util::listen_on("0", o);
+  ASSERT_TRUE(directory && worker);
+  ASSERT_NE(worker->port(), 0);
+  EXPECT_EQ(directory->port(), 7609);
+  Pairing wanted = pairing_for(40004, 7609);
+  sockaddr_in addr = peer_util::ipv4(self_address(), "7609");
+  auto client = std::async(std::launch::async, [&] {
+    std::unique_ptr<RdmaStream> s;
+    Status st = RdmaStream::connect(reinterpret_cast<sockaddr*>(&addr), wanted, o, &s);
+    return std::make_pair(st, std::move(s));
+  });
+  while (directory->held() == 0) {
+    directory->collect(std::chrono::seconds(10));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  auto nowhere = [](const TcpTuple&) -> uint16_t { return 0; };
+  EXPECT_TRUE(directory->redirect(nowhere).empty());
+  EXPECT_EQ(directory->held(), 1u);
+  auto to_worker = [&](const TcpTuple& t) -> uint16_t {
+    return std::memcmp(&t, &wanted.tuple, sizeof t) == 0 ? worker->port() : 0;
+  };
+  auto sent = directory->redirect(to_worker);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].port, worker->port());
+  EXPECT_EQ(directory->held(), 0u);
+  std::unique_ptr<RdmaStream> server;
+  Status accepted = Status::kWouldBlock;
+  for (int i = 0; i < 250 && accepted == Status::kWouldBlock; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    worker->collect(std::chrono::seconds(10));
+    accepted = worker->accept(wanted.tuple, 0x5eed, &server);
+  }
+  ASSERT_EQ(accepted, Status::kOk);
+  auto [status, stream] = client.get();
+  ASSERT_EQ(status, Status::kOk);
+  EXPECT_EQ(stream->server_nonce(), 0x5eedu);
+  EXPECT_EQ(directory->counters().redirected, 1u);
+  ASSERT_EQ(write_text(*stream, "through the redirect"), Status::kOk);
+  Status st;
+  EXPECT_EQ(read_text(*server, 64, 0, &st), "through the redirect");
+}
+
 TEST(StreamApi, AnUnclaimedRequestIsRejectedAfterTheHoldTime) {
   StreamOptions o = small_options();
   std::unique_ptr<StreamListener> listener = peer_util::listen_on("7607", o);
