@@ -1,8 +1,11 @@
 #include "prefork_listeners.h"
 
 #include <time.h>
+#include <unistd.h>
 
+#include "directory_service.h"
 #include "fd_table.h"
+#include "listener_directory.h"
 #include "log.h"
 #include "stream_listener.h"
 #include "upgrade.h"
@@ -20,6 +23,68 @@ void for_each_listener(F f) {
   }
 }
 
+// Before the first fork of a listener with an RDMA listener here: the family's directory, shared
+// with every process forked from now on. Null when it cannot be mapped (then only one process of the
+// family gets RDMA, as without a directory).
+void make_directory(TrackedSocket* l, bool keeps_listener) {
+  if (l->directory.load() != nullptr) return;
+  ListenerDirectory* directory = ListenerDirectory::create();
+  if (directory == nullptr) return;
+  if (keeps_listener) directory->claim_holder(getpid());
+  l->directory.store(directory);
+}
+
+// The parent (nginx's master) drops its listener just after fork returns; a child that claims the
+// port first waits for it a little. (While the parent still holds it, rdma_bind_addr does not always
+// say EADDRINUSE: seen in CI as "no RDMA device". So every failure is retried for about a second.)
+transport::Status take_listeners_port(int fd, TrackedSocket* listener) {
+  transport::Status s = transport::Status::kAddressInUse;
+  for (int attempt = 0; attempt < 20 && s != transport::Status::kOk; ++attempt) {
+    if (attempt > 0) {
+      timespec pause{0, 50 * 1000 * 1000};
+      nanosleep(&pause, nullptr);
+    }
+    s = listen_rdma(fd, listener, /*log_failure=*/false);
+  }
+  return s;
+}
+
+void listen_on_own_port(int fd, TrackedSocket* listener, ListenerDirectory* directory) {
+  if (listen_rdma_on_own_port(fd, listener) != transport::Status::kOk) return;  // logged
+  log_line("fd %d listener: RDMA listener on rdma_cm port %u of this process's own; the process holding the "
+           "listener's port (pid %d) sends this process's requests here",
+           fd, static_cast<unsigned>(listener->own_rdma_port), static_cast<int>(directory->holder()));
+}
+
+// A process with its own port, at each accept: when the process holding the listener's port has
+// exited (nginx replaces its workers; a prefork worker ends after its quota), the first to notice
+// takes the port over and answers for everyone, itself included (it keeps accepting on its own port).
+// A connection whose request came while nobody held the port stays TCP.
+void take_over_if_holder_died(int fd, TrackedSocket* listener, ListenerDirectory* directory) {
+  pid_t holder = directory->holder();
+  if (holder != 0 && process_alive(holder)) return;
+  pid_t self = getpid();
+  if (!directory->claim_holder(self)) return;  // another process was quicker
+  // The port frees as the exited holder's descriptors close: normally at once.
+  transport::Status s = transport::Status::kAddressInUse;
+  for (int attempt = 0; attempt < 5 && s != transport::Status::kOk; ++attempt) {
+    if (attempt > 0) {
+      timespec pause{0, 50 * 1000 * 1000};
+      nanosleep(&pause, nullptr);
+    }
+    s = listen_rdma_for_directory(fd, listener);
+  }
+  if (s != transport::Status::kOk) {
+    directory->release_holder(self);
+    log_line("fd %d listener: the process holding the listener's port (pid %d) is gone, and the port could not be "
+             "taken over (%s)",
+             fd, static_cast<int>(holder), transport::to_string(s));
+    return;
+  }
+  log_line("fd %d listener: took over the listener's port from pid %d, which is gone", fd, static_cast<int>(holder));
+  start_directory_service(fd, listener);
+}
+
 }  // namespace
 
 void mark_listeners_to_hand_on() noexcept {
@@ -29,10 +94,13 @@ void mark_listeners_to_hand_on() noexcept {
     // waiting for an RDMA request can hold for seconds.
     if (l->accept_generation.load() == here) {
       l->drop_after_fork.store(false);  // a copy inherited from the parent may say otherwise
+      if (l->listener_generation == here) make_directory(l, /*keeps_listener=*/l->own_rdma_port == 0);
       return;
     }
     std::lock_guard lock(l->listener_mutex);
-    bool drop = l->rdma_listener != nullptr && l->listener_generation == here;
+    bool ours = l->rdma_listener != nullptr && l->listener_generation == here;
+    if (ours) make_directory(l, /*keeps_listener=*/false);
+    bool drop = ours;
     l->drop_after_fork.store(drop);
     // Set before fork, so that the child's copy knows it may make the listener again.
     if (drop) l->rdma_handed_on.store(true);
@@ -41,42 +109,65 @@ void mark_listeners_to_hand_on() noexcept {
 
 void hand_on_marked_listeners(bool forked) noexcept {
   for_each_listener([forked](int fd, TrackedSocket* l) {
-    if (!l->drop_after_fork.exchange(false)) return;
+    if (!l->drop_after_fork.exchange(false)) {
+      // A process that keeps the listener's port and accepts: the children forked now accept too,
+      // and their requests come here first.
+      bool holder = l->rdma_listener != nullptr && l->listener_generation == fork_generation() && l->own_rdma_port == 0;
+      if (forked && holder) start_directory_service(fd, l);
+      return;
+    }
     if (!forked) return;  // the fork failed: keep it (rdma_handed_on only allows a later remake here)
+    stop_directory_service(l);
     std::lock_guard lock(l->listener_mutex);
+    if (ListenerDirectory* directory = l->directory.load(); directory != nullptr) directory->release_holder(getpid());
     l->rdma_listener.reset();
+    l->directory_listener.reset();
     log_line("fd %d listener: forked before accepting: the RDMA listener goes to the process that accepts", fd);
   });
 }
 
 void claim_rdma_listener(int fd, TrackedSocket* listener) noexcept {
-  if (!listener->rdma_handed_on.load()) return;
+  ListenerDirectory* directory = listener->directory.load();
+  if (!listener->rdma_handed_on.load() && directory == nullptr) return;
   unsigned here = fork_generation();
+  bool may_take_over = false;
   {
     std::lock_guard lock(listener->listener_mutex);
-    if (listener->rdma_listener != nullptr && listener->listener_generation == here) return;
-    if (listener->claim_generation == here) return;  // tried already in this process
-    listener->claim_generation = here;
-    // An ancestor's listener, dropped there: this memory is only a copy of its state.
-    (void)listener->rdma_listener.release();
-  }
-  // The parent drops its listener just after fork returns; a child that gets here first waits for
-  // the port a little. (While the parent still holds it, rdma_bind_addr does not always say
-  // EADDRINUSE: seen in CI as "no RDMA device". So every failure is retried for about a second.)
-  transport::Status s = transport::Status::kAddressInUse;
-  for (int attempt = 0; attempt < 20 && s != transport::Status::kOk; ++attempt) {
-    if (attempt > 0) {
-      timespec pause{0, 50 * 1000 * 1000};
-      nanosleep(&pause, nullptr);
+    if (listener->rdma_listener != nullptr && listener->listener_generation == here) {
+      // This process has its listener already; one on its own port may have to take the port over.
+      may_take_over = directory != nullptr && listener->own_rdma_port != 0 && listener->directory_listener == nullptr;
+      if (!may_take_over) return;
+    } else {
+      if (listener->claim_generation == here) return;  // tried already in this process
+      listener->claim_generation = here;
+      // An ancestor's listeners, dropped there or still its own: this memory is only a copy of their state.
+      (void)listener->rdma_listener.release();
+      (void)listener->directory_listener.release();
+      listener->own_rdma_port = 0;
     }
-    s = listen_rdma(fd, listener, /*log_failure=*/false);
   }
+  if (may_take_over) {
+    take_over_if_holder_died(fd, listener, directory);
+    return;
+  }
+  pid_t self = getpid();
+  if (directory != nullptr && !directory->claim_holder(self)) {
+    listen_on_own_port(fd, listener, directory);
+    return;
+  }
+  transport::Status s = take_listeners_port(fd, listener);
   if (s == transport::Status::kOk) {
     log_line("fd %d listener: RDMA listener made in this process of a pre-fork server", fd);
-  } else {
-    log_line("fd %d listener: no RDMA listener in this process (%s): its connections stay tcp", fd,
-             s == transport::Status::kAddressInUse ? "another process of the server holds it" : transport::to_string(s));
+    start_directory_service(fd, listener);
+    return;
   }
+  if (directory != nullptr) {
+    directory->release_holder(self);
+    listen_on_own_port(fd, listener, directory);
+    return;
+  }
+  log_line("fd %d listener: no RDMA listener in this process (%s): its connections stay tcp", fd,
+           s == transport::Status::kAddressInUse ? "another process of the server holds it" : transport::to_string(s));
 }
 
 }  // namespace tcp2rdma::preload

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <vector>
 
+#include "directory_service.h"
 #include "fd_table.h"
 #include "handover_session.h"
 #include "real_calls.h"
@@ -170,7 +171,11 @@ TrackedSocket::~TrackedSocket() {
     end_stream(s, linger_seconds.load());
     delete s;
   }
-  if (listener_generation != fork_generation()) (void)rdma_listener.release();
+  if (role() == SocketRole::kListener) forget_directory(this);
+  if (listener_generation != fork_generation()) {
+    (void)rdma_listener.release();
+    (void)directory_listener.release();
+  }
   delete session_.load();
 }
 

@@ -17,6 +17,8 @@ class StreamListener;
 namespace tcp2rdma::preload {
 
 class HandoverSession;
+class ListenerDirectory;
+struct DirectoryService;
 
 // Counts the forks on the way to this process (0 in the process the module was loaded into; the fork
 // wrapper bumps it in each child). Cheaper than getpid() on every call.
@@ -100,6 +102,18 @@ class TrackedSocket {
   std::atomic<bool> rdma_handed_on{false};
   std::atomic<bool> drop_after_fork{false};
   unsigned claim_generation = ~0u;
+  // Pre-fork servers whose several processes accept (listener_directory.h): the family's directory,
+  // made before the first fork; the port of this process's own rdma_cm listener when another process
+  // holds the listener's port (0: rdma_listener is on the listener's port; with listener_mutex); the
+  // holder's thread that sends the others' requests on (directory_service.h), and the process that
+  // runs it (fork_generation()).
+  std::atomic<ListenerDirectory*> directory{nullptr};
+  uint16_t own_rdma_port = 0;
+  // In a process with its own port that took the listener's port over after the process holding it
+  // exited: the rdma_cm listener there, which only sends requests on (with listener_mutex).
+  std::unique_ptr<transport::StreamListener> directory_listener;
+  DirectoryService* directory_service = nullptr;
+  unsigned service_generation = ~0u;
 
  private:
   ~TrackedSocket();

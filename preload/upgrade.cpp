@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -22,6 +23,7 @@
 #include "handover.h"
 #include "handover_session.h"
 #include "epoll_sets.h"
+#include "listener_directory.h"
 #include "log.h"
 #include "real_calls.h"
 #include "stream_listener.h"
@@ -31,8 +33,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// A request nobody claims is rejected after this long.
-constexpr std::chrono::milliseconds kHold{5000};
 // The switch itself: both peers are tcp2rdma by then and neither waits on its application, so it takes
 // a few round trips and the reading of what TCP still has in flight.
 constexpr std::chrono::milliseconds kSwitchTimeout{10000};
@@ -298,10 +298,19 @@ transport::StreamOptions stream_options(const config::ConnectionOptions& o) {
   return s;
 }
 
-transport::Status listen_rdma(int fd, TrackedSocket* listener, bool log_failure) {
+namespace {
+
+enum class ListenerKind { kOnListenersPort, kOnOwnPort, kDirectory };
+
+// An rdma_cm listener for `listener` at its address: on its port (kOnListenersPort, kDirectory) or on
+// one rdma_cm picks (kOnOwnPort).
+transport::Status make_rdma_listener(int fd, TrackedSocket* listener, ListenerKind kind, bool log_failure) {
+  bool own_port = kind == ListenerKind::kOnOwnPort;
   sockaddr_storage local{};
   socklen_t len = sizeof local;
   if (real().getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) != 0) return transport::Status::kInvalid;
+  if (own_port && local.ss_family == AF_INET6) reinterpret_cast<sockaddr_in6*>(&local)->sin6_port = 0;
+  if (own_port && local.ss_family == AF_INET) reinterpret_cast<sockaddr_in*>(&local)->sin_port = 0;
   std::unique_ptr<transport::StreamListener> rdma;
   // Options of the listener's own streams come from the rule that matches each accepted connection;
   // the defaults here only size what a request is checked against.
@@ -312,9 +321,28 @@ transport::Status listen_rdma(int fd, TrackedSocket* listener, bool log_failure)
     if (log_failure) log_line("fd %d listener: no RDMA listener on its port (%s): its connections stay tcp", fd, why_not(s));
     return s;
   }
+  if (kind == ListenerKind::kDirectory) {
+    listener->directory_listener = std::move(rdma);
+    return s;
+  }
+  listener->own_rdma_port = own_port ? rdma->port() : 0;
   listener->rdma_listener = std::move(rdma);
   listener->listener_generation = fork_generation();
   return s;
+}
+
+}  // namespace
+
+transport::Status listen_rdma(int fd, TrackedSocket* listener, bool log_failure) {
+  return make_rdma_listener(fd, listener, ListenerKind::kOnListenersPort, log_failure);
+}
+
+transport::Status listen_rdma_on_own_port(int fd, TrackedSocket* listener) {
+  return make_rdma_listener(fd, listener, ListenerKind::kOnOwnPort, true);
+}
+
+transport::Status listen_rdma_for_directory(int fd, TrackedSocket* listener) {
+  return make_rdma_listener(fd, listener, ListenerKind::kDirectory, false);
 }
 
 void drop_rdma_listener(TrackedSocket* listener) {
@@ -367,6 +395,38 @@ transport::Status connect_stream(const Connection& c, std::unique_ptr<transport:
                                         stream_options(*c.decision.options), out);
 }
 
+// In a process of a pre-fork server that listens on a port of its own (another process holds the
+// listener's port): while the connection's request is awaited, the directory says where the holder
+// is to send it.
+class PublishedTuple {
+ public:
+  PublishedTuple(TrackedSocket* listener, const transport::TcpTuple& tuple) : tuple_(tuple) {
+    uint16_t port = 0;
+    {
+      std::lock_guard lock(listener->listener_mutex);
+      if (listener->listener_generation == fork_generation()) port = listener->own_rdma_port;
+    }
+    ListenerDirectory* directory = listener->directory.load();
+    if (port == 0 || directory == nullptr) return;
+    self_ = getpid();
+    if (directory->publish(tuple, port, self_)) {
+      directory_ = directory;
+    } else {
+      log_line("listener: the pre-fork directory is full: a connection's RDMA request cannot reach this process");
+    }
+  }
+  ~PublishedTuple() {
+    if (directory_ != nullptr) directory_->withdraw(tuple_, self_);
+  }
+  PublishedTuple(const PublishedTuple&) = delete;
+  PublishedTuple& operator=(const PublishedTuple&) = delete;
+
+ private:
+  transport::TcpTuple tuple_;
+  ListenerDirectory* directory_ = nullptr;
+  pid_t self_ = 0;
+};
+
 // Waits (up to the rule's upgrade_timeout) for the client's RDMA connection request for this
 // connection and accepts it. A tcp2rdma client sends it right after its TCP connect completes, but
 // its first setup in a process can take over a second on a slow guest; a plain client never sends
@@ -375,13 +435,14 @@ transport::Status accept_stream(const Connection& c, HandoverSession* session,
                                 std::unique_ptr<transport::RdmaStream>* out) {
   const config::ConnectionOptions& options = *c.decision.options;
   auto until = Clock::now() + std::chrono::microseconds(options.upgrade_timeout_us);
+  PublishedTuple published(c.listener, c.tuple);
   for (;;) {
     int listener_fd = -1;
     {
       std::lock_guard lock(c.listener->listener_mutex);
       transport::StreamListener* rdma = c.listener->rdma_listener.get();
       if (rdma == nullptr || c.listener->listener_generation != fork_generation()) return transport::Status::kRejected;
-      rdma->collect(kHold);
+      rdma->collect(kRequestHold);
       transport::Status s = rdma->accept(c.tuple, transport::random_nonce(), stream_options(options), out);
       if (s != transport::Status::kWouldBlock) return s;
       listener_fd = rdma->fd();

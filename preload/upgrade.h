@@ -5,6 +5,8 @@
 // The TCP connection stays open beside the stream.
 #pragma once
 
+#include <chrono>
+
 #include "options.h"
 #include "rule_set.h"
 #include "rdma_stream.h"
@@ -24,10 +26,20 @@ struct UpgradeOutcome {
   long switch_ms = 0;  // the switch itself
 };
 
+// A client's RDMA request that no accepted connection claims is rejected after this long.
+inline constexpr std::chrono::milliseconds kRequestHold{5000};
+
 // A listener a rule may select RDMA for: start an rdma_cm listener on the same address and port.
 // Failure (no device, port taken) is logged unless `log_failure` is false; that listener's
 // connections then stay TCP.
 transport::Status listen_rdma(int fd, TrackedSocket* listener, bool log_failure = true);
+// A process of a pre-fork server whose listener's port another process holds: an rdma_cm listener on
+// the same address and a port of its own (recorded in own_rdma_port), where the holder sends this
+// process's requests.
+transport::Status listen_rdma_on_own_port(int fd, TrackedSocket* listener);
+// A process with its own port taking over the listener's port (its holder exited): an rdma_cm
+// listener there, in directory_listener.
+transport::Status listen_rdma_for_directory(int fd, TrackedSocket* listener);
 
 // Undoes listen_rdma when the real listen() then failed.
 void drop_rdma_listener(TrackedSocket* listener);

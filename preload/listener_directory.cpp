@@ -1,0 +1,122 @@
+#include "listener_directory.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <new>
+
+namespace tcp2rdma::preload {
+
+bool process_alive(pid_t pid) noexcept {
+  if (pid <= 0 || (::kill(pid, 0) != 0 && errno != EPERM)) return false;
+  // A worker that exited stays a zombie until its parent reaps it, which a server may do late: its
+  // state in /proc/PID/stat (after the parenthesised name) says so.
+  char path[32], stat[512];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return true;  // no /proc: trust kill()
+  ssize_t n = ::read(fd, stat, sizeof stat - 1);
+  ::close(fd);
+  if (n <= 0) return true;
+  stat[n] = '\0';
+  const char* end_of_name = std::strrchr(stat, ')');
+  return end_of_name == nullptr || end_of_name[1] != ' ' || (end_of_name[2] != 'Z' && end_of_name[2] != 'X');
+}
+
+// Holds the directory's mutex. A process that died holding it left the table as it was between two
+// stores of one small update: every reader copes with that (an entry is whole once its pid is set),
+// so the lock is simply made consistent again.
+class ListenerDirectory::Locked {
+ public:
+  explicit Locked(pthread_mutex_t* m) noexcept : m_(m) {
+    if (pthread_mutex_lock(m_) == EOWNERDEAD) pthread_mutex_consistent(m_);
+  }
+  ~Locked() { pthread_mutex_unlock(m_); }
+  Locked(const Locked&) = delete;
+  Locked& operator=(const Locked&) = delete;
+
+ private:
+  pthread_mutex_t* m_;
+};
+
+ListenerDirectory* ListenerDirectory::create() noexcept {
+  void* p = ::mmap(nullptr, sizeof(ListenerDirectory), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return nullptr;
+  auto* d = static_cast<ListenerDirectory*>(p);  // the mapping is zeroed: no holder, every entry free
+  pthread_mutexattr_t attr;
+  pthread_mutexattr_init(&attr);
+  pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+  pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+  int rc = pthread_mutex_init(&d->mutex_, &attr);
+  pthread_mutexattr_destroy(&attr);
+  if (rc != 0) {
+    ::munmap(p, sizeof(ListenerDirectory));
+    return nullptr;
+  }
+  return d;
+}
+
+void ListenerDirectory::unmap(ListenerDirectory* directory) noexcept {
+  if (directory != nullptr) ::munmap(directory, sizeof(ListenerDirectory));
+}
+
+bool ListenerDirectory::claim_holder(pid_t self) noexcept {
+  Locked lock(&mutex_);
+  if (holder_ != 0 && holder_ != self && process_alive(holder_)) return false;
+  holder_ = self;
+  return true;
+}
+
+void ListenerDirectory::release_holder(pid_t self) noexcept {
+  Locked lock(&mutex_);
+  if (holder_ == self) holder_ = 0;
+}
+
+pid_t ListenerDirectory::holder() noexcept {
+  Locked lock(&mutex_);
+  return holder_;
+}
+
+bool ListenerDirectory::publish(const transport::TcpTuple& tuple, uint16_t port, pid_t self) noexcept {
+  Locked lock(&mutex_);
+  Entry* free_entry = nullptr;
+  for (Entry& e : entries_) {
+    if (e.pid == 0 && free_entry == nullptr) free_entry = &e;
+  }
+  if (free_entry == nullptr) {
+    // Full: entries of processes that died before withdrawing them are taken back.
+    for (Entry& e : entries_) {
+      if (!process_alive(e.pid)) {
+        e.pid = 0;
+        if (free_entry == nullptr) free_entry = &e;
+      }
+    }
+  }
+  if (free_entry == nullptr) return false;
+  free_entry->tuple = tuple;
+  free_entry->port = port;
+  free_entry->pid = self;
+  return true;
+}
+
+void ListenerDirectory::withdraw(const transport::TcpTuple& tuple, pid_t self) noexcept {
+  Locked lock(&mutex_);
+  for (Entry& e : entries_) {
+    if (e.pid == self && std::memcmp(&e.tuple, &tuple, sizeof tuple) == 0) e.pid = 0;
+  }
+}
+
+uint16_t ListenerDirectory::port_for(const transport::TcpTuple& tuple) noexcept {
+  Locked lock(&mutex_);
+  for (const Entry& e : entries_) {
+    if (e.pid != 0 && std::memcmp(&e.tuple, &tuple, sizeof tuple) == 0) return e.port;
+  }
+  return 0;
+}
+
+}  // namespace tcp2rdma::preload
