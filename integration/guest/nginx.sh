@@ -1,10 +1,14 @@
 #!/bin/sh
-# nginx.sh files | fetch HOST SERVER_SHIM_LOG: the halves of the nginx test (integration/nginx/nginx.conf).
+# nginx.sh files | fetch HOST SERVER_SHIM_LOG | fetch-parallel HOST SERVER_SHIM_LOG WORKERS: the halves
+# of the nginx tests (integration/nginx/nginx.conf).
 #   files  makes the files nginx serves (/tmp/www: big, 20 MB, and small, 1000 bytes, random) and
 #          leaves their sha256 in T2R_WORK for the fetching side.
 #   fetch  waits until nginx's worker has made its RDMA listener (SERVER_SHIM_LOG says so), then
 #          fetches big, small and big again with curl under the shim (app-run.sh: each connection
 #          upgraded, RDMA packets moved) and compares each with the sha256 the serving side left.
+#   fetch-parallel  waits until each of the WORKERS workers has its RDMA listener (on the listener's
+#          port, or on its own), then fetches big and small four times each over eight connections at
+#          once (curl --parallel): every connection upgraded, every file's sha256 equal.
 set -eu
 here=$(dirname "$0")
 case "$1" in
@@ -28,5 +32,25 @@ case "$1" in
       echo "nginx.sh: $f: sha256 equal"
     done
     ;;
-  *) echo "usage: nginx.sh files | fetch HOST SERVER_SHIM_LOG" >&2; exit 2 ;;
+  fetch-parallel)
+    i=0
+    until [ "$(cat "$3" 2>/dev/null | grep -c -e 'RDMA listener made' -e 'RDMA listener on rdma_cm port')" -ge "$4" ]; do
+      i=$((i + 1)); [ $i -lt 300 ] || { echo "nginx.sh: not every worker made its RDMA listener:"; cat "$3"; exit 1; }
+      sleep 0.1
+    done
+    urls=""
+    for n in 1 2 3 4; do
+      for f in big small; do urls="$urls -o /tmp/got-$f-$n http://$2:5019/$f"; done
+    done
+    # shellcheck disable=SC2086
+    sh "$here/app-run.sh" 8 10 curl -sS --parallel --parallel-immediate --parallel-max 8 $urls
+    for n in 1 2 3 4; do
+      for f in big small; do
+        [ "$(sha256sum < /tmp/got-$f-$n | cut -d' ' -f1)" = "$(cat "$T2R_WORK/www-$f.sha256")" ] ||
+          { echo "nginx.sh: $f ($n) arrived different"; exit 1; }
+      done
+    done
+    echo "nginx.sh: 8 parallel fetches: sha256 equal"
+    ;;
+  *) echo "usage: nginx.sh files | fetch HOST SERVER_SHIM_LOG | fetch-parallel HOST SERVER_SHIM_LOG WORKERS" >&2; exit 2 ;;
 esac
