@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "handover_session.h"
+#include "signal_restart.h"
 #include "real_calls.h"
 #include "stream_calls.h"
 
@@ -63,15 +64,16 @@ size_t total(const iovec* iov, int iovcnt) {
   return n;
 }
 
-// Sleeps until the socket may be ready for `events` or the connection moves. False on a signal.
+// Sleeps until the socket may be ready for `events` or the connection moves. False when a signal
+// handler ran meanwhile and the call is to fail with EINTR (signal_restart.h).
 bool wait_for(int fd, short events, const HandoverSession& session) {
   pollfd p[2] = {{fd, events, 0}, {session.wake_fd(), POLLIN, 0}};
-  return real().poll(p, 2, -1) >= 0 || errno != EINTR;
+  return real().poll(p, 2, -1) >= 0 || errno != EINTR || !interrupted_call_fails();
 }
 
 // A kernel call moved nothing, with `error`: what the application's call returns now (the bytes it
 // moved before, or -1 and errno), or nothing when it is to wait for the socket, or for the connection
-// to move, and try again. A blocking call interrupted by a signal reports EINTR, as the kernel's would.
+// to move, and try again. A blocking call interrupted by a signal reports EINTR as the kernel's would.
 std::optional<ssize_t> when_stuck(int fd, int msg_flags, short events, const HandoverSession& session, size_t done,
                                   int error) {
   auto result = [done](int e) -> ssize_t {

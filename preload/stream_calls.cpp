@@ -11,6 +11,7 @@
 #include "handover_session.h"
 #include "rdma_stream.h"
 #include "real_calls.h"
+#include "signal_restart.h"
 #include "tracked_socket.h"
 #include "upgrade.h"
 
@@ -34,6 +35,7 @@ int errno_of(Status s) {
     case Status::kReset:
     case Status::kProtocolError: return ECONNRESET;
     case Status::kInvalid: return EINVAL;
+    case Status::kInterrupted: return EINTR;
     default: return EIO;
   }
 }
@@ -121,6 +123,7 @@ ssize_t recv_on_stream(transport::RdmaStream* stream, int fd, const iovec* iov, 
   if (msg_flags & MSG_WAITALL) flags |= transport::kWaitAll;
   size_t done = 0;
   Status s = stream->read(iov, iovcnt, flags, &done);
+  while (s == Status::kInterrupted && !interrupted_call_fails()) s = stream->read(iov, iovcnt, flags, &done);
   if (s != Status::kOk) {
     errno = errno_of(s);
     return -1;
@@ -130,7 +133,9 @@ ssize_t recv_on_stream(transport::RdmaStream* stream, int fd, const iovec* iov, 
 
 ssize_t send_on_stream(transport::RdmaStream* stream, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept {
   size_t done = 0;
-  Status s = stream->write(iov, iovcnt, nonblocking(fd, msg_flags) ? transport::kNonBlocking : 0, &done);
+  int flags = nonblocking(fd, msg_flags) ? transport::kNonBlocking : 0;
+  Status s = stream->write(iov, iovcnt, flags, &done);
+  while (s == Status::kInterrupted && !interrupted_call_fails()) s = stream->write(iov, iovcnt, flags, &done);
   if (s == Status::kOk) return static_cast<ssize_t>(done);
   // Writing to a connection that is shut down or reset raises SIGPIPE, as the kernel does, unless the
   // caller said MSG_NOSIGNAL.

@@ -96,7 +96,8 @@ class RdmaStream {
   // before write returns, so the caller may reuse its buffer at once.
   Status write(const iovec* iov, int iovcnt, int flags, size_t* done);
   // Returns at least one byte, or *done == 0 at the end of the stream. Bytes that arrived before an
-  // error are delivered before the error is reported.
+  // error are delivered before the error is reported. A blocking read or write that slept while a
+  // signal handler ran returns what it moved, or kInterrupted if nothing.
   Status read(const iovec* iov, int iovcnt, int flags, size_t* done);
   // Sends an orderly end after the bytes already written; reading goes on.
   Status shutdown_write();
@@ -174,7 +175,9 @@ class RdmaStream {
                     bool with_imm, int send_flags, uint64_t wr_id);
   bool send_queue_has_room(int n) const { return sends_outstanding_ + n <= options_.send_queue_depth; }
   // Polls the completion queue for up to busy_poll_us, then sleeps until something may have changed.
-  Status wait(std::unique_lock<std::mutex>& lock);
+  // `interruptible` (an application's blocking read or write): a signal handler that ran during the
+  // sleep ends the wait with kInterrupted, so the caller can report it as the kernel would.
+  Status wait(std::unique_lock<std::mutex>& lock, bool interruptible = false);
   Status arm_channel(bool* news);
   Status keepalive_locked();
   void kick();

@@ -22,6 +22,7 @@ const char* to_string(Status status) {
     case Status::kShutDown: return "the stream is shut down for writing";
     case Status::kInvalid: return "invalid argument";
     case Status::kAddressInUse: return "the RDMA port is taken";
+    case Status::kInterrupted: return "interrupted by a signal";
   }
   return "?";
 }

@@ -17,6 +17,7 @@ enum class Status {
   kShutDown,       // write after shutdown_write() or close()
   kInvalid,        // bad options or arguments
   kAddressInUse,   // a listener: another rdma_cm listener (of another process) holds the port
+  kInterrupted,    // a blocking read or write slept and a signal handler ran before anything moved
 };
 
 const char* to_string(Status status);

@@ -70,7 +70,7 @@ Status RdmaStream::write_copy(const uint8_t* src, size_t len, int flags, size_t*
         if (news) continue;
         return *done > 0 ? Status::kOk : Status::kWouldBlock;
       }
-      if (Status s = wait(lock); s != Status::kOk) return s;
+      if (Status s = wait(lock, /*interruptible=*/true); s != Status::kOk) return s;
       continue;
     }
     uint64_t offset = flow_->peer_ring_offset();
@@ -120,7 +120,7 @@ Status RdmaStream::write_zero_copy(const uint8_t* src, size_t len, int flags, si
         if (news) continue;
         break;
       }
-      if (result = wait(lock); result != Status::kOk) break;
+      if (result = wait(lock, /*interruptible=*/true); result != Status::kOk) break;
       continue;
     }
     uint64_t offset = flow_->peer_ring_offset();
@@ -250,7 +250,10 @@ Status RdmaStream::read(const iovec* iov, int iovcnt, int flags, size_t* done) {
       s = *done > 0 ? Status::kOk : Status::kWouldBlock;
       break;
     }
-    wait(lock);
+    if (wait(lock, /*interruptible=*/true) == Status::kInterrupted) {
+      s = *done > 0 ? Status::kOk : Status::kInterrupted;  // MSG_WAITALL returns what it has, as TCP's
+      break;
+    }
   }
   reader_busy_ = false;
   cv_.notify_all();

@@ -228,7 +228,7 @@ Status RdmaStream::arm_channel(bool* news) {
   return Status::kOk;
 }
 
-Status RdmaStream::wait(std::unique_lock<std::mutex>& lock) {
+Status RdmaStream::wait(std::unique_lock<std::mutex>& lock, bool interruptible) {
   if (failed()) return failure_;
   if (poller_) {
     // Another thread sleeps on the channels and will wake everyone after its progress.
@@ -265,6 +265,7 @@ Status RdmaStream::wait(std::unique_lock<std::mutex>& lock) {
   lock.unlock();
   epoll_event ev[3];
   int ready = ::epoll_wait(epoll_fd_, ev, 3, options_.keepalive_ms > 0 ? options_.keepalive_ms : -1);
+  bool interrupted = ready < 0 && errno == EINTR;
   lock.lock();
   poller_ = false;
   drain_channels();
@@ -274,7 +275,7 @@ Status RdmaStream::wait(std::unique_lock<std::mutex>& lock) {
   if (ready > 0 && polled_) wake_pollers();
   cv_.notify_all();
   if (ready == 0 && !failed()) return keepalive_locked();
-  return Status::kOk;
+  return interrupted && interruptible ? Status::kInterrupted : Status::kOk;
 }
 
 Status RdmaStream::keepalive_locked() {

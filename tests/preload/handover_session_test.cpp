@@ -7,6 +7,8 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -168,6 +170,47 @@ TEST_F(HandoverSessionTest, ABlockedReadWaitsThroughTheSwitchAndGoesOnWhereTheCo
   EXPECT_EQ(got, 10);
   EXPECT_EQ(std::memcmp(buf, "0123456789", 10), 0);
   EXPECT_EQ(session_->received(), 0u);
+}
+
+// A signal handler that runs while a read sleeps in the gate: without SA_RESTART the read fails with
+// EINTR, as the kernel's recv does; with SA_RESTART (and no other handler lacking it) it goes on.
+void install_usr1(int flags) {
+  struct sigaction action {};
+  action.sa_handler = [](int) {};
+  action.sa_flags = flags;
+  sigaction(SIGUSR1, &action, nullptr);
+}
+
+TEST_F(HandoverSessionTest, ASignalWithoutRestartInterruptsABlockedRead) {
+  install_usr1(0);
+  std::atomic<ssize_t> got{-2};
+  std::atomic<int> error{0};
+  std::thread reader([&] {
+    char buf[16];
+    got = recv(client_, buf, sizeof buf, 0);
+    error = errno;
+  });
+  std::this_thread::sleep_for(50ms);
+  pthread_kill(reader.native_handle(), SIGUSR1);
+  reader.join();
+  EXPECT_EQ(got, -1);
+  EXPECT_EQ(error, EINTR);
+  signal(SIGUSR1, SIG_DFL);
+}
+
+TEST_F(HandoverSessionTest, ASignalWithRestartLetsABlockedReadGoOn) {
+  install_usr1(SA_RESTART);
+  std::atomic<ssize_t> got{-2};
+  char buf[16];
+  std::thread reader([&] { got = recv(client_, buf, sizeof buf, 0); });
+  std::this_thread::sleep_for(50ms);
+  pthread_kill(reader.native_handle(), SIGUSR1);
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(got, -2);  // still reading
+  ASSERT_EQ(send(peer_, "late", 4, 0), 4);
+  reader.join();
+  EXPECT_EQ(got, 4);
+  signal(SIGUSR1, SIG_DFL);
 }
 
 TEST_F(HandoverSessionTest, PollWatchesTheSocketAndWakesWhenTheConnectionMoves) {
