@@ -3,6 +3,8 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
 #include <sys/epoll.h>
 #include <sys/select.h>
 #include <sys/socket.h>

@@ -94,6 +94,29 @@ T2R_INTERPOSE int fexecve(int fd, char* const argv[], char* const envp[]) {
   return real().fexecve(fd, argv, envp);
 }
 
+// posix_spawn and the calls built on it inside glibc: the new program gets no stream (SpawnGuard).
+T2R_INTERPOSE int posix_spawn(pid_t* pid, const char* path, const posix_spawn_file_actions_t* actions,
+                              const posix_spawnattr_t* attr, char* const argv[], char* const envp[]) {
+  tcp2rdma::preload::SpawnGuard guard;
+  return real().posix_spawn(pid, path, actions, attr, argv, envp);
+}
+
+T2R_INTERPOSE int posix_spawnp(pid_t* pid, const char* file, const posix_spawn_file_actions_t* actions,
+                               const posix_spawnattr_t* attr, char* const argv[], char* const envp[]) {
+  tcp2rdma::preload::SpawnGuard guard;
+  return real().posix_spawnp(pid, file, actions, attr, argv, envp);
+}
+
+T2R_INTERPOSE int system(const char* command) {
+  tcp2rdma::preload::SpawnGuard guard;
+  return real().system(command);
+}
+
+T2R_INTERPOSE FILE* popen(const char* command, const char* type) {
+  tcp2rdma::preload::SpawnGuard guard;
+  return real().popen(command, type);
+}
+
 T2R_INTERPOSE int execl(const char* path, const char* arg, ...) {
   va_list ap;
   va_start(ap, arg);
