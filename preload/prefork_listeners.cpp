@@ -94,7 +94,9 @@ void mark_listeners_to_hand_on() noexcept {
     // waiting for an RDMA request can hold for seconds.
     if (l->accept_generation.load() == here) {
       l->drop_after_fork.store(false);  // a copy inherited from the parent may say otherwise
-      if (l->listener_generation == here) make_directory(l, /*keeps_listener=*/l->own_rdma_port == 0);
+      if (l->rdma_listener != nullptr && l->listener_generation == here) {
+        make_directory(l, /*keeps_listener=*/l->own_rdma_port == 0);
+      }
       return;
     }
     std::lock_guard lock(l->listener_mutex);
