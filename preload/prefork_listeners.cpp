@@ -3,6 +3,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <mutex>
+#include <new>
+
 #include "directory_service.h"
 #include "fd_table.h"
 #include "listener_directory.h"
@@ -126,6 +129,10 @@ void hand_on_marked_listeners(bool forked) noexcept {
     l->directory_listener.reset();
     log_line("fd %d listener: forked before accepting: the RDMA listener goes to the process that accepts", fd);
   });
+}
+
+void renew_listener_locks() noexcept {
+  for_each_listener([](int, TrackedSocket* l) { new (&l->listener_mutex) std::mutex; });
 }
 
 void claim_rdma_listener(int fd, TrackedSocket* listener) noexcept {

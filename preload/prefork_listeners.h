@@ -18,6 +18,9 @@ void mark_listeners_to_hand_on() noexcept;
 // After fork, in the parent (or after a failed fork): drops the marked RDMA listeners (or unmarks);
 // a parent that keeps a listener's port starts answering for its children.
 void hand_on_marked_listeners(bool forked) noexcept;
+// In a forked child: the listeners' locks are made anew. A thread of the parent (the directory's, a
+// background accept) may have held one at the fork, and that thread does not exist here.
+void renew_listener_locks() noexcept;
 // At an accept (or epoll registration) on `listener` in any process of a forked family: makes this
 // process's RDMA listener, on the listener's port if no live process holds it, else on a port of its
 // own.

@@ -20,6 +20,7 @@ T2R_INTERPOSE pid_t fork(void) {
   pid_t pid = real().fork();
   if (pid == 0) {
     tcp2rdma::preload::note_forked_child();  // inherited streams and listeners are not ours to use
+    tcp2rdma::preload::renew_listener_locks();
     tcp2rdma::preload::disown_parent_streams();
   } else {
     int saved_errno = errno;
