@@ -21,13 +21,9 @@
 namespace {
 
 using tcp2rdma::test::connect_retrying;
-using tcp2rdma::test::listen_on;
 
 int serve(const char* port) {
-  int listener = listen_on(port);
-  if (listener < 0) return 1;
-  std::fprintf(stderr, "listening\n");
-  int fd = accept(listener, nullptr, nullptr);
+  int fd = tcp2rdma::test::accept_one_announced(port);
   if (fd < 0) return 1;
   sleep(2);
   const char late[] = "late bytes";

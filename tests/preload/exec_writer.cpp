@@ -39,7 +39,6 @@ std::vector<char> pattern() {
 }
 
 using tcp2rdma::test::connect_retrying;
-using tcp2rdma::test::listen_on;
 
 int send_then_exec(const char* self, const char* ip, const char* port, const std::string& mode) {
   int fd = connect_retrying(ip, port, SOCK_STREAM | (mode == "cloexec" ? SOCK_CLOEXEC : 0));
@@ -91,10 +90,7 @@ int after_exec(int fd, const std::string& mode) {
 }
 
 int receive(const char* port) {
-  int listener = listen_on(port);
-  if (listener < 0) return 1;
-  std::fprintf(stderr, "listening\n");
-  int fd = accept(listener, nullptr, nullptr);
+  int fd = tcp2rdma::test::accept_one_announced(port);
   if (fd < 0) return 1;
   char buffer[65536];
   ssize_t n;

@@ -25,7 +25,6 @@
 namespace {
 
 using tcp2rdma::test::connect_retrying;
-using tcp2rdma::test::listen_on;
 
 volatile sig_atomic_t g_alarms = 0;
 
@@ -43,10 +42,7 @@ void arm(int flags, long usec) {
 }
 
 int serve(const char* port) {
-  int listener = listen_on(port);
-  if (listener < 0) return 1;
-  std::fprintf(stderr, "listening\n");
-  int fd = accept(listener, nullptr, nullptr);
+  int fd = tcp2rdma::test::accept_one_announced(port);
   if (fd < 0) return 1;
   sleep(3);
   if (send(fd, "late", 4, 0) != 4) return 1;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 
 namespace tcp2rdma::test {
@@ -37,6 +38,15 @@ inline int listen_on(const char* port) {
   sockaddr_in addr = ipv4_address("0.0.0.0", port);
   if (bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(listener, 1) != 0) return -1;
   return listener;
+}
+
+// The server half of a two-guest test: listens on `port`, says "listening" on standard error (what
+// integration/guest/wait-listening.sh waits for), and accepts one connection; -1 on failure.
+inline int accept_one_announced(const char* port) {
+  int listener = listen_on(port);
+  if (listener < 0) return -1;
+  std::fprintf(stderr, "listening\n");
+  return accept(listener, nullptr, nullptr);
 }
 
 // A connected TCP socket of `type` (SOCK_STREAM, maybe | SOCK_CLOEXEC), retrying every 100 ms for

@@ -173,21 +173,32 @@ TEST(StreamApi, WritesBlockOnCreditsAndReadinessReportsWritableAgain) {
   EXPECT_GE(p.client->counters().credit_stalls, 1u);
 }
 
+// A client connecting from another thread with `pairing` (a stream, or why not), and the wait until
+// `listener` holds its request.
+using Connected = std::pair<Status, std::unique_ptr<RdmaStream>>;
+std::future<Connected> connect_in_background(const char* port, const Pairing& pairing, const StreamOptions& o) {
+  return std::async(std::launch::async, [port, pairing, o] {
+    sockaddr_in addr = peer_util::ipv4(self_address(), port);
+    std::unique_ptr<RdmaStream> s;
+    Status st = RdmaStream::connect(reinterpret_cast<sockaddr*>(&addr), pairing, o, &s);
+    return Connected(st, std::move(s));
+  });
+}
+
+void wait_until_held(StreamListener& listener) {
+  while (listener.held() == 0) {
+    listener.collect(std::chrono::seconds(10));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
 TEST(StreamApi, TheListenerHoldsARequestUntilItsTcpConnectionIsAccepted) {
   StreamOptions o = small_options();
   std::unique_ptr<StreamListener> listener = peer_util::listen_on("7606", o);
   ASSERT_TRUE(listener);
   Pairing wanted = pairing_for(40001, 7606);
-  sockaddr_in addr = peer_util::ipv4(self_address(), "7606");
-  auto client = std::async(std::launch::async, [&] {
-    std::unique_ptr<RdmaStream> s;
-    Status st = RdmaStream::connect(reinterpret_cast<sockaddr*>(&addr), wanted, o, &s);
-    return std::make_pair(st, std::move(s));
-  });
-  while (listener->held() == 0) {
-    listener->collect(std::chrono::seconds(10));
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  auto client = connect_in_background("7606", wanted, o);
+  wait_until_held(*listener);
   std::unique_ptr<RdmaStream> server;
   Pairing other = pairing_for(40002, 7606);
   EXPECT_EQ(listener->accept(other.tuple, 1, &server), Status::kWouldBlock);  // not that connection
@@ -211,16 +222,8 @@ TEST(StreamApi, ARedirectSendsTheClientToAnotherListener) {
   ASSERT_NE(worker->port(), 0);
   EXPECT_EQ(directory->port(), 7609);
   Pairing wanted = pairing_for(40004, 7609);
-  sockaddr_in addr = peer_util::ipv4(self_address(), "7609");
-  auto client = std::async(std::launch::async, [&] {
-    std::unique_ptr<RdmaStream> s;
-    Status st = RdmaStream::connect(reinterpret_cast<sockaddr*>(&addr), wanted, o, &s);
-    return std::make_pair(st, std::move(s));
-  });
-  while (directory->held() == 0) {
-    directory->collect(std::chrono::seconds(10));
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  auto client = connect_in_background("7609", wanted, o);
+  wait_until_held(*directory);
   auto nowhere = [](const TcpTuple&) -> uint16_t { return 0; };
   EXPECT_TRUE(directory->redirect(nowhere).empty());
   EXPECT_EQ(directory->held(), 1u);
@@ -253,17 +256,13 @@ TEST(StreamApi, AnUnclaimedRequestIsRejectedAfterTheHoldTime) {
   std::unique_ptr<StreamListener> listener = peer_util::listen_on("7607", o);
   ASSERT_TRUE(listener);
   Pairing nobody = pairing_for(40003, 7607);
-  sockaddr_in addr = peer_util::ipv4(self_address(), "7607");
-  auto client = std::async(std::launch::async, [&] {
-    std::unique_ptr<RdmaStream> s;
-    return RdmaStream::connect(reinterpret_cast<sockaddr*>(&addr), nobody, o, &s);
-  });
+  auto client = connect_in_background("7607", nobody, o);
   auto start = std::chrono::steady_clock::now();
   while (client.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready &&
          std::chrono::steady_clock::now() - start < std::chrono::seconds(10)) {
     listener->collect(std::chrono::milliseconds(300));
   }
-  EXPECT_EQ(client.get(), Status::kRejected);
+  EXPECT_EQ(client.get().first, Status::kRejected);
   EXPECT_EQ(listener->counters().rejected_expired, 1u);
   EXPECT_EQ(listener->held(), 0u);
 }
