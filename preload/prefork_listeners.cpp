@@ -37,19 +37,24 @@ void make_directory(TrackedSocket* l, bool keeps_listener) {
   l->directory.store(directory);
 }
 
-// The parent (nginx's master) drops its listener just after fork returns; a child that claims the
-// port first waits for it a little. (While the parent still holds it, rdma_bind_addr does not always
-// say EADDRINUSE: seen in CI as "no RDMA device". So every failure is retried for about a second.)
-transport::Status take_listeners_port(int fd, TrackedSocket* listener) {
-  transport::Status s = transport::Status::kAddressInUse;
-  for (int attempt = 0; attempt < 20 && s != transport::Status::kOk; ++attempt) {
-    if (attempt > 0) {
-      timespec pause{0, 50 * 1000 * 1000};
-      nanosleep(&pause, nullptr);
-    }
-    s = listen_rdma(fd, listener, /*log_failure=*/false);
+// Makes an RDMA listener on the listener's port with `make`, trying `attempts` times 50 ms apart: the
+// process that held the port lets go of it a moment later (a parent just after fork returns, an
+// exited holder as its descriptors close). While it still holds it, rdma_bind_addr does not always
+// say EADDRINUSE (seen in CI as "no RDMA device"), so every failure is retried.
+template <typename Make>
+transport::Status retrying(int attempts, Make make) {
+  transport::Status s = make();
+  for (int attempt = 1; attempt < attempts && s != transport::Status::kOk; ++attempt) {
+    timespec pause{0, 50 * 1000 * 1000};
+    nanosleep(&pause, nullptr);
+    s = make();
   }
   return s;
+}
+
+// A child that claims the port before its parent (nginx's master) dropped it waits about a second.
+transport::Status take_listeners_port(int fd, TrackedSocket* listener) {
+  return retrying(20, [&] { return listen_rdma(fd, listener, /*log_failure=*/false); });
 }
 
 void listen_on_own_port(int fd, TrackedSocket* listener, ListenerDirectory* directory) {
@@ -69,14 +74,7 @@ void take_over_if_holder_died(int fd, TrackedSocket* listener, ListenerDirectory
   pid_t self = getpid();
   if (!directory->claim_holder(self)) return;  // another process was quicker
   // The port frees as the exited holder's descriptors close: normally at once.
-  transport::Status s = transport::Status::kAddressInUse;
-  for (int attempt = 0; attempt < 5 && s != transport::Status::kOk; ++attempt) {
-    if (attempt > 0) {
-      timespec pause{0, 50 * 1000 * 1000};
-      nanosleep(&pause, nullptr);
-    }
-    s = listen_rdma_for_directory(fd, listener);
-  }
+  transport::Status s = retrying(5, [&] { return listen_rdma_for_directory(fd, listener); });
   if (s != transport::Status::kOk) {
     directory->release_holder(self);
     log_line("fd %d listener: the process holding the listener's port (pid %d) is gone, and the port could not be "
@@ -103,9 +101,9 @@ void mark_listeners_to_hand_on() noexcept {
       return;
     }
     std::lock_guard lock(l->listener_mutex);
-    bool ours = l->rdma_listener != nullptr && l->listener_generation == here;
-    if (ours) make_directory(l, /*keeps_listener=*/false);
-    bool drop = ours;
+    // It holds the RDMA listener but never accepted: it drops it after the fork.
+    bool drop = l->rdma_listener != nullptr && l->listener_generation == here;
+    if (drop) make_directory(l, /*keeps_listener=*/false);
     l->drop_after_fork.store(drop);
     // Set before fork, so that the child's copy knows it may make the listener again.
     if (drop) l->rdma_handed_on.store(true);

@@ -106,25 +106,25 @@ void end_stream(transport::RdmaStream* s, int linger_seconds) noexcept {
 
 }  // namespace
 
-SpawnGuard::SpawnGuard() noexcept {
+SpawnGuard::SpawnGuard() {
   int saved_errno = errno;
   settle_all_sessions();
   int end = fd_table().high_water();
-  for (int fd = 0; fd < end && count_ < kMaxMarked; ++fd) {
+  for (int fd = 0; fd < end; ++fd) {
     TrackedSocket* socket = fd_table().find(fd);
     if (socket == nullptr || socket->stream() == nullptr) continue;
     int flags = real().fcntl(fd, F_GETFD);
     if (flags < 0 || (flags & FD_CLOEXEC) != 0) continue;
-    if (real().fcntl(fd, F_SETFD, flags | FD_CLOEXEC) == 0) marked_[count_++] = fd;
+    if (real().fcntl(fd, F_SETFD, flags | FD_CLOEXEC) == 0) marked_.push_back(fd);
   }
   errno = saved_errno;
 }
 
 SpawnGuard::~SpawnGuard() {
   int saved_errno = errno;
-  for (int i = 0; i < count_; ++i) {
-    int flags = real().fcntl(marked_[i], F_GETFD);
-    if (flags >= 0) real().fcntl(marked_[i], F_SETFD, flags & ~FD_CLOEXEC);
+  for (int fd : marked_) {
+    int flags = real().fcntl(fd, F_GETFD);
+    if (flags >= 0) real().fcntl(fd, F_SETFD, flags & ~FD_CLOEXEC);
   }
   errno = saved_errno;
 }

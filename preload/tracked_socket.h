@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "rule_set.h"
 
@@ -145,15 +146,13 @@ void end_streams_for_exec() noexcept;
 // new program may use them), as at fork.
 class SpawnGuard {
  public:
-  SpawnGuard() noexcept;
+  SpawnGuard();
   ~SpawnGuard();
   SpawnGuard(const SpawnGuard&) = delete;
   SpawnGuard& operator=(const SpawnGuard&) = delete;
 
  private:
-  static constexpr int kMaxMarked = 256;
-  int marked_[kMaxMarked];
-  int count_ = 0;
+  std::vector<int> marked_;  // the descriptors given FD_CLOEXEC here
 };
 
 // At exit: closes in order every stream this process made that is still open, as the kernel delivers
