@@ -62,7 +62,7 @@ FlowError FlowControl::on_peer_mailbox(const MailboxUpdate& update) {
 FlowError FlowControl::on_data_arrived(uint64_t bytes) {
   if (!receive_advertised()) return FlowError::kNoReceive;
   ++arrived_;
-  if (peer_closed_) return FlowError::kDataAfterClose;
+  if (peer_closed_ || peer_moved_) return FlowError::kDataAfterClose;
   if (bytes == 0) return FlowError::kEmptyData;
   // The peer may use only the space we advertised: our consumed cursor as of our last update.
   if (bytes > config_.our_ring_size - (produced_ - last_update_.consumed)) return FlowError::kRingOverrun;
@@ -88,7 +88,16 @@ FlowError FlowControl::on_close_arrived() {
   if (!receive_advertised()) return FlowError::kNoReceive;
   ++arrived_;
   if (peer_closed_) return FlowError::kDuplicateClose;
+  if (peer_moved_) return FlowError::kDataAfterClose;
   peer_closed_ = true;
+  return FlowError::kNone;
+}
+
+FlowError FlowControl::on_move_arrived() {
+  if (!receive_advertised()) return FlowError::kNoReceive;
+  ++arrived_;
+  if (peer_moved_) return FlowError::kDuplicateMove;
+  peer_moved_ = true;
   return FlowError::kNone;
 }
 

@@ -21,7 +21,8 @@ enum class FlowError {
   kNoReceive,           // a message arrived with no receive of ours left for it
   kUnexpectedWakeup,    // a wakeup answering an arm count we never set
   kDuplicateClose,      // a second close
-  kDataAfterClose,      // data after the peer's close
+  kDataAfterClose,      // data after the peer's close or its move to TCP
+  kDuplicateMove,       // a second "to TCP"
 };
 
 // What one side writes into the peer's mailbox.
@@ -66,6 +67,9 @@ class FlowControl {
 
   bool may_send_close() const { return !close_sent_ && credits() >= 1; }
   void on_close_sent() { close_sent_ = true; ++used_; }
+  // "To TCP" may follow a close (the peer still has to learn that our side moved).
+  bool may_send_move() const { return credits() >= 1; }
+  void on_move_sent() { ++used_; }
 
   // The peer's mailbox update, read from our mailbox.
   FlowError on_peer_mailbox(const MailboxUpdate& update);
@@ -75,9 +79,11 @@ class FlowControl {
   FlowError on_wakeup_arrived(uint64_t armed_low30);
   FlowError on_arm_arrived();  // the peer's arm message; its count comes with the mailbox update
   FlowError on_close_arrived();
+  FlowError on_move_arrived();  // the peer's "to TCP": nothing more comes on the stream
   uint64_t readable() const { return produced_ - consumed_; }
   uint64_t our_ring_offset() const { return consumed_ & (config_.our_ring_size - 1); }
   bool peer_closed() const { return peer_closed_; }
+  bool peer_moved() const { return peer_moved_; }
   void on_app_consumed(uint64_t bytes) { consumed_ += bytes; }
   uint64_t receives_to_repost() const { return arrived_ - (posted_ - config_.our_posted); }
   void on_reposted(uint64_t n) { posted_ += n; }
@@ -125,6 +131,7 @@ class FlowControl {
   uint64_t armed_ = 0;
   uint64_t answered_by_peer_ = 0;
   bool peer_closed_ = false;
+  bool peer_moved_ = false;
   MailboxUpdate last_update_;
 };
 

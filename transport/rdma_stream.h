@@ -68,6 +68,7 @@ struct Readiness {
   bool failed = false;    // reset or protocol error: every call now fails
   bool peer_closed = false;
   uint64_t bytes_readable = 0;  // what read() would return now, at most
+  bool moved = false;  // both directions went back to TCP and nothing is left to read (RdmaStream::moved)
 };
 
 // The TCP connection a client stream belongs to, and the client's nonce (docs/protocol.md, "Setup").
@@ -109,6 +110,22 @@ class RdmaStream {
   Status close();
   // Tells the peer to reset (best effort) and disconnects at once: the peer never reads a clean end.
   void abort();
+  // Moving the connection back onto its TCP socket (docs/protocol.md, "Back to TCP"). Sends our "to
+  // TCP" after every byte written so far: later writes return kMovedToTcp, and one under way returns
+  // the bytes it placed before it. Then waits (up to timeout_ms) for the peer's "to TCP" and takes
+  // every byte of the peer's still unread here into *unread; *peer_ended says whether the peer's
+  // stream had ended before it (its sending side was shut down: nothing follows on TCP either). kOk:
+  // moved() holds, and the connection goes on on TCP after *unread. Otherwise nothing is taken, and
+  // reads go on on the stream until the peer's "to TCP" arrives (then kMovedToTcp).
+  // A peer that receives "to TCP" answers with its own at its next progress, without its application.
+  Status move_to_tcp(std::vector<uint8_t>* unread, bool* peer_ended);
+  // Both directions went back to TCP and nothing is left to read on the stream: it carries nothing
+  // more, and the connection is its TCP socket's again.
+  bool moved() const;
+  // Our sending side went back to TCP (writes return kMovedToTcp).
+  bool writes_moved() const;
+  // Our sending side had been shut down before it went back: the TCP socket's must be too.
+  bool write_was_shut() const;
   // Bytes that belong before the first byte the peer sends on this stream: the tail of the TCP
   // connection a stream takes over (the preload layer's handover). read() and readiness() serve
   // them first. Called once, before the stream is handed to anyone else.
@@ -181,6 +198,9 @@ class RdmaStream {
   Status arm_channel(bool* news);
   Status keepalive_locked();
   void kick();
+  void send_move_marker();
+  bool moved_locked() const;
+  bool peer_done() const { return flow_->peer_closed() || flow_->peer_moved(); }
 
   // Data path (stream_io.cpp), with mu_ held.
   Status write_piece(const uint8_t* src, size_t len, int flags, size_t* done, std::unique_lock<std::mutex>& lock);
@@ -230,6 +250,8 @@ class RdmaStream {
   bool disconnect_seen_ = false;
   bool disconnected_ = false;  // we called rdma_disconnect
   bool write_shut_ = false;
+  bool move_owed_ = false;  // our "to TCP" is to be sent (we move, or the peer did)
+  bool move_sent_ = false;  // our "to TCP" is sent: our bytes go on on TCP
   TcpTuple tuple_{};
   uint64_t client_nonce_ = 0;
   uint64_t server_nonce_ = 0;

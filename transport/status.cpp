@@ -23,6 +23,7 @@ const char* to_string(Status status) {
     case Status::kInvalid: return "invalid argument";
     case Status::kAddressInUse: return "the RDMA port is taken";
     case Status::kInterrupted: return "interrupted by a signal";
+    case Status::kMovedToTcp: return "moved back to TCP";
   }
   return "?";
 }

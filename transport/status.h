@@ -18,6 +18,7 @@ enum class Status {
   kInvalid,        // bad options or arguments
   kAddressInUse,   // a listener: another rdma_cm listener (of another process) holds the port
   kInterrupted,    // a blocking read or write slept and a signal handler ran before anything moved
+  kMovedToTcp,     // read or write: this direction of the connection goes on on its TCP socket
 };
 
 const char* to_string(Status status);

@@ -37,6 +37,7 @@ Status RdmaStream::write(const iovec* iov, int iovcnt, int flags, size_t* done) 
 
 Status RdmaStream::write_piece(const uint8_t* src, size_t len, int flags, size_t* done,
                                std::unique_lock<std::mutex>& lock) {
+  if (move_sent_) return Status::kMovedToTcp;  // before any failure: the stream no longer matters
   if (write_shut_) return Status::kShutDown;
   if (failed()) return failure_;
   if (len == 0) return Status::kOk;
@@ -57,6 +58,7 @@ Status RdmaStream::write_copy(const uint8_t* src, size_t len, int flags, size_t*
   size_t left = len;
   while (left > 0) {
     if (Status s = progress(); s != Status::kOk) return s;
+    if (move_sent_) return Status::kMovedToTcp;  // the rest goes on TCP, after our marker
     if (disconnect_seen_) return Status::kReset;  // the peer has gone: nothing more can arrive there
     uint64_t room = std::min(flow_->data_room(left), kMaxMessage);
     if (room == 0 || !send_queue_has_room(1)) {
@@ -104,6 +106,10 @@ Status RdmaStream::write_zero_copy(const uint8_t* src, size_t len, int flags, si
   size_t left = len;
   while (left > 0) {
     if (result = progress(); result != Status::kOk) break;
+    if (move_sent_) {
+      result = Status::kMovedToTcp;
+      break;
+    }
     if (disconnect_seen_) {
       result = Status::kReset;
       break;
@@ -231,6 +237,12 @@ Status RdmaStream::read(const iovec* iov, int iovcnt, int flags, size_t* done) {
       if (!wait_all || *done == want) break;
       continue;
     }
+    if (flow_->peer_moved() && !flow_->peer_closed()) {
+      // Every byte the peer sent on the stream is read: the rest is on TCP (before any failure of
+      // the stream, which no longer matters).
+      s = *done > 0 ? Status::kOk : Status::kMovedToTcp;
+      break;
+    }
     if (failed()) {
       s = *done > 0 ? Status::kOk : failure_;
       break;
@@ -240,7 +252,7 @@ Status RdmaStream::read(const iovec* iov, int iovcnt, int flags, size_t* done) {
       if (*done == 0 && !failed()) {
         drain_channels();  // a peer that disconnected without an end shows only there
         progress();
-        if (failed() || flow_->readable() > 0 || flow_->peer_closed()) continue;
+        if (failed() || flow_->readable() > 0 || peer_done()) continue;
         // Would block: the readiness fd must fire on the next change (edge-triggered pollers rely
         // on it), so the completion channel is armed before saying so.
         bool news = false;
@@ -295,6 +307,13 @@ Status RdmaStream::flush() {
 }
 
 Status RdmaStream::close() {
+  if (writes_moved()) {
+    // Both sides' bytes go on TCP, whose close is the kernel's: the stream only goes away.
+    std::lock_guard lock(mu_);
+    disconnected_ = true;
+    rdma_disconnect(id_);
+    return Status::kOk;
+  }
   Status s = shutdown_write();
   // Everything we sent, the end included, must be in the peer's memory before the connection goes.
   // What the peer still sends us after this is dropped, as TCP drops it.
@@ -307,6 +326,13 @@ Status RdmaStream::close() {
 
 void RdmaStream::abort() {
   std::unique_lock lock(mu_);
+  if (move_sent_) {
+    // After our "to TCP" the peer may still be reading what came before it: no abort message, which
+    // would overtake nothing but could fail the peer's stream; TCP carries the connection's fate.
+    disconnected_ = true;
+    rdma_disconnect(id_);
+    return;
+  }
   if (!failed() && !disconnected_ && !disconnect_seen_) {
     progress();
     // Best effort: if the abort message cannot go (or is flushed by the disconnect), the peer sees a
@@ -318,6 +344,38 @@ void RdmaStream::abort() {
   fail(Status::kReset);
   disconnected_ = true;
   rdma_disconnect(id_);
+}
+
+}  // namespace tcp2rdma::transport
+
+namespace tcp2rdma::transport {
+
+Status RdmaStream::move_to_tcp(std::vector<uint8_t>* unread, bool* peer_ended) {
+  unread->clear();
+  *peer_ended = false;
+  std::unique_lock lock(mu_);
+  if (!move_sent_) move_owed_ = true;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.timeout_ms);
+  // A few round trips: our marker goes out at the next progress (credits permitting), and the peer's
+  // stack answers with its own at its next progress, whatever its application is doing.
+  for (;;) {
+    Status s = progress();
+    if (move_sent_ && flow_->peer_moved()) break;
+    if (s != Status::kOk) return s;
+    if (disconnect_seen_) return Status::kReset;
+    if (std::chrono::steady_clock::now() >= deadline) return Status::kTimeout;
+    if (Status w = wait(lock); w != Status::kOk && !(move_sent_ && flow_->peer_moved())) return w;
+  }
+  // Everything the peer sent before its marker, in order: what is left of the prefix, then the ring.
+  unread->resize(prefix_left() + flow_->readable());
+  iovec whole{unread->data(), unread->size()};
+  size_t taken = copy_prefix(&whole, 1, true);
+  whole = {unread->data() + taken, unread->size() - taken};
+  copy_out(&whole, 1, 0, true);
+  *peer_ended = flow_->peer_closed();
+  cv_.notify_all();  // a reader of another thread finds the stream moved
+  if (polled_) wake_pollers();
+  return Status::kOk;
 }
 
 }  // namespace tcp2rdma::transport

@@ -110,7 +110,7 @@ Status RdmaStream::handle_completion(const ibv_wc& wc) {
   if (wc.status != IBV_WC_SUCCESS) {
     // After an orderly end from the peer, or once we disconnected, the queue pair's flushed work is
     // the expected tail of the connection. Anything else is the connection failing.
-    bool expected = wc.status == IBV_WC_WR_FLUSH_ERR && (disconnected_ || (disconnect_seen_ && flow_->peer_closed()));
+    bool expected = wc.status == IBV_WC_WR_FLUSH_ERR && (disconnected_ || (disconnect_seen_ && peer_done()));
     return expected ? Status::kOk : Status::kReset;
   }
   if (is_send) return Status::kOk;
@@ -131,6 +131,11 @@ Status RdmaStream::handle_completion(const ibv_wc& wc) {
       break;
     case MessageType::kEnd:
       if (imm_arg(imm) == kEndAbort) return Status::kReset;
+      if (imm_arg(imm) == kEndToTcp) {
+        e = flow_->on_move_arrived();
+        move_owed_ = !move_sent_;  // answered at once, the application's calls or not
+        break;
+      }
       if (imm_arg(imm) != kEndClose) return Status::kProtocolError;
       e = flow_->on_close_arrived();
       break;
@@ -193,7 +198,7 @@ Status RdmaStream::progress() {
   }
   // After the peer's orderly close a disconnect is the normal end; before it, the peer (or its
   // process, or the link) is gone: a reset, never a clean end of stream.
-  if (disconnect_seen_ && !flow_->peer_closed() && !disconnected_) {
+  if (disconnect_seen_ && !peer_done() && !disconnected_) {
     fail(Status::kReset);
     return failure_;
   }
@@ -203,11 +208,52 @@ Status RdmaStream::progress() {
     return failure_;
   }
   if (disconnect_seen_ || disconnected_) return Status::kOk;  // nothing can be sent any more
+  if (move_owed_) send_move_marker();
   if (Status s = send_credits(); s != Status::kOk) {
     fail(s);
     return s;
   }
   return Status::kOk;
+}
+
+void RdmaStream::send_move_marker() {
+  // The marker takes a receive of the peer's, like a close; without one it waits for the peer's next
+  // update (a wakeup is asked for, so that one comes).
+  if (!flow_->may_send_move() || !send_queue_has_room(1)) {
+    request_wakeup();
+    return;
+  }
+  if (Status s = post_write(nullptr, 0, 0, 0, encode_imm(MessageType::kEnd, kEndToTcp), true, 0, kWrSignal);
+      s != Status::kOk) {
+    fail(s);
+    return;
+  }
+  flow_->on_move_sent();
+  move_owed_ = false;
+  move_sent_ = true;
+  // A writer waiting for credits stops at the marker, and pollers see the move.
+  cv_.notify_all();
+  if (poller_) kick();
+  if (polled_) wake_pollers();
+}
+
+bool RdmaStream::moved_locked() const {
+  return move_sent_ && flow_->peer_moved() && flow_->readable() == 0 && prefix_left() == 0;
+}
+
+bool RdmaStream::moved() const {
+  std::lock_guard lock(mu_);
+  return moved_locked();
+}
+
+bool RdmaStream::writes_moved() const {
+  std::lock_guard lock(mu_);
+  return move_sent_;
+}
+
+bool RdmaStream::write_was_shut() const {
+  std::lock_guard lock(mu_);
+  return write_shut_;
 }
 
 Status RdmaStream::arm_channel(bool* news) {
@@ -319,8 +365,10 @@ Readiness RdmaStream::readiness() {
     r.peer_closed = flow_->peer_closed();
     r.bytes_readable = flow_->readable() + prefix_left();
     r.readable = r.failed || r.peer_closed || r.bytes_readable > 0;
-    r.writable = r.failed || write_shut_ || disconnect_seen_ || (flow_->data_room(1) > 0 && send_queue_has_room(2));
-    if (r.readable && r.writable) return r;
+    r.writable = r.failed || write_shut_ || move_sent_ || disconnect_seen_ ||
+                 (flow_->data_room(1) > 0 && send_queue_has_room(2));
+    r.moved = moved_locked();
+    if ((r.readable && r.writable) || r.moved) return r;
     // Not writable: ask the peer to tell us when it is. Either way, arm the channel so that the fd
     // fires on the next change; a completion caught while arming is news to look at first.
     if (!r.writable && !r.failed) request_wakeup();

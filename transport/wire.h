@@ -76,10 +76,12 @@ inline uint64_t stream_cursor_origin(uint64_t client_nonce, uint64_t server_nonc
 inline constexpr size_t kMailboxSize = 56;  // seq, consumed, posted, armed, seen_consumed, seen_posted, seq
 
 // Immediate data: bits 30-31 the message type, bits 0-29 its argument: the byte count of data, the
-// arm count (low 30 bits) a wakeup answers or an arm raises, 0 for close and 1 for abort.
+// arm count (low 30 bits) a wakeup answers or an arm raises, 0 for close, 1 for abort and 2 for "to
+// TCP" (the sender's bytes go on on the TCP connection from here; docs/protocol.md, "Back to TCP").
 enum class MessageType : uint32_t { kData = 0, kWakeup = 1, kArm = 2, kEnd = 3 };
 inline constexpr uint32_t kEndClose = 0;
 inline constexpr uint32_t kEndAbort = 1;
+inline constexpr uint32_t kEndToTcp = 2;
 inline constexpr uint32_t kImmArgMask = (uint32_t{1} << 30) - 1;
 inline constexpr uint32_t encode_imm(MessageType type, uint32_t arg) {
   return (static_cast<uint32_t>(type) << 30) | (arg & kImmArgMask);

@@ -87,6 +87,14 @@ TEST(FlowControl, HostileMessagesAreRefused) {
   FlowControl h(config(4096, 4));
   EXPECT_EQ(h.on_close_arrived(), FlowError::kNone);
   EXPECT_EQ(h.on_data_arrived(1), FlowError::kDataAfterClose);
+  // "To TCP" ends the peer's traffic on the stream: nothing may follow it, but it may follow a close.
+  FlowControl m(config(4096, 8));
+  EXPECT_EQ(m.on_move_arrived(), FlowError::kNone);
+  EXPECT_TRUE(m.peer_moved());
+  EXPECT_EQ(m.on_data_arrived(1), FlowError::kDataAfterClose);
+  EXPECT_EQ(m.on_close_arrived(), FlowError::kDataAfterClose);
+  EXPECT_EQ(m.on_move_arrived(), FlowError::kDuplicateMove);
+  EXPECT_EQ(h.on_move_arrived(), FlowError::kNone);
 }
 
 TEST(FlowControl, TheRingOnlyHoldsWhatWasAdvertised) {

@@ -7,6 +7,8 @@
 
 #include <future>
 #include <string>
+#include <thread>
+#include <tuple>
 
 #include "peer_util.h"
 
@@ -303,6 +305,85 @@ TEST(StreamApi, ConcurrentReaderAndWriterThreadsOnBothEnds) {
   EXPECT_TRUE(b.get());
   EXPECT_TRUE(c.get());
   EXPECT_TRUE(d.get());
+}
+
+
+// Back to TCP (docs/protocol.md): the side that moves takes every byte the peer sent before its marker;
+// the peer reads everything sent before ours, then learns that the rest is on TCP; neither writes on
+// the stream after its marker.
+TEST(StreamApi, MoveToTcpTakesThePeersUnreadBytesAndBothSidesStopAtTheMarkers) {
+  Pair p = connect_pair(7610);
+  ASSERT_TRUE(p.client && p.server);
+  ASSERT_EQ(write_text(*p.client, "from the client"), Status::kOk);
+  ASSERT_EQ(write_text(*p.server, "from the server"), Status::kOk);
+  // The client's stack answers while its application blocks in a read.
+  auto client_reads = std::async(std::launch::async, [&] {
+    Status first, second;
+    std::string got = read_text(*p.client, 100, kWaitAll, &first);
+    read_text(*p.client, 100, 0, &second);
+    return std::make_tuple(got, first, second);
+  });
+  std::vector<uint8_t> unread;
+  bool peer_ended = true;
+  ASSERT_EQ(p.server->move_to_tcp(&unread, &peer_ended), Status::kOk);
+  EXPECT_EQ(std::string(unread.begin(), unread.end()), "from the client");
+  EXPECT_FALSE(peer_ended);
+  EXPECT_TRUE(p.server->moved());
+  auto [got, first, second] = client_reads.get();
+  EXPECT_EQ(got, "from the server");  // MSG_WAITALL returns what came before the marker
+  EXPECT_EQ(first, Status::kOk);
+  EXPECT_EQ(second, Status::kMovedToTcp);
+  EXPECT_TRUE(p.client->moved());
+  EXPECT_TRUE(p.client->readiness().moved);
+  EXPECT_EQ(write_text(*p.client, "x"), Status::kMovedToTcp);
+  EXPECT_EQ(write_text(*p.server, "x"), Status::kMovedToTcp);
+  // Closing a moved stream sends nothing more and fails nothing at the peer.
+  EXPECT_EQ(p.server->close(), Status::kOk);
+  EXPECT_EQ(p.client->close(), Status::kOk);
+}
+
+TEST(StreamApi, AWriterBlockedOnCreditsStopsAtItsMarkerAndNoByteIsLost) {
+  Pair p = connect_pair(7611);
+  ASSERT_TRUE(p.client && p.server);
+  constexpr size_t kBytes = 1 << 20;  // far more than the 64 KiB ring
+  auto writer = std::async(std::launch::async, [&] {
+    std::vector<uint8_t> buf(kBytes);
+    fill(buf.data(), buf.size(), 7, 0);
+    iovec iov{buf.data(), buf.size()};
+    size_t done = 0;
+    Status st = p.client->write(&iov, 1, 0, &done);
+    return std::make_pair(st, done);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the writer fills the ring and waits
+  std::vector<uint8_t> unread;
+  bool peer_ended = true;
+  ASSERT_EQ(p.server->move_to_tcp(&unread, &peer_ended), Status::kOk);
+  auto [st, done] = writer.get();
+  EXPECT_EQ(st, Status::kOk);
+  EXPECT_GT(done, 0u);
+  EXPECT_LT(done, kBytes);  // the rest is the caller's to send on TCP
+  EXPECT_EQ(unread.size(), done);
+  EXPECT_EQ(first_difference(unread.data(), unread.size(), 7, 0), unread.size());
+  EXPECT_TRUE(p.client->writes_moved());
+}
+
+TEST(StreamApi, AMoveAfterThePeersEndSaysSo) {
+  Pair p = connect_pair(7612);
+  ASSERT_TRUE(p.client && p.server);
+  ASSERT_EQ(write_text(*p.client, "last words"), Status::kOk);
+  ASSERT_EQ(p.client->shutdown_write(), Status::kOk);
+  auto client_reads = std::async(std::launch::async, [&] {
+    Status st;
+    read_text(*p.client, 100, 0, &st);
+    return st;
+  });
+  std::vector<uint8_t> unread;
+  bool peer_ended = false;
+  ASSERT_EQ(p.server->move_to_tcp(&unread, &peer_ended), Status::kOk);
+  EXPECT_EQ(std::string(unread.begin(), unread.end()), "last words");
+  EXPECT_TRUE(peer_ended);
+  EXPECT_EQ(client_reads.get(), Status::kMovedToTcp);
+  EXPECT_TRUE(p.client->write_was_shut());
 }
 
 }  // namespace
