@@ -15,6 +15,12 @@ enum class UpgradeMode : uint8_t {
   kRequired,      // as before-return, but a failed upgrade fails the connection instead of staying TCP
 };
 
+// What a fork does to a connection that is on RDMA (the child cannot use the parent's RDMA resources).
+enum class ForkMode : uint8_t {
+  kTcp,     // the connection goes back to its TCP socket first, and both processes can use it
+  kParent,  // it stays on RDMA in the parent; the child's copy fails loudly (ENOTCONN, EPIPE)
+};
+
 constexpr uint64_t kKiB = 1024;
 constexpr uint64_t kMiB = 1024 * kKiB;
 constexpr uint64_t kMicrosPerMilli = 1000;
@@ -23,6 +29,7 @@ constexpr uint64_t kMicrosPerSecond = 1000 * kMicrosPerMilli;
 struct ConnectionOptions {
   Transport transport = Transport::kTcp;
   UpgradeMode upgrade = UpgradeMode::kBackground;
+  ForkMode on_fork = ForkMode::kTcp;
   uint64_t buffer_size = 1 * kMiB;           // receive ring per direction
   uint64_t zcopy_threshold = 64 * kKiB;      // writes this large go by zero-copy RDMA Write
   uint64_t inline_threshold = 64;            // sends this small go inline in the work request
@@ -37,5 +44,6 @@ struct ConnectionOptions {
 
 const char* to_string(Transport transport);
 const char* to_string(UpgradeMode mode);
+const char* to_string(ForkMode mode);
 
 }  // namespace tcp2rdma::config

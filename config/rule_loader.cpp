@@ -24,12 +24,13 @@ namespace {
 
 constexpr std::array<std::string_view, 3> kTopKeys = {"version", "defaults", "rules"};
 constexpr std::array<std::string_view, 6> kMatchKeys = {"program", "role", "remote", "local", "ports", "user"};
-constexpr std::array<std::string_view, 10> kOptionKeys = {
-    "transport",        "upgrade",          "buffer_size",     "zcopy_threshold", "inline_threshold",
+constexpr std::array<std::string_view, 11> kOptionKeys = {
+    "transport",        "upgrade",          "on_fork",          "buffer_size",     "zcopy_threshold", "inline_threshold",
     "send_queue_depth", "recv_queue_depth", "connect_timeout", "upgrade_timeout", "keepalive"};
-constexpr std::array<std::string_view, 12> kRuleKeys = {
-    "name",     "match",           "transport",        "upgrade",          "buffer_size",     "zcopy_threshold",
-    "inline_threshold", "send_queue_depth", "recv_queue_depth", "connect_timeout", "upgrade_timeout", "keepalive"};
+constexpr std::array<std::string_view, 13> kRuleKeys = {
+    "name",     "match",           "transport",        "upgrade",          "on_fork",         "buffer_size",
+    "zcopy_threshold", "inline_threshold", "send_queue_depth", "recv_queue_depth", "connect_timeout",
+    "upgrade_timeout", "keepalive"};
 
 template <size_t N>
 std::string one_of(const std::array<std::string_view, N>& keys) {
@@ -138,6 +139,12 @@ class Parser {
         options->upgrade = UpgradeMode::kRequired;
       } else {
         error(value, "unknown upgrade mode '" + text + "': expected background, before-return or required");
+      }
+    } else if (key == "on_fork") {
+      if (text == "tcp" || text == "parent") {
+        options->on_fork = text == "tcp" ? ForkMode::kTcp : ForkMode::kParent;
+      } else {
+        error(value, "unknown on_fork '" + text + "': expected tcp or parent");
       }
     } else if (key == "buffer_size" || key == "zcopy_threshold" || key == "inline_threshold") {
       auto size = parse_size(text, &why);

@@ -76,6 +76,10 @@ std::string format_duration_us(uint64_t micros) { return format_with_units(micro
 
 const char* to_string(Transport transport) { return transport == Transport::kRdma ? "rdma" : "tcp"; }
 
+const char* to_string(ForkMode mode) {
+  return mode == ForkMode::kTcp ? "tcp" : "parent";
+}
+
 const char* to_string(UpgradeMode mode) {
   switch (mode) {
     case UpgradeMode::kBackground:

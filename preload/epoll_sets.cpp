@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "fd_table.h"
+#include "move_back.h"
 #include "rdma_stream.h"
 #include "real_calls.h"
 #include "stream_calls.h"
@@ -34,11 +35,21 @@ struct Pending {
   epoll_event event;  // the application's
 };
 
+// A registration of a socket back on TCP with a prefix to read first (move_back.h): the kernel set
+// watches the socket, and epoll_wait reports the prefix itself.
+struct Prefixed {
+  int epfd;
+  int fd;
+  epoll_event event;  // the application's
+};
+
 std::mutex g_mutex;
 std::vector<Entry*> g_entries;
 std::atomic<int> g_count{0};
 std::vector<Pending> g_pending;
 std::atomic<int> g_pending_count{0};
+std::vector<Prefixed> g_prefixed;
+std::atomic<int> g_prefixed_count{0};
 
 Entry* find_locked(int epfd, int fd) {
   for (Entry* e : g_entries) {
@@ -81,13 +92,17 @@ epoll_event proxy_event(Entry* e) {
   return ev;
 }
 
-// The application's events for e now, or 0.
-uint32_t ready_events(const Entry& e) {
+// The application's events for e now, or 0. *moved: e's stream has gone back to TCP (the entry is
+// to leave the readiness fd for the socket).
+uint32_t ready_events(const Entry& e, bool* moved = nullptr) {
   StreamRef stream = current_stream(e.fd);
   if (stream == nullptr) return 0;
   // EPOLLIN, EPOLLOUT, EPOLLRDHUP, EPOLLERR and EPOLLHUP have poll's values.
   auto wanted = static_cast<short>(e.events & (EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLPRI));
-  return static_cast<uint16_t>(stream_poll_events(stream, wanted));
+  bool gone = false;
+  auto events = static_cast<uint16_t>(stream_poll_events(stream, wanted, &gone));
+  if (moved != nullptr) *moved = gone;
+  return gone ? 0 : events;
 }
 
 // After (re)registration: arm the stream so its fd fires on the next change, and if it is ready
@@ -110,6 +125,67 @@ void erase_pending_locked(size_t i) {
   g_pending[i] = g_pending.back();
   g_pending.pop_back();
   g_pending_count.fetch_sub(1, std::memory_order_release);
+}
+
+void erase_prefixed_locked(size_t i) {
+  g_prefixed[i] = g_prefixed.back();
+  g_prefixed.pop_back();
+  g_prefixed_count.fetch_sub(1, std::memory_order_release);
+}
+
+void note_prefixed_locked(int epfd, int fd, const epoll_event& event) {
+  if (!(event.events & EPOLLIN)) return;
+  g_prefixed.push_back(Prefixed{epfd, fd, event});
+  g_prefixed_count.fetch_add(1, std::memory_order_release);
+}
+
+// Every registration of `socket` leaves its readiness fd for the socket (epoll_move_back).
+void move_back_locked(TrackedSocket* socket) {
+  for (size_t i = g_entries.size(); i-- > 0;) {
+    Entry* e = g_entries[i];
+    if (fd_table().find(e->fd) != socket) continue;
+    real().epoll_ctl(e->epfd, EPOLL_CTL_DEL, e->readiness_fd, nullptr);
+    // A one-shot registration that fired stays disarmed until the application's EPOLL_CTL_MOD.
+    epoll_event ev{e->disabled ? static_cast<uint32_t>(EPOLLONESHOT) : e->events, e->data};
+    if (real().epoll_ctl(e->epfd, EPOLL_CTL_ADD, e->fd, &ev) == 0 && !e->disabled && socket->prefix.present()) {
+      note_prefixed_locked(e->epfd, e->fd, ev);
+    }
+    erase_locked(e);
+  }
+}
+
+// e's stream went back to TCP, as epoll_wait found: the socket is the kernel's again (complete_move_back
+// without taking our lock twice).
+void move_back_now_locked(Entry* e) {
+  TrackedSocket* socket = fd_table().find(e->fd);
+  if (socket == nullptr) return;
+  settle_move_back(socket, e->fd);
+  move_back_locked(socket);
+}
+
+// The prefixed registrations of epfd whose prefix is there: reported into events[n...], up to
+// maxevents; returns the new n. Edge-triggered and one-shot ones are reported once, the others while
+// the prefix lasts; one whose prefix is gone is forgotten (the kernel reports the socket from then on).
+int report_prefixed_locked(int epfd, epoll_event* events, int n, int maxevents) {
+  for (size_t i = g_prefixed.size(); i-- > 0 && n < maxevents;) {
+    Prefixed p = g_prefixed[i];
+    if (p.epfd != epfd) continue;
+    TrackedSocket* socket = fd_table().find(p.fd);
+    if (socket == nullptr || !socket->prefix.present()) {
+      erase_prefixed_locked(i);
+      continue;
+    }
+    auto wanted = static_cast<short>(p.event.events & (EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLPRI));
+    events[n++] = {static_cast<uint16_t>(prefixed_poll_events(p.fd, wanted)), p.event.data};
+    if (p.event.events & (EPOLLET | EPOLLONESHOT)) {
+      erase_prefixed_locked(i);
+      if (p.event.events & EPOLLONESHOT) {
+        epoll_event off{EPOLLONESHOT, p.event.data};
+        real().epoll_ctl(epfd, EPOLL_CTL_MOD, p.fd, &off);  // disarmed, as the kernel does once it fired
+      }
+    }
+  }
+  return n;
 }
 
 }  // namespace
@@ -159,7 +235,8 @@ int epoll_ctl_upgraded(int epfd, int op, int fd, epoll_event* event) noexcept {
 
 bool epoll_wait_upgraded(int epfd, epoll_event* events, int maxevents, int timeout_ms, RealEpollWait wait,
                          const void* context, int* result) noexcept {
-  if ((g_count.load(std::memory_order_acquire) == 0 && g_pending_count.load(std::memory_order_acquire) == 0) ||
+  if ((g_count.load(std::memory_order_acquire) == 0 && g_pending_count.load(std::memory_order_acquire) == 0 &&
+       g_prefixed_count.load(std::memory_order_acquire) == 0) ||
       maxevents <= 0) {
     return false;
   }
@@ -174,6 +251,7 @@ bool epoll_wait_upgraded(int epfd, epoll_event* events, int maxevents, int timeo
       if (e->epfd == epfd) mine.push_back(e);
     }
     for (const Pending& p : g_pending) pending |= p.epfd == epfd;
+    for (const Prefixed& p : g_prefixed) pending |= p.epfd == epfd;
     return pending || !mine.empty();
   };
   {
@@ -189,14 +267,26 @@ bool epoll_wait_upgraded(int epfd, epoll_event* events, int maxevents, int timeo
     reported.clear();
     // Level-triggered entries are reported while their stream is ready, fired or not: the readiness
     // fd only signals changes.
+    // (Edge-triggered ones are looked at only when their fd fired: a look would take the event.)
+    bool moved = false;
     for (Entry* e : mine) {
       if (n == maxevents || !alive_locked(e) || e->disabled || (e->events & EPOLLET)) continue;
-      if (uint32_t ev = ready_events(*e); ev != 0) {
-        events[n++] = {ev, e->data};
-        reported.push_back(e);
-        if (e->events & EPOLLONESHOT) e->disabled = true;
+      bool gone = false;
+      uint32_t ev = ready_events(*e, &gone);
+      if (gone) {
+        move_back_now_locked(e);
+        moved = true;
+        continue;
       }
+      if (ev == 0) continue;
+      events[n++] = {ev, e->data};
+      reported.push_back(e);
+      if (e->events & EPOLLONESHOT) e->disabled = true;
     }
+    if (moved) take_mine();
+    const int prefixed_from = n;
+    n = report_prefixed_locked(epfd, events, n, maxevents);
+    const int prefixed_to = n;
     int wait_ms = n > 0 ? 0
                   : deadline == Clock::time_point::max()
                       ? -1
@@ -221,13 +311,30 @@ bool epoll_wait_upgraded(int epfd, epoll_event* events, int maxevents, int timeo
         if (candidate == got.data.ptr && alive_locked(candidate)) e = candidate;
       }
       if (e == nullptr) {
-        events[out++] = got;  // the application's own descriptor
+        // The application's own descriptor; one reported for its prefix already gets the kernel's
+        // events added, not a second entry.
+        bool merged = false;
+        for (int j = prefixed_from; j < prefixed_to && !merged; ++j) {
+          if (events[j].data.u64 == got.data.u64) {
+            events[j].events |= got.events;
+            merged = true;
+          }
+        }
+        if (!merged) events[out++] = got;
         continue;
       }
       bool already = false;
       for (Entry* r : reported) already |= r == e;
       if (already || e->disabled) continue;
-      if (uint32_t ev = ready_events(*e); ev != 0) {
+      bool gone = false;
+      uint32_t ev = ready_events(*e, &gone);
+      if (gone) {
+        // Its registration is the socket's again: the next real wait reports what the socket has.
+        move_back_now_locked(e);
+        take_mine();
+        continue;
+      }
+      if (ev != 0) {
         events[out++] = {ev, e->data};
         reported.push_back(e);
         if (e->events & EPOLLONESHOT) e->disabled = true;
@@ -245,10 +352,15 @@ bool epoll_wait_upgraded(int epfd, epoll_event* events, int maxevents, int timeo
 
 void epoll_note_registration(int epfd, int op, int fd, const epoll_event* event) noexcept {
   TrackedSocket* socket = fd_table().find(fd);
-  if (socket == nullptr ||
-      (!socket->upgrade_pending.load(std::memory_order_acquire) && socket->active_session() == nullptr)) {
-    return;
+  if (socket == nullptr) return;
+  if (socket->prefix.present() || g_prefixed_count.load(std::memory_order_acquire) != 0) {
+    std::lock_guard lock(g_mutex);
+    for (size_t i = g_prefixed.size(); i-- > 0;) {
+      if (g_prefixed[i].epfd == epfd && g_prefixed[i].fd == fd) erase_prefixed_locked(i);
+    }
+    if (op != EPOLL_CTL_DEL && event != nullptr && socket->prefix.present()) note_prefixed_locked(epfd, fd, *event);
   }
+  if (!socket->upgrade_pending.load(std::memory_order_acquire) && socket->active_session() == nullptr) return;
   std::lock_guard lock(g_mutex);
   for (size_t i = 0; i < g_pending.size(); ++i) {
     if (g_pending[i].epfd != epfd || g_pending[i].fd != fd) continue;
@@ -284,7 +396,19 @@ void epoll_move_pending(int fd, bool upgraded) noexcept {
   }
 }
 
+void epoll_move_back(TrackedSocket* socket) noexcept {
+  if (g_count.load(std::memory_order_acquire) == 0) return;
+  std::lock_guard lock(g_mutex);
+  move_back_locked(socket);
+}
+
 void epoll_forget_fd(int fd) noexcept {
+  if (g_prefixed_count.load(std::memory_order_acquire) != 0) {
+    std::lock_guard lock(g_mutex);
+    for (size_t i = g_prefixed.size(); i-- > 0;) {
+      if (g_prefixed[i].fd == fd) erase_prefixed_locked(i);
+    }
+  }
   if (g_pending_count.load(std::memory_order_acquire) != 0) {
     std::lock_guard lock(g_mutex);
     for (size_t i = g_pending.size(); i-- > 0;) {
@@ -302,6 +426,12 @@ void epoll_forget_fd(int fd) noexcept {
 }
 
 void epoll_forget_set(int epfd) noexcept {
+  if (g_prefixed_count.load(std::memory_order_acquire) != 0) {
+    std::lock_guard lock(g_mutex);
+    for (size_t i = g_prefixed.size(); i-- > 0;) {
+      if (g_prefixed[i].epfd == epfd) erase_prefixed_locked(i);
+    }
+  }
   if (g_pending_count.load(std::memory_order_acquire) != 0) {
     std::lock_guard lock(g_mutex);
     for (size_t i = g_pending.size(); i-- > 0;) {

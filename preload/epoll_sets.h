@@ -9,6 +9,8 @@
 
 namespace tcp2rdma::preload {
 
+class TrackedSocket;
+
 // epoll_ctl for an upgraded fd (its stream is not null). Returns the result epoll_ctl returns.
 int epoll_ctl_upgraded(int epfd, int op, int fd, epoll_event* event) noexcept;
 
@@ -21,12 +23,19 @@ bool epoll_wait_upgraded(int epfd, epoll_event* events, int maxevents, int timeo
 
 // After a successful real epoll_ctl on a socket that is not upgraded: when the socket's upgrade is
 // still pending (a non-blocking connect under way), remember the registration, so that the upgrade
-// can move it onto the stream (epoll_move_pending). Otherwise a no-op.
+// can move it onto the stream (epoll_move_pending); when the socket is back on TCP with a prefix,
+// remember it so that epoll_wait reports the prefix. Otherwise a no-op.
 void epoll_note_registration(int epfd, int op, int fd, const epoll_event* event) noexcept;
 
 // fd's pending upgrade ended: if it `upgraded`, its remembered registrations leave the idle socket
 // and watch the stream instead; either way they are forgotten.
 void epoll_move_pending(int fd, bool upgraded) noexcept;
+
+// The socket's connection went back to TCP (move_back.h): each of its registrations leaves the
+// stream's readiness fd and watches the socket itself again, as the application made it. While the
+// socket has a prefix to read first, the registrations that ask for EPOLLIN are reported readable
+// without waiting (the kernel cannot know of those bytes).
+void epoll_move_back(TrackedSocket* socket) noexcept;
 
 // fd was closed: forget its registrations (the kernel forgets the socket's).
 void epoll_forget_fd(int fd) noexcept;

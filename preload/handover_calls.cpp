@@ -50,14 +50,6 @@ class Remaining {
   std::vector<iovec> rest_;
 };
 
-// One kernel call on the socket, as the application asked it.
-ssize_t kernel_io(int fd, const iovec* iov, int iovcnt, int flags, bool receiving) {
-  msghdr m{};
-  m.msg_iov = const_cast<iovec*>(iov);
-  m.msg_iovlen = static_cast<size_t>(iovcnt);
-  return receiving ? real().recvmsg(fd, &m, flags) : real().sendmsg(fd, &m, flags);
-}
-
 size_t total(const iovec* iov, int iovcnt) {
   size_t n = 0;
   for (int i = 0; i < iovcnt; ++i) n += iov[i].iov_len;

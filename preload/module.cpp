@@ -1,5 +1,6 @@
-// The preload module's load and exit hooks: says the module is there when logging is on, and at exit
-// closes the process's RDMA streams in order.
+// The preload module's load and exit hooks: says the module is there when logging is on, takes the
+// prefixes an exec'ing process handed on, and at exit closes the process's RDMA streams in order.
+#include "exec_handover.h"
 #include "log.h"
 #include "tracked_socket.h"
 
@@ -8,6 +9,7 @@ namespace {
 // Runs in every process the module is preloaded into, before main().
 [[gnu::constructor]] void announce_load() {
   if (tcp2rdma::preload::log_enabled()) tcp2rdma::preload::log_line("loaded");
+  tcp2rdma::preload::adopt_exec_prefixes();
 }
 
 // Runs at exit() (not at _exit): bytes written to upgraded connections still reach the peer.

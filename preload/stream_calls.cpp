@@ -5,10 +5,12 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <vector>
 
 #include "epoll_sets.h"
 #include "fd_table.h"
 #include "handover_session.h"
+#include "move_back.h"
 #include "rdma_stream.h"
 #include "real_calls.h"
 #include "signal_restart.h"
@@ -53,9 +55,11 @@ StreamRef& StreamRef::operator=(StreamRef&& other) noexcept {
     socket_ = other.socket_;
     stream_ = other.stream_;
     session_ = other.session_;
+    prefixed_ = other.prefixed_;
     other.socket_ = nullptr;
     other.stream_ = nullptr;
     other.session_ = nullptr;
+    other.prefixed_ = false;
   }
   return *this;
 }
@@ -73,7 +77,7 @@ StreamRef upgraded_stream(int fd) noexcept {
     session->wait_over();  // the switch takes a few round trips; it never waits on the application
   }
   transport::RdmaStream* stream = socket->stream();
-  if (stream == nullptr) return {};
+  if (stream == nullptr) return socket->prefix.present() ? StreamRef::prefixed(socket) : StreamRef{};
   return StreamRef(socket, stream);
 }
 
@@ -116,7 +120,37 @@ bool finish_pending_upgrade(int fd, TrackedSocket* socket) noexcept {
 
 namespace {
 
-ssize_t recv_on_stream(transport::RdmaStream* stream, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept {
+size_t total(const iovec* iov, int iovcnt) {
+  size_t n = 0;
+  for (int i = 0; i < iovcnt; ++i) n += iov[i].iov_len;
+  return n;
+}
+
+// The iovecs after the first `done` bytes.
+std::vector<iovec> after(const iovec* iov, int iovcnt, size_t done) {
+  std::vector<iovec> rest;
+  for (int i = 0; i < iovcnt; ++i) {
+    if (done >= iov[i].iov_len) {
+      done -= iov[i].iov_len;
+      continue;
+    }
+    rest.push_back({static_cast<char*>(iov[i].iov_base) + done, iov[i].iov_len - done});
+    done = 0;
+  }
+  return rest;
+}
+
+// A call that moved `done` bytes on the stream and goes on on TCP for the rest (move_back.h).
+ssize_t rest_on_tcp(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags, size_t done,
+                    bool receiving) {
+  std::vector<iovec> rest = after(iov, iovcnt, done);
+  ssize_t more = tcp_after_move(ref, fd, rest.data(), static_cast<int>(rest.size()), msg_flags, receiving);
+  if (more < 0) return done > 0 ? static_cast<ssize_t>(done) : -1;
+  return static_cast<ssize_t>(done + static_cast<size_t>(more));
+}
+
+ssize_t recv_on_stream(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept {
+  transport::RdmaStream* stream = ref;
   int flags = 0;
   if (nonblocking(fd, msg_flags)) flags |= transport::kNonBlocking;
   if (msg_flags & MSG_PEEK) flags |= transport::kPeek;
@@ -124,6 +158,12 @@ ssize_t recv_on_stream(transport::RdmaStream* stream, int fd, const iovec* iov, 
   size_t done = 0;
   Status s = stream->read(iov, iovcnt, flags, &done);
   while (s == Status::kInterrupted && !interrupted_call_fails()) s = stream->read(iov, iovcnt, flags, &done);
+  if (s == Status::kMovedToTcp) return tcp_after_move(ref, fd, iov, iovcnt, msg_flags, true);
+  // MSG_WAITALL stopped at the peer's marker: the rest comes on TCP.
+  if (s == Status::kOk && (flags & transport::kWaitAll) && done > 0 && done < total(iov, iovcnt) &&
+      stream->reads_moved()) {
+    return rest_on_tcp(ref, fd, iov, iovcnt, msg_flags, done, true);
+  }
   if (s != Status::kOk) {
     errno = errno_of(s);
     return -1;
@@ -131,11 +171,17 @@ ssize_t recv_on_stream(transport::RdmaStream* stream, int fd, const iovec* iov, 
   return static_cast<ssize_t>(done);
 }
 
-ssize_t send_on_stream(transport::RdmaStream* stream, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept {
+ssize_t send_on_stream(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept {
+  transport::RdmaStream* stream = ref;
   size_t done = 0;
   int flags = nonblocking(fd, msg_flags) ? transport::kNonBlocking : 0;
   Status s = stream->write(iov, iovcnt, flags, &done);
   while (s == Status::kInterrupted && !interrupted_call_fails()) s = stream->write(iov, iovcnt, flags, &done);
+  if (s == Status::kMovedToTcp) return tcp_after_move(ref, fd, iov, iovcnt, msg_flags, false);
+  // A blocking write cut short at our marker: the rest goes on TCP, right after it.
+  if (s == Status::kOk && flags == 0 && done < total(iov, iovcnt) && stream->writes_moved()) {
+    return rest_on_tcp(ref, fd, iov, iovcnt, msg_flags, done, false);
+  }
   if (s == Status::kOk) return static_cast<ssize_t>(done);
   // Writing to a connection that is shut down or reset raises SIGPIPE, as the kernel does, unless the
   // caller said MSG_NOSIGNAL.
@@ -148,6 +194,7 @@ ssize_t send_on_stream(transport::RdmaStream* stream, int fd, const iovec* iov, 
 
 ssize_t stream_recv(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept {
   return keeping_errno_on_success([&] {
+    if (ref.prefixed()) return prefix_recv(ref.socket(), fd, iov, iovcnt, msg_flags);
     return ref.session() != nullptr ? session_recv(ref.session(), fd, iov, iovcnt, msg_flags)
                                     : recv_on_stream(ref, fd, iov, iovcnt, msg_flags);
   });
@@ -155,17 +202,19 @@ ssize_t stream_recv(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, 
 
 ssize_t stream_send(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept {
   return keeping_errno_on_success([&] {
+    if (ref.prefixed()) return kernel_io(fd, iov, iovcnt, msg_flags, false);
     return ref.session() != nullptr ? session_send(ref.session(), fd, iov, iovcnt, msg_flags)
                                     : send_on_stream(ref, fd, iov, iovcnt, msg_flags);
   });
 }
 
-int stream_shutdown(transport::RdmaStream* stream, int how) noexcept {
+int stream_shutdown(transport::RdmaStream* stream, int fd, int how) noexcept {
   // Only the sending side has something to tell the peer; the TCP connection stays whole as the
   // control channel.
   if (how != SHUT_WR && how != SHUT_RDWR) return 0;
   return keeping_errno_on_success([&] {
     Status s = stream->shutdown_write();
+    if (s == Status::kMovedToTcp) return real().shutdown(fd, SHUT_WR);  // our bytes go on TCP now
     if (s == Status::kOk) return 0;
     errno = s == Status::kReset ? ENOTCONN : errno_of(s);
     return -1;
@@ -179,14 +228,28 @@ int stream_readable_bytes(transport::RdmaStream* stream) noexcept {
   });
 }
 
-short stream_poll_events(transport::RdmaStream* stream, short requested) noexcept {
+short stream_poll_events(transport::RdmaStream* stream, short requested, bool* moved) noexcept {
   transport::Readiness r = stream->readiness();
+  if (moved != nullptr) *moved = r.moved;
   short events = 0;
   if (r.readable) events |= static_cast<short>(requested & (POLLIN | POLLRDNORM));
   if (r.writable) events |= static_cast<short>(requested & (POLLOUT | POLLWRNORM));
   if (r.failed) events |= POLLERR | POLLHUP;
   else if (r.peer_closed) events |= static_cast<short>(requested & POLLRDHUP);
   return events;
+}
+
+short prefixed_poll_events(int fd, short requested) noexcept {
+  pollfd p{fd, static_cast<short>(requested & ~(POLLIN | POLLRDNORM)), 0};
+  short events = real().poll(&p, 1, 0) > 0 ? p.revents : 0;
+  return static_cast<short>(events | (requested & (POLLIN | POLLRDNORM)));
+}
+
+ssize_t kernel_io(int fd, const iovec* iov, int iovcnt, int flags, bool receiving) noexcept {
+  msghdr m{};
+  m.msg_iov = const_cast<iovec*>(iov);
+  m.msg_iovlen = static_cast<size_t>(iovcnt);
+  return receiving ? real().recvmsg(fd, &m, flags) : real().sendmsg(fd, &m, flags);
 }
 
 }  // namespace tcp2rdma::preload

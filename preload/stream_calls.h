@@ -31,11 +31,18 @@ class StreamRef {
  public:
   StreamRef() noexcept = default;
   StreamRef(TrackedSocket* socket, transport::RdmaStream* stream, HandoverSession* session = nullptr) noexcept;
+  // A socket back on TCP whose prefix is still to be read (move_back.h): reads serve it first.
+  static StreamRef prefixed(TrackedSocket* socket) noexcept {
+    StreamRef ref(socket, nullptr);
+    ref.prefixed_ = true;
+    return ref;
+  }
   StreamRef(StreamRef&& other) noexcept
-      : socket_(other.socket_), stream_(other.stream_), session_(other.session_) {
+      : socket_(other.socket_), stream_(other.stream_), session_(other.session_), prefixed_(other.prefixed_) {
     other.socket_ = nullptr;
     other.stream_ = nullptr;
     other.session_ = nullptr;
+    other.prefixed_ = false;
   }
   StreamRef& operator=(StreamRef&& other) noexcept;
   StreamRef(const StreamRef&) = delete;
@@ -45,18 +52,23 @@ class StreamRef {
   operator transport::RdmaStream*() const noexcept { return stream_; }
   transport::RdmaStream* operator->() const noexcept { return stream_; }
   HandoverSession* session() const noexcept { return session_; }
-  // Whether the call is the module's to make: on the stream, or on TCP counted for a handover.
-  bool ours() const noexcept { return stream_ != nullptr || session_ != nullptr; }
+  TrackedSocket* socket() const noexcept { return socket_; }
+  bool prefixed() const noexcept { return prefixed_; }
+  // Whether the call is the module's to make: on the stream, on TCP counted for a handover, or on TCP
+  // after a prefix.
+  bool ours() const noexcept { return stream_ != nullptr || session_ != nullptr || prefixed_; }
 
  private:
   TrackedSocket* socket_ = nullptr;
   transport::RdmaStream* stream_ = nullptr;
   HandoverSession* session_ = nullptr;
+  bool prefixed_ = false;
 };
 
 // The stream of fd when its connection moved to RDMA, held for the caller's call; the session when
 // its handover is under way and it is still on TCP (a call during the switch itself waits for it to
-// end, which takes a few round trips); else empty. One table lookup (and, once, the upgrade of a
+// end, which takes a few round trips); a prefixed ref when it came back to TCP with bytes still to
+// read before the kernel's; else empty. One table lookup (and, once, the upgrade of a
 // non-blocking connect that has completed since).
 StreamRef upgraded_stream(int fd) noexcept;
 // The stream of fd if it has one now, held; never waits and never starts anything (for epoll's
@@ -85,11 +97,17 @@ ssize_t stream_send(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, 
 // moves meanwhile, the call goes on on the stream (handover_calls.cpp).
 ssize_t session_recv(HandoverSession* session, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept;
 ssize_t session_send(HandoverSession* session, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept;
-int stream_shutdown(transport::RdmaStream* stream, int how) noexcept;
+int stream_shutdown(transport::RdmaStream* stream, int fd, int how) noexcept;
 // Bytes readable now (FIONREAD).
 int stream_readable_bytes(transport::RdmaStream* stream) noexcept;
 
 // poll(2) events of the stream now, among `requested` (POLLIN, POLLOUT; POLLHUP and POLLERR always).
-short stream_poll_events(transport::RdmaStream* stream, short requested) noexcept;
+// *moved (if given) is set when the stream has moved back to TCP: the socket is to be looked at instead.
+short stream_poll_events(transport::RdmaStream* stream, short requested, bool* moved = nullptr) noexcept;
+// The same for a socket back on TCP with a prefix: readable now, and the kernel's other events.
+short prefixed_poll_events(int fd, short requested) noexcept;
+
+// One kernel call on the socket, as the application asked it (recvmsg or sendmsg).
+ssize_t kernel_io(int fd, const iovec* iov, int iovcnt, int flags, bool receiving) noexcept;
 
 }  // namespace tcp2rdma::preload

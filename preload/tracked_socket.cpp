@@ -64,11 +64,6 @@ void TrackedSocket::set_stream(std::unique_ptr<transport::RdmaStream> stream) no
   live_sockets().push_back(this);
 }
 
-namespace {
-
-// Makes fd name a fresh unconnected socket (same number, same close-on-exec flag) and forgets it: a
-// stream that cannot be used here then fails loudly (ENOTCONN, EPIPE) instead of leaving the idle
-// TCP socket underneath to be read or written as if it were the connection.
 void replace_with_unconnected_socket(int fd, int domain) noexcept {
   int placeholder = real().socket(domain, SOCK_STREAM, 0);
   if (placeholder >= 0) {
@@ -79,8 +74,6 @@ void replace_with_unconnected_socket(int fd, int domain) noexcept {
   track_close(fd);
 }
 
-}  // namespace
-
 void disown_parent_streams() noexcept {
   int end = fd_table().high_water();
   for (int fd = 0; fd < end; ++fd) {
@@ -89,13 +82,6 @@ void disown_parent_streams() noexcept {
   }
 }
 
-namespace {
-
-// The end of a stream whose last descriptor goes, as kernel TCP ends a socket: a close that discards
-// bytes the application never read, or one with SO_LINGER {on, 0 s}, resets the connection (the peer
-// reads ECONNRESET); otherwise every byte written is delivered, then the peer reads EOF. (A linger
-// time above zero changes nothing: close() always waits for the peer's acknowledgements, up to the
-// stream's timeout.)
 void end_stream(transport::RdmaStream* s, int linger_seconds) noexcept {
   if (linger_seconds == 0 || s->readiness().bytes_readable > 0) {
     s->abort();
@@ -103,8 +89,6 @@ void end_stream(transport::RdmaStream* s, int linger_seconds) noexcept {
     s->close();
   }
 }
-
-}  // namespace
 
 SpawnGuard::SpawnGuard() {
   int saved_errno = errno;
@@ -141,44 +125,6 @@ void close_streams_at_exit() noexcept {
   }
 }
 
-namespace {
-
-// Whether exec keeps some descriptor of `socket` open (one without FD_CLOEXEC).
-bool survives_exec(const TrackedSocket* socket, int end) noexcept {
-  for (int fd = 0; fd < end; ++fd) {
-    if (fd_table().find(fd) != socket) continue;
-    int flags = real().fcntl(fd, F_GETFD);
-    if (flags >= 0 && (flags & FD_CLOEXEC) == 0) return true;
-  }
-  return false;
-}
-
-}  // namespace
-
-void end_streams_for_exec() noexcept {
-  int end = fd_table().high_water();
-  for (int fd = 0; fd < end; ++fd) {
-    TrackedSocket* socket = fd_table().find(fd);
-    transport::RdmaStream* s = socket != nullptr ? socket->stream() : nullptr;
-    if (s == nullptr) continue;
-    if (!survives_exec(socket, end)) {
-      // exec closes every descriptor of it: the last close, as close() does it.
-      end_stream(s, socket->linger_seconds.load());
-      continue;
-    }
-    // The new program inherits the descriptor but not the stream (its verbs resources go with this
-    // image). Everything written so far still reaches the peer, then a reset: the new program's
-    // writes can never arrive, and the peer must not read a clean end. Every descriptor of this
-    // socket is handled in this pass.
-    (void)s->flush();
-    s->abort();
-    int domain = socket->domain();  // the last track_close below may free `socket`
-    for (int other = fd; other < end; ++other) {
-      if (fd_table().find(other) == socket) replace_with_unconnected_socket(other, domain);
-    }
-  }
-}
-
 TrackedSocket::~TrackedSocket() {
   // The last descriptor is closed: like the kernel, deliver what was written before ending the
   // stream, even if the process exits right after close() (close() waits for the acknowledgements),
@@ -190,8 +136,8 @@ TrackedSocket::~TrackedSocket() {
     auto& live = live_sockets();
     live.erase(std::remove(live.begin(), live.end(), this), live.end());
   }
-  if (transport::RdmaStream* s = stream()) {
-    end_stream(s, linger_seconds.load());
+  if (transport::RdmaStream* s = own_stream()) {
+    end_stream(s, linger_seconds.load());  // only goes away if it had moved back to TCP
     delete s;
   }
   if (role() == SocketRole::kListener) forget_directory(this);

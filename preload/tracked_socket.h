@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "rule_set.h"
+#include "tcp_prefix.h"
 
 namespace tcp2rdma::transport {
 class RdmaStream;
@@ -54,15 +55,34 @@ class TrackedSocket {
   // The RDMA stream this connection moved onto, or null while it is on TCP. Set once, before the
   // descriptor is handed to the application (upgrade.cpp), so readers need no lock.
   // Null in a forked child: the stream's verbs resources belong to the process that made it
-  // (fork_generation()), and a child must never touch them.
+  // (fork_generation()), and a child must never touch them. Null too once the connection is back on
+  // TCP (move_back.h).
   transport::RdmaStream* stream() const noexcept {
+    return back_on_tcp() ? nullptr : own_stream();
+  }
+  // The stream this process made, moved back or not (for its end).
+  transport::RdmaStream* own_stream() const noexcept {
     return generation_ == fork_generation() ? stream_.load(std::memory_order_acquire) : nullptr;
   }
-  // Whether this socket moved to RDMA in an ancestor process (a forked child's inherited connection).
+  // Whether this socket moved to RDMA in an ancestor process and is still there (a forked child's
+  // inherited connection that did not go back to TCP before the fork).
   bool stream_of_parent() const noexcept {
-    return generation_ != fork_generation() && stream_.load(std::memory_order_acquire) != nullptr;
+    return generation_ != fork_generation() && stream_.load(std::memory_order_acquire) != nullptr && !back_on_tcp();
   }
   void set_stream(std::unique_ptr<transport::RdmaStream> stream) noexcept;
+
+  // Back to TCP (move_back.h). The connection went onto RDMA and came back: its calls are the
+  // kernel's again, after `prefix`. mark_back_on_tcp() is true for the one call that made it so.
+  bool back_on_tcp() const noexcept { return back_on_tcp_.load(std::memory_order_acquire); }
+  bool mark_back_on_tcp() noexcept { return !back_on_tcp_.exchange(true, std::memory_order_acq_rel); }
+  // The rule's on_fork: whether a fork (or exec) moves the connection back to TCP first.
+  std::atomic<bool> follows_fork{true};
+  // A thread of this process is moving the connection back: a call that found the stream moved waits
+  // for the prefix before it reads on TCP.
+  std::atomic<bool> moving_back{false};
+  // The peer's bytes that had arrived on the stream unread when the connection moved back, served
+  // before the kernel's (copied into a forked child with the rest of this memory).
+  TcpPrefix prefix;
 
   // The connection's handover (handover_session.h), from the moment it starts; owned by the socket.
   // Null for a connection no rule moves. start_session() makes it, or returns null when it exists.
@@ -124,6 +144,7 @@ class TrackedSocket {
   std::atomic<int> refs_{1};
   std::atomic<transport::RdmaStream*> stream_{nullptr};
   std::atomic<HandoverSession*> session_{nullptr};
+  std::atomic<bool> back_on_tcp_{false};
   unsigned generation_ = 0;
 };
 
@@ -132,10 +153,17 @@ class TrackedSocket {
 // TCP socket underneath; pre-fork servers and accept-then-fork are not supported yet.
 void disown_parent_streams() noexcept;
 
-// Before exec: a stream whose every descriptor is close-on-exec ends as its last close() would end
-// it. One that a descriptor carries into the new program is flushed and reset, and those descriptors
-// are made to name an unconnected socket: the new program cannot use the stream, and fails loudly.
-void end_streams_for_exec() noexcept;
+// Makes fd name a fresh unconnected socket (same number, same close-on-exec flag) and forgets it: a
+// stream that cannot be used here then fails loudly (ENOTCONN, EPIPE) instead of leaving the idle
+// TCP socket underneath to be read or written as if it were the connection.
+void replace_with_unconnected_socket(int fd, int domain) noexcept;
+
+// The end of a stream whose last descriptor goes, as kernel TCP ends a socket: a close that discards
+// bytes the application never read, or one with SO_LINGER {on, 0 s}, resets the connection (the peer
+// reads ECONNRESET); otherwise every byte written is delivered, then the peer reads EOF. (A linger
+// time above zero changes nothing: close() always waits for the peer's acknowledgements, up to the
+// stream's timeout.) A stream that moved back to TCP only goes away.
+void end_stream(transport::RdmaStream* s, int linger_seconds) noexcept;
 
 // Around posix_spawn, system() and popen(): the new program inherits every descriptor without
 // FD_CLOEXEC, but a stream lives in this process's memory and cannot go along; given the idle TCP

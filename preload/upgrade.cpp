@@ -480,6 +480,7 @@ bool conclude(const Connection& c, HandoverSession* session, const UpgradeOutcom
   bool required = c.decision.options->upgrade == config::UpgradeMode::kRequired;
   const transport::RdmaStream* stream = c.socket->stream();
   if (outcome.upgraded && stream != nullptr) {
+    c.socket->follows_fork.store(c.decision.options->on_fork == config::ForkMode::kTcp, std::memory_order_relaxed);
     snprintf(path, sizeof path,
              "upgraded to rdma (receive ring %llu KiB, the peer's %llu KiB; switched after %llu bytes sent "
              "and %llu received on tcp; setup %ld ms, switch %ld ms)",

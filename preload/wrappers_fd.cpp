@@ -114,8 +114,17 @@ T2R_INTERPOSE int ioctl(int fd, unsigned long request, ...) {
   va_end(ap);
   // FIONREAD on an upgraded socket: the bytes waiting in its stream, not the (empty) kernel queue.
   if (request == FIONREAD && arg != nullptr) {
-    if (auto s = tcp2rdma::preload::upgraded_stream(fd)) {
+    auto s = tcp2rdma::preload::upgraded_stream(fd);
+    if (s != nullptr) {
       *static_cast<int*>(arg) = tcp2rdma::preload::stream_readable_bytes(s);
+      return 0;
+    }
+    if (s.prefixed()) {
+      // Back on TCP: the bytes kept from the stream come before the kernel's.
+      int queued = 0;
+      if (real().ioctl(fd, FIONREAD, &queued) != 0) return -1;
+      size_t n = s.socket()->prefix.size() + static_cast<size_t>(queued);
+      *static_cast<int*>(arg) = n > INT32_MAX ? INT32_MAX : static_cast<int>(n);
       return 0;
     }
   }

@@ -11,6 +11,7 @@
 #include "interposed.h"
 #include "prefork_listeners.h"
 #include "handover_session.h"
+#include "move_back.h"
 #include "rdma_stream.h"
 #include "stream_calls.h"
 
@@ -52,15 +53,31 @@ int poll_streams_once(pollfd* fds, nfds_t nfds, const timespec* timeout, const s
       if (auto* session = streams[i].session()) shadow.push_back({session->wake_fd(), POLLIN, 0});
     }
     bool moved = false;
+    // Descriptors we answer for: a stream, or a socket back on TCP with a prefix (ready at once).
+    auto ours = [&](nfds_t i) { return streams[i] != nullptr || streams[i].prefixed(); };
     for (;;) {
       int ready = 0;
       for (nfds_t i = 0; i < nfds; ++i) {
-        if (streams[i] == nullptr) continue;
-        fds[i].revents = stream_poll_events(streams[i], fds[i].events);
+        if (!ours(i)) continue;
+        if (streams[i].prefixed()) {
+          fds[i].revents = tcp2rdma::preload::prefixed_poll_events(fds[i].fd, fds[i].events);
+          ready += fds[i].revents != 0;
+          shadow[i] = {-1, POLLIN, 0};
+          continue;
+        }
+        bool gone = false;
+        fds[i].revents = stream_poll_events(streams[i], fds[i].events, &gone);
+        if (gone) {
+          // Back on TCP: the socket is polled from now on.
+          tcp2rdma::preload::complete_move_back(streams[i].socket(), fds[i].fd);
+          fds[i].revents = 0;
+          moved = true;
+        }
         ready += fds[i].revents != 0;
         // A ready stream is not slept on; one that is not wakes us through its readiness fd.
         shadow[i] = {fds[i].revents != 0 ? -1 : streams[i]->readiness_fd(), POLLIN, 0};
       }
+      if (moved && ready == 0) break;
       timespec left{0, 0};
       if (ready == 0 && deadline != Clock::time_point::max()) {
         auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - Clock::now()).count();
@@ -70,7 +87,7 @@ int poll_streams_once(pollfd* fds, nfds_t nfds, const timespec* timeout, const s
       int rc = real().ppoll(shadow.data(), shadow.size(), forever ? nullptr : &left, sigmask);
       if (rc < 0) return -1;
       for (nfds_t i = 0; i < nfds; ++i) {
-        if (streams[i] != nullptr) continue;
+        if (ours(i)) continue;
         fds[i].revents = shadow[i].revents;
         ready += fds[i].revents != 0;
       }
@@ -80,7 +97,7 @@ int poll_streams_once(pollfd* fds, nfds_t nfds, const timespec* timeout, const s
       if (deadline != Clock::time_point::max() && Clock::now() >= deadline) return 0;
       if (moved) break;
       // Only a stream's fd fired: look at the streams again.
-      for (nfds_t i = 0; i < nfds; ++i) shadow[i] = streams[i] != nullptr ? shadow[i] : fds[i];
+      for (nfds_t i = 0; i < nfds; ++i) shadow[i] = ours(i) ? shadow[i] : fds[i];
     }
   }
 }

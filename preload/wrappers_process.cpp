@@ -1,11 +1,16 @@
 // Processes. The child of fork() inherits the descriptors and, as a copy of this memory, the fd table
-// that describes them, which stays true for sockets that have not moved to RDMA. A connection that
-// has moved is the parent's: in the child it fails loudly (disown_parent_streams), never touching the
-// parent's RDMA resources.
+// that describes them, which stays true for sockets that are on TCP. A connection on RDMA goes back
+// to TCP before the fork (move_back.h), so that both processes can use it, unless its rule says
+// on_fork: parent; then it is the parent's, and in the child it fails loudly (disown_parent_streams),
+// never touching the parent's RDMA resources.
+#include <unistd.h>
+
 #include <cstdarg>
 #include <vector>
 
+#include "exec_handover.h"
 #include "interposed.h"
+#include "move_back.h"
 #include "prefork_listeners.h"
 #include "handover_session.h"
 #include "tracked_socket.h"
@@ -16,6 +21,7 @@ T2R_INTERPOSE pid_t fork(void) {
   // A connection whose handover is still on TCP stays TCP, so that the child can use it too; one in
   // the middle of its switch is waited for (and is then the parent's, as every upgraded one).
   tcp2rdma::preload::settle_all_sessions();
+  tcp2rdma::preload::move_streams_back("fork");
   tcp2rdma::preload::mark_listeners_to_hand_on();
   pid_t pid = real().fork();
   if (pid == 0) {
@@ -35,22 +41,11 @@ T2R_INTERPOSE pid_t fork(void) {
 // vfork to be fork, and fork is what the module gives.
 T2R_INTERPOSE pid_t vfork(void) { return fork(); }
 
-// exec: the new program starts clean. glibc's exec functions call the system call directly, not
-// each other through the PLT, so every variant is wrapped; the l-forms gather their arguments and go
-// through the v-forms. Streams are ended before the real call (end_streams_for_exec): if exec then
-// fails, the connections it would have closed or handed on are already ended.
-namespace tcp2rdma::preload {
-namespace {
-
-// Connections whose handover is still on TCP stay there, and the new program can use them; then the
-// streams end as exec ends them.
-void before_exec() noexcept {
-  settle_all_sessions();
-  end_streams_for_exec();
-}
-
-}  // namespace
-}  // namespace tcp2rdma::preload
+// exec: the new program starts clean, with its connections on TCP (exec_handover.h). glibc's exec
+// functions call the system call directly, not each other through the PLT, so every variant is
+// wrapped; the l-forms gather their arguments and go through the v-forms, and the forms without an
+// environment give exec this process's. If exec fails, the connections stay as ExecHandover left them.
+using tcp2rdma::preload::ExecHandover;
 
 namespace {
 
@@ -66,33 +61,33 @@ std::vector<char*> gather_arguments(const char* first, Next next) {
 }  // namespace
 
 T2R_INTERPOSE int execve(const char* path, char* const argv[], char* const envp[]) {
-  tcp2rdma::preload::before_exec();
-  return real().execve(path, argv, envp);
+  ExecHandover handover(envp);
+  return real().execve(path, argv, handover.envp());
 }
 
 T2R_INTERPOSE int execv(const char* path, char* const argv[]) {
-  tcp2rdma::preload::before_exec();
-  return real().execv(path, argv);
+  ExecHandover handover(environ);
+  return real().execve(path, argv, handover.envp());
 }
 
 T2R_INTERPOSE int execvp(const char* file, char* const argv[]) {
-  tcp2rdma::preload::before_exec();
-  return real().execvp(file, argv);
+  ExecHandover handover(environ);
+  return real().execvpe(file, argv, handover.envp());
 }
 
 T2R_INTERPOSE int execvpe(const char* file, char* const argv[], char* const envp[]) {
-  tcp2rdma::preload::before_exec();
-  return real().execvpe(file, argv, envp);
+  ExecHandover handover(envp);
+  return real().execvpe(file, argv, handover.envp());
 }
 
 T2R_INTERPOSE int execveat(int dirfd, const char* path, char* const argv[], char* const envp[], int flags) {
-  tcp2rdma::preload::before_exec();
-  return real().execveat(dirfd, path, argv, envp, flags);
+  ExecHandover handover(envp);
+  return real().execveat(dirfd, path, argv, handover.envp(), flags);
 }
 
 T2R_INTERPOSE int fexecve(int fd, char* const argv[], char* const envp[]) {
-  tcp2rdma::preload::before_exec();
-  return real().fexecve(fd, argv, envp);
+  ExecHandover handover(envp);
+  return real().fexecve(fd, argv, handover.envp());
 }
 
 // posix_spawn and the calls built on it inside glibc: the new program gets no stream (SpawnGuard).

@@ -73,6 +73,7 @@ int usage(const char* problem) {
 void print_options(const config::ConnectionOptions& o) {
   std::printf("  transport         %s\n", config::to_string(o.transport));
   std::printf("  upgrade           %s\n", config::to_string(o.upgrade));
+  std::printf("  on_fork           %s\n", config::to_string(o.on_fork));
   std::printf("  buffer_size       %s\n", config::format_size(o.buffer_size).c_str());
   std::printf("  zcopy_threshold   %s\n", config::format_size(o.zcopy_threshold).c_str());
   std::printf("  inline_threshold  %s\n", config::format_size(o.inline_threshold).c_str());

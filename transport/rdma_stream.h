@@ -124,6 +124,8 @@ class RdmaStream {
   bool moved() const;
   // Our sending side went back to TCP (writes return kMovedToTcp).
   bool writes_moved() const;
+  // The peer's sending side went back to TCP and every byte it sent on the stream is read.
+  bool reads_moved() const;
   // Our sending side had been shut down before it went back: the TCP socket's must be too.
   bool write_was_shut() const;
   // Bytes that belong before the first byte the peer sends on this stream: the tail of the TCP

@@ -275,6 +275,7 @@ Status RdmaStream::read(const iovec* iov, int iovcnt, int flags, size_t* done) {
 Status RdmaStream::shutdown_write() {
   std::unique_lock lock(mu_);
   while (writer_busy_) cv_.wait(lock);
+  if (move_sent_) return Status::kMovedToTcp;  // our end now goes on TCP
   if (write_shut_) return Status::kOk;
   for (;;) {
     if (Status s = progress(); s != Status::kOk) return s;

@@ -251,6 +251,11 @@ bool RdmaStream::writes_moved() const {
   return move_sent_;
 }
 
+bool RdmaStream::reads_moved() const {
+  std::lock_guard lock(mu_);
+  return flow_->peer_moved() && !flow_->peer_closed() && flow_->readable() == 0 && prefix_left() == 0;
+}
+
 bool RdmaStream::write_was_shut() const {
   std::lock_guard lock(mu_);
   return write_shut_;

@@ -36,6 +36,8 @@ const BadFile kBadFiles[] = {
      "unknown transport 'infiniband'"},
     {"unknown upgrade mode", "version: 1\nrules:\n  - transport: rdma\n    upgrade: eager\n", 4, 14,
      "unknown upgrade mode 'eager'"},
+    {"unknown fork mode", "version: 1\nrules:\n  - transport: rdma\n    on_fork: child\n", 4, 14,
+     "unknown on_fork 'child': expected tcp or parent"},
     {"duplicate rule names", "version: 1\nrules:\n  - name: a\n    transport: tcp\n  - name: a\n    transport: rdma\n",
      5, 11, "duplicate rule name 'a' (first used on line 3)"},
     {"empty rule name", "version: 1\nrules:\n  - name: ''\n    transport: tcp\n", 3, 11, "expected a rule name"},

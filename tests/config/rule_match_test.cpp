@@ -127,7 +127,8 @@ TEST_F(RuleMatch, DefaultsApplyToEveryRuleAndRulesOverrideThem) {
        "           connect_timeout: 500ms, upgrade_timeout: 3s, keepalive: 1m}\n"
        "rules:\n"
        "  - {name: plain, match: {ports: 1}}\n"
-       "  - {name: own, match: {ports: 2}, buffer_size: 64KiB, upgrade: before-return, keepalive: 250us}\n");
+       "  - {name: own, match: {ports: 2}, buffer_size: 64KiB, upgrade: before-return, keepalive: 250us,\n"
+       "     on_fork: parent}\n");
   decide("x", Role::kClient, "10.0.0.1", 1);
   ConnectionOptions expected;
   expected.transport = Transport::kRdma;
@@ -145,6 +146,7 @@ TEST_F(RuleMatch, DefaultsApplyToEveryRuleAndRulesOverrideThem) {
   expected.buffer_size = 64 * kKiB;
   expected.upgrade = UpgradeMode::kBeforeReturn;
   expected.keepalive_us = 250;
+  expected.on_fork = ForkMode::kParent;
   EXPECT_EQ(*last_.options, expected);
   // No rule matched: TCP, whatever the defaults say.
   decide("x", Role::kClient, "10.0.0.1", 3);

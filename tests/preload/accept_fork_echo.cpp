@@ -1,11 +1,13 @@
-// accept_fork_echo PORT fork|exec: the shape of an accept-then-fork server (socat's fork, inetd), to
-// run under the shim with `upgrade: background`. It accepts one connection and forks at once; the
-// parent keeps its copy open until the child is done (so that it is the fork, not the parent's close,
-// that must keep the connection on TCP). The child serves the connection it inherited:
+// accept_fork_echo PORT fork|exec [PAUSE_MS]: the shape of an accept-then-fork server (socat's fork,
+// inetd). It accepts one connection and forks (at once, or after PAUSE_MS); the parent keeps its copy
+// open until the child is done. The child serves the connection it inherited:
 //   fork  echoes until the client half-closes, then closes;
 //   exec  makes the connection its standard input and output and runs cat, which echoes (inetd).
-// The fork comes before the connection could switch, so it must stay TCP and work in the child; the
-// client checks the echoed bytes.
+// Under `upgrade: background` with no pause, the fork comes before the connection could switch: it
+// stays TCP. Under `upgrade: before-return` it is on RDMA when accept() returns, and the fork moves
+// it back to TCP (docs/architecture.md, "Back to TCP"); with a pause, the client's first bytes have
+// arrived on the stream unread by then and must reach the child (and cat, through exec) first.
+// The client checks the echoed bytes.
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -35,8 +37,8 @@ int serve(int fd, bool exec_cat) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3 || (std::strcmp(argv[2], "fork") != 0 && std::strcmp(argv[2], "exec") != 0)) {
-    std::fprintf(stderr, "usage: accept_fork_echo PORT fork|exec\n");
+  if (argc < 3 || argc > 4 || (std::strcmp(argv[2], "fork") != 0 && std::strcmp(argv[2], "exec") != 0)) {
+    std::fprintf(stderr, "usage: accept_fork_echo PORT fork|exec [PAUSE_MS]\n");
     return 2;
   }
   int listener = tcp2rdma::test::listen_on(argv[1]);
@@ -47,6 +49,7 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "listening\n");
   int fd = accept(listener, nullptr, nullptr);
   if (fd < 0) return 1;
+  if (argc == 4) usleep(static_cast<useconds_t>(std::atoi(argv[3])) * 1000);
   pid_t child = fork();
   if (child == 0) {
     close(listener);

@@ -8,6 +8,10 @@
 //   epoll_echo client ADDR PORT BYTES
 //       writes BYTES of a pattern from a thread while it reads and checks the echo; exit 0 only if
 //       every byte came back
+//   epoll_echo client-fork ADDR PORT BYTES
+//       writes the first 200000 bytes, waits for their echo to arrive, forks; the parent writes the
+//       rest and ends its sending side, the child reads and checks all of it (docs/architecture.md,
+//       "Back to TCP": the fork moves the connection back to TCP, the server's epoll follows)
 //   epoll_echo client-epoll ADDR PORT BYTES
 //       the same from one thread driven by epoll alone: a non-blocking connect is added to the set
 //       before it completes (EPOLLIN | EPOLLOUT), SO_ERROR says when it is up, then every write
@@ -17,6 +21,7 @@
 #include <netinet/in.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -135,7 +140,8 @@ int server(int port, std::string_view mode) {
   }
 }
 
-int client(const char* host, int port, uint64_t bytes) {
+// A blocking TCP connection to host:port, retried for about 10 s while nobody listens; -1 if never.
+int connect_to(const char* host, int port) {
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
@@ -149,18 +155,44 @@ int client(const char* host, int port, uint64_t bytes) {
       usleep(200000);
     }
   }
+  return fd;
+}
+
+// Writes bytes [from, to) of the pattern in pieces of varying size.
+bool write_pattern(int fd, uint64_t from, uint64_t to) {
+  std::vector<char> out(100000);
+  for (uint64_t pos = from; pos < to;) {
+    size_t n = std::min<uint64_t>(to - pos, 1 + (pos * 7) % out.size());
+    for (size_t i = 0; i < n; ++i) out[i] = pattern(pos + i);
+    if (!write_all(fd, out.data(), n)) return false;
+    pos += n;
+  }
+  return true;
+}
+
+// Reads until the end and checks every byte against the pattern; true if all `bytes` came back.
+bool read_pattern(int fd, uint64_t bytes, uint64_t* got) {
+  std::vector<char> in(65536);
+  uint64_t pos = 0;
+  bool ok = true;
+  for (;;) {
+    ssize_t r = read(fd, in.data(), in.size());
+    if (r <= 0) {
+      ok &= r == 0;
+      break;
+    }
+    for (ssize_t i = 0; i < r; ++i) ok &= in[static_cast<size_t>(i)] == pattern(pos + static_cast<uint64_t>(i));
+    pos += static_cast<uint64_t>(r);
+  }
+  *got = pos;
+  return ok && pos == bytes;
+}
+
+int client(const char* host, int port, uint64_t bytes) {
+  int fd = connect_to(host, port);
   if (fd < 0) return 1;
   std::atomic<bool> sent{false};
-  std::thread writer([&] {
-    std::vector<char> out(100000);
-    for (uint64_t pos = 0; pos < bytes;) {
-      size_t n = std::min<uint64_t>(bytes - pos, 1 + (pos * 7) % out.size());
-      for (size_t i = 0; i < n; ++i) out[i] = pattern(pos + i);
-      if (!write_all(fd, out.data(), n)) return;
-      pos += n;
-    }
-    sent = shutdown(fd, SHUT_WR) == 0;
-  });
+  std::thread writer([&] { sent = write_pattern(fd, 0, bytes) && shutdown(fd, SHUT_WR) == 0; });
   std::vector<char> in(65536);
   uint64_t pos = 0;
   bool ok = true;
@@ -255,6 +287,31 @@ int client_epoll(const char* host, int port, uint64_t bytes) {
   return ok && got == bytes ? 0 : 1;
 }
 
+// The connection is shared by fork: the first bytes go before it, and their echo waits unread in this
+// process when it forks; then the parent writes the rest and ends its sending side while the child
+// reads and checks every byte that comes back.
+int client_fork(const char* host, int port, uint64_t bytes) {
+  int fd = connect_to(host, port);
+  if (fd < 0) return 1;
+  const uint64_t head = std::min<uint64_t>(bytes, 200000);
+  if (!write_pattern(fd, 0, head)) return 1;
+  usleep(500000);
+  pid_t child = fork();
+  if (child == 0) {
+    uint64_t got = 0;
+    bool ok = read_pattern(fd, bytes, &got);
+    std::printf("child: %llu of %llu bytes came back, %s\n", static_cast<unsigned long long>(got),
+                static_cast<unsigned long long>(bytes), ok ? "all equal" : "NOT ALL, OR SOME DIFFER");
+    std::exit(ok ? 0 : 1);
+  }
+  bool sent = write_pattern(fd, head, bytes) && shutdown(fd, SHUT_WR) == 0;
+  close(fd);  // the child's copy goes on
+  int status = 0;
+  waitpid(child, &status, 0);
+  std::printf("parent: wrote the rest after the fork: %s\n", sent ? "ok" : "FAILED");
+  return sent && WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -262,6 +319,7 @@ int main(int argc, char** argv) {
   std::string_view role = argc > 1 ? argv[1] : "";
   if (argc == 4 && role == "server") return server(std::atoi(argv[2]), argv[3]);
   if (argc == 5 && role == "client") return client(argv[2], std::atoi(argv[3]), std::strtoull(argv[4], nullptr, 10));
+  if (argc == 5 && role == "client-fork") return client_fork(argv[2], std::atoi(argv[3]), std::strtoull(argv[4], nullptr, 10));
   if (argc == 5 && role == "client-epoll") {
     return client_epoll(argv[2], std::atoi(argv[3]), std::strtoull(argv[4], nullptr, 10));
   }

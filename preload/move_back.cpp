@@ -1,0 +1,119 @@
+#include "move_back.h"
+
+#include <sched.h>
+#include <sys/socket.h>
+
+#include <vector>
+
+#include "epoll_sets.h"
+#include "fd_table.h"
+#include "handover_session.h"
+#include "log.h"
+#include "rdma_stream.h"
+#include "real_calls.h"
+#include "stream_calls.h"
+#include "tracked_socket.h"
+
+namespace tcp2rdma::preload {
+namespace {
+
+const char* label_of(const TrackedSocket* socket) {
+  HandoverSession* session = socket->session();
+  return session != nullptr ? session->label() : "connection";
+}
+
+size_t total(const iovec* iov, int iovcnt) {
+  size_t n = 0;
+  for (int i = 0; i < iovcnt; ++i) n += iov[i].iov_len;
+  return n;
+}
+
+}  // namespace
+
+bool move_back(TrackedSocket* socket, transport::RdmaStream* stream, int fd, const char* why) noexcept {
+  int saved_errno = errno;
+  socket->moving_back.store(true, std::memory_order_release);
+  std::vector<uint8_t> unread;
+  bool peer_ended = false;
+  transport::Status s = stream->move_to_tcp(&unread, &peer_ended);
+  if (s == transport::Status::kOk) {
+    // The prefix before the mark: a call that sees the socket back on TCP must find it.
+    size_t n = unread.size();
+    socket->prefix.set(std::move(unread), peer_ended);
+    complete_move_back(socket, fd);
+    log_line("%s: back on tcp before %s (%zu bytes of the peer's kept to read first%s)", label_of(socket), why, n,
+             peer_ended ? ", then its end" : "");
+  } else {
+    log_line("%s: stays on rdma at %s: the peer did not answer the move to tcp (%s)", label_of(socket), why,
+             transport::to_string(s));
+  }
+  socket->moving_back.store(false, std::memory_order_release);
+  errno = saved_errno;
+  return s == transport::Status::kOk;
+}
+
+void move_streams_back(const char* why) noexcept {
+  int saved_errno = errno;
+  int end = fd_table().high_water();
+  for (int fd = 0; fd < end; ++fd) {
+    TrackedSocket* socket = fd_table().find(fd);
+    transport::RdmaStream* stream = socket != nullptr ? socket->stream() : nullptr;
+    // A dup'd descriptor finds its socket back on TCP already (stream() is null).
+    if (stream == nullptr || !socket->follows_fork.load(std::memory_order_relaxed)) continue;
+    move_back(socket, stream, fd, why);
+  }
+  errno = saved_errno;
+}
+
+bool settle_move_back(TrackedSocket* socket, int fd) noexcept {
+  if (!socket->mark_back_on_tcp()) return false;
+  int saved_errno = errno;
+  transport::RdmaStream* stream = socket->own_stream();
+  // The stream's end (our shutdown(SHUT_WR) went onto it) is the TCP socket's now.
+  if (stream != nullptr && stream->write_was_shut()) real().shutdown(fd, SHUT_WR);
+  // The side that moved says so itself, with what it kept (move_back).
+  if (!socket->moving_back.load(std::memory_order_acquire)) log_line("%s: back on tcp (the peer moved)", label_of(socket));
+  errno = saved_errno;
+  return true;
+}
+
+void complete_move_back(TrackedSocket* socket, int fd) noexcept {
+  if (settle_move_back(socket, fd)) epoll_move_back(socket);
+}
+
+ssize_t prefix_recv(TrackedSocket* socket, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept {
+  const bool peek = msg_flags & MSG_PEEK;
+  bool at_end = false;
+  size_t got = socket->prefix.take(iov, iovcnt, peek, &at_end);
+  if (at_end) return static_cast<ssize_t>(got);  // the peer's end comes after its last bytes
+  if (got == 0) return kernel_io(fd, iov, iovcnt, msg_flags, true);  // emptied by another call meanwhile
+  if (!(msg_flags & MSG_WAITALL) || peek || got == total(iov, iovcnt)) return static_cast<ssize_t>(got);
+  // MSG_WAITALL: the rest from the kernel, as one call would have waited for it.
+  std::vector<iovec> rest;
+  size_t skip = got;
+  for (int i = 0; i < iovcnt; ++i) {
+    if (skip >= iov[i].iov_len) {
+      skip -= iov[i].iov_len;
+      continue;
+    }
+    rest.push_back({static_cast<char*>(iov[i].iov_base) + skip, iov[i].iov_len - skip});
+    skip = 0;
+  }
+  ssize_t more = kernel_io(fd, rest.data(), static_cast<int>(rest.size()), msg_flags, true);
+  return static_cast<ssize_t>(got) + (more > 0 ? more : 0);
+}
+
+ssize_t tcp_after_move(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags,
+                       bool receiving) noexcept {
+  TrackedSocket* socket = ref.socket();
+  if (receiving) {
+    // The thread moving the connection sets the prefix right after taking the bytes: wait for it.
+    while (socket->moving_back.load(std::memory_order_acquire)) sched_yield();
+  }
+  transport::RdmaStream* stream = ref;
+  if (stream != nullptr && stream->moved()) complete_move_back(socket, fd);
+  if (receiving && socket->prefix.present()) return prefix_recv(socket, fd, iov, iovcnt, msg_flags);
+  return kernel_io(fd, iov, iovcnt, msg_flags, receiving);
+}
+
+}  // namespace tcp2rdma::preload
