@@ -1,0 +1,152 @@
+// A connection back on TCP with a prefix (move_back.h), on loopback TCP on the host: the prefix is
+// what the peer had sent on the stream and this side had not read; every way of reading and of asking
+// for readiness must give it before the kernel's bytes, and exec's hand-on must restore it. The
+// wrappers are linked into this program, so its calls go through them as an application's would.
+#include <netinet/in.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "exec_handover.h"
+#include "fd_table.h"
+#include "socket_registry.h"
+#include "test_sockets.h"
+#include "tracked_socket.h"
+
+namespace tcp2rdma::preload {
+namespace {
+
+class MoveBack : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    int listener = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    ASSERT_TRUE(test::bind_loopback(listener, &addr));
+    ASSERT_EQ(listen(listener, 1), 0);
+    ours_ = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_EQ(connect(ours_, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    peer_ = accept(listener, nullptr, nullptr);
+    ASSERT_GE(peer_, 0);
+    close(listener);
+    ASSERT_NE(fd_table().find(ours_), nullptr);
+  }
+  void TearDown() override {
+    close(ours_);
+    close(peer_);
+  }
+  void set_prefix(const std::string& bytes, bool then_end) {
+    fd_table().find(ours_)->prefix.set(std::vector<uint8_t>(bytes.begin(), bytes.end()), then_end);
+  }
+  std::string receive(size_t n, int flags) {
+    std::string buf(n, '\0');
+    ssize_t got = recv(ours_, buf.data(), n, flags);
+    buf.resize(got > 0 ? static_cast<size_t>(got) : 0);
+    return buf;
+  }
+  int ours_ = -1;
+  int peer_ = -1;
+};
+
+TEST_F(MoveBack, ThePrefixComesBeforeTheKernelsBytesForEveryKindOfRead) {
+  set_prefix("abc", false);
+  ASSERT_EQ(write(peer_, "def", 3), 3);
+  usleep(20000);
+  int queued = 0;
+  ASSERT_EQ(ioctl(ours_, FIONREAD, &queued), 0);
+  EXPECT_EQ(queued, 6);
+  EXPECT_EQ(receive(10, MSG_PEEK), "abc");  // a read returns what the prefix holds, at most
+  EXPECT_EQ(receive(2, 0), "ab");
+  EXPECT_EQ(receive(4, MSG_WAITALL), "cdef");  // the prefix's rest, then the kernel's
+  EXPECT_FALSE(fd_table().find(ours_)->prefix.present());
+  EXPECT_EQ(receive(10, MSG_DONTWAIT), "");
+  EXPECT_EQ(errno, EAGAIN);
+}
+
+TEST_F(MoveBack, PollAndEpollReportThePrefixThatTheKernelCannotSee) {
+  set_prefix("xyz", false);
+  pollfd p{ours_, POLLIN, 0};
+  EXPECT_EQ(poll(&p, 1, 0), 1);
+  EXPECT_TRUE(p.revents & POLLIN);
+  int ep = epoll_create1(0);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = 42;
+  ASSERT_EQ(epoll_ctl(ep, EPOLL_CTL_ADD, ours_, &ev), 0);
+  epoll_event got[4];
+  ASSERT_EQ(epoll_wait(ep, got, 4, 0), 1);
+  EXPECT_EQ(got[0].data.u64, 42u);
+  EXPECT_TRUE(got[0].events & EPOLLIN);
+  ASSERT_EQ(epoll_wait(ep, got, 4, 0), 1);  // level-triggered: while the prefix lasts
+  EXPECT_EQ(receive(10, 0), "xyz");
+  EXPECT_EQ(epoll_wait(ep, got, 4, 0), 0);  // the kernel's socket is empty
+  p.revents = 0;
+  EXPECT_EQ(poll(&p, 1, 0), 0);
+  // From now on it is the kernel's, registration and all.
+  ASSERT_EQ(write(peer_, "k", 1), 1);
+  ASSERT_EQ(epoll_wait(ep, got, 4, 1000), 1);
+  EXPECT_EQ(got[0].data.u64, 42u);
+  close(ep);
+}
+
+TEST_F(MoveBack, AnEdgeTriggeredRegistrationIsToldOnceAndNotTwiceForOneWakeup) {
+  set_prefix("p", false);
+  ASSERT_EQ(write(peer_, "q", 1), 1);
+  usleep(20000);
+  int ep = epoll_create1(0);
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLET;
+  ev.data.u64 = 7;
+  ASSERT_EQ(epoll_ctl(ep, EPOLL_CTL_ADD, ours_, &ev), 0);
+  epoll_event got[4];
+  ASSERT_EQ(epoll_wait(ep, got, 4, 0), 1);  // the prefix and the kernel's byte: one entry
+  EXPECT_EQ(got[0].data.u64, 7u);
+  EXPECT_EQ(epoll_wait(ep, got, 4, 0), 0);
+  EXPECT_EQ(receive(10, MSG_WAITALL | MSG_DONTWAIT), "pq");
+  close(ep);
+}
+
+TEST_F(MoveBack, AnEndAfterThePrefixIsAnEndWhateverTheKernelHolds) {
+  set_prefix("last", true);
+  EXPECT_EQ(receive(10, 0), "last");
+  EXPECT_EQ(recv(ours_, nullptr, 0, MSG_DONTWAIT), 0);
+  char c;
+  EXPECT_EQ(read(ours_, &c, 1), 0);
+  EXPECT_EQ(read(ours_, &c, 1), 0);  // repeatably
+  pollfd p{ours_, POLLIN, 0};
+  EXPECT_EQ(poll(&p, 1, 0), 1);
+}
+
+TEST_F(MoveBack, ExecsHandOnIsAdoptedOncePerSocketForEveryDescriptor) {
+  int mfd = static_cast<int>(memfd_create("prefix", 0));
+  ASSERT_EQ(write(mfd, "handed", 6), 6);
+  int copy = dup(ours_);
+  // As the new program finds it: descriptors it inherited, which its module has never seen.
+  track_close(ours_);
+  track_close(copy);
+  std::string value = std::to_string(ours_) + ":" + std::to_string(mfd) + ":0," + std::to_string(copy) + ":" +
+                      std::to_string(mfd) + ":0";
+  setenv(kExecPrefixVariable, value.c_str(), 1);
+  adopt_exec_prefixes();
+  EXPECT_EQ(std::getenv(kExecPrefixVariable), nullptr);  // a later exec starts afresh
+  EXPECT_EQ(fcntl(mfd, F_GETFD), -1);                    // read and closed
+  ASSERT_NE(fd_table().find(ours_), nullptr);
+  EXPECT_EQ(fd_table().find(copy), fd_table().find(ours_));  // dup'd: one socket, one prefix
+  ASSERT_EQ(write(peer_, "!", 1), 1);
+  std::string buf(7, '\0');
+  ASSERT_EQ(recv(copy, buf.data(), 3, 0), 3);
+  ASSERT_EQ(recv(ours_, buf.data() + 3, 4, MSG_WAITALL), 4);
+  EXPECT_EQ(buf, "handed!");
+  close(copy);
+}
+
+}  // namespace
+}  // namespace tcp2rdma::preload
