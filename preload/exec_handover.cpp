@@ -78,13 +78,13 @@ bool preloads_this_module(char* const* envp) noexcept {
 }
 
 // The prefix's bytes in a new memfd that exec keeps open, or -1.
-int prefix_in_memfd(TrackedSocket* socket) noexcept {
+int prefix_in_memfd(const TrackedSocket* socket) noexcept {
   int mfd = static_cast<int>(memfd_create("tcp2rdma-prefix", 0));
   if (mfd < 0) return -1;
   std::vector<uint8_t> bytes(socket->prefix.size());
   iovec whole{bytes.data(), bytes.size()};
   bool at_end = false;
-  socket->prefix.take(&whole, 1, /*peek=*/true, &at_end);
+  const_cast<TcpPrefix&>(socket->prefix).take(&whole, 1, /*peek=*/true, &at_end);
   for (size_t done = 0; done < bytes.size();) {
     ssize_t n = real().write(mfd, bytes.data() + done, bytes.size() - done);
     if (n <= 0) {
@@ -96,43 +96,50 @@ int prefix_in_memfd(TrackedSocket* socket) noexcept {
   return mfd;
 }
 
-}  // namespace
-
-ExecHandover::ExecHandover(char* const* envp) noexcept : original_(envp) {
-  int saved_errno = errno;
-  // Connections whose handover is still on TCP stay there, and the new program can use them.
-  settle_all_sessions();
+// Every descriptor that exec keeps, of a socket with a prefix: handed on, or reset.
+void hand_on_prefixes(PrefixHandOn* prefixes) noexcept {
   int end = fd_table().high_water();
-  settle_streams(end);
-  hand_on_prefixes(preloads_this_module(envp));
-  errno = saved_errno;
-}
-
-void ExecHandover::hand_on_prefixes(bool module_follows) {
-  int end = fd_table().high_water();
-  std::vector<std::pair<const TrackedSocket*, int>> written;  // one memfd per socket, dup'd or not
   for (int fd = 0; fd < end; ++fd) {
     TrackedSocket* socket = fd_table().find(fd);
     if (socket == nullptr || !socket->prefix.present()) continue;
     int flags = real().fcntl(fd, F_GETFD);
     if (flags < 0 || (flags & FD_CLOEXEC) != 0) continue;
-    int mfd = -1;
-    for (const auto& [s, m] : written) mfd = s == socket ? m : mfd;
-    if (mfd < 0 && module_follows && (mfd = prefix_in_memfd(socket)) >= 0) {
-      written.emplace_back(socket, mfd);
-      memfds_.push_back(mfd);
-    }
-    if (mfd < 0) {
+    if (!prefixes->add(socket, fd)) {
       log_line("fd %d: reset at exec: %zu bytes of the peer's could not go with it", fd, socket->prefix.size());
       reset_and_disown(socket, fd, end);
-      continue;
     }
-    char entry[48];
-    std::snprintf(entry, sizeof entry, "%s%d:%d:%d", variable_.empty() ? "" : ",", fd, mfd,
-                  socket->prefix.then_end() ? 1 : 0);
-    variable_ += entry;
   }
-  if (variable_.empty()) return;
+}
+
+}  // namespace
+
+PrefixHandOn::PrefixHandOn(char* const* envp) noexcept
+    : original_(envp), module_follows_(preloads_this_module(envp)) {}
+
+PrefixHandOn::~PrefixHandOn() {
+  int saved_errno = errno;
+  for (const auto& entry : memfds_) real().close(entry.second);
+  errno = saved_errno;
+}
+
+bool PrefixHandOn::add(const TrackedSocket* socket, int target) noexcept {
+  if (!module_follows_) return false;
+  int mfd = -1;
+  for (const auto& [s, m] : memfds_) mfd = s == socket ? m : mfd;
+  if (mfd < 0) {
+    if ((mfd = prefix_in_memfd(socket)) < 0) return false;
+    memfds_.emplace_back(socket, mfd);
+  }
+  char entry[48];
+  std::snprintf(entry, sizeof entry, "%s%d:%d:%d", variable_.empty() ? "" : ",", target, mfd,
+                socket->prefix.then_end() ? 1 : 0);
+  variable_ += entry;
+  return true;
+}
+
+char* const* PrefixHandOn::envp() noexcept {
+  if (variable_.empty()) return original_;
+  if (!envp_.empty()) return envp_.data();
   variable_ = std::string(kExecPrefixVariable) + "=" + variable_;
   const size_t name_len = std::strlen(kExecPrefixVariable);
   for (char* const* e = original_; e != nullptr && *e != nullptr; ++e) {
@@ -141,11 +148,15 @@ void ExecHandover::hand_on_prefixes(bool module_follows) {
   }
   envp_.push_back(variable_.data());
   envp_.push_back(nullptr);
+  return envp_.data();
 }
 
-ExecHandover::~ExecHandover() {
+ExecHandover::ExecHandover(char* const* envp) noexcept : prefixes_(envp) {
   int saved_errno = errno;
-  for (int mfd : memfds_) real().close(mfd);
+  // Connections whose handover is still on TCP stay there, and the new program can use them.
+  settle_all_sessions();
+  settle_streams(fd_table().high_water());
+  hand_on_prefixes(&prefixes_);
   errno = saved_errno;
 }
 

@@ -20,23 +20,44 @@ namespace tcp2rdma::preload {
 
 inline constexpr char kExecPrefixVariable[] = "TCP2RDMA_TCP_PREFIX";
 
+class TrackedSocket;
+
+// The prefixes a new program is to get, each in a memfd (one per socket) that it inherits, named in
+// the environment it is given. Used by exec and by posix_spawn (spawn_guard.h).
+class PrefixHandOn {
+ public:
+  // envp: the environment the caller gives the new program.
+  explicit PrefixHandOn(char* const* envp) noexcept;
+  ~PrefixHandOn();  // the memfds go (the new program has its own descriptors of them)
+  PrefixHandOn(const PrefixHandOn&) = delete;
+  PrefixHandOn& operator=(const PrefixHandOn&) = delete;
+
+  // The new program's descriptor `target` will name `socket`, which has a prefix. False when the
+  // prefix cannot go along (the new environment does not preload the module, or no memfd).
+  bool add(const TrackedSocket* socket, int target) noexcept;
+  // The environment to start the new program with: the caller's, plus the variable if anything was added.
+  char* const* envp() noexcept;
+
+ private:
+  char* const* original_;
+  bool module_follows_;
+  std::vector<std::pair<const TrackedSocket*, int>> memfds_;  // one per socket, dup'd or not
+  std::string variable_;
+  std::vector<char*> envp_;
+};
+
 class ExecHandover {
  public:
   // envp: the environment the caller gives the new program.
   explicit ExecHandover(char* const* envp) noexcept;
-  ~ExecHandover();  // reached only when exec failed: the memfds go
   ExecHandover(const ExecHandover&) = delete;
   ExecHandover& operator=(const ExecHandover&) = delete;
 
   // The environment to exec with: the caller's, plus the prefixes' variable when there are any.
-  char* const* envp() const noexcept { return envp_.empty() ? original_ : envp_.data(); }
+  char* const* envp() noexcept { return prefixes_.envp(); }
 
  private:
-  void hand_on_prefixes(bool module_follows);
-  char* const* original_;
-  std::vector<int> memfds_;
-  std::string variable_;
-  std::vector<char*> envp_;
+  PrefixHandOn prefixes_;
 };
 
 // At load: the prefixes an exec'ing process handed on (TCP2RDMA_TCP_PREFIX) become the prefixes of

@@ -90,29 +90,6 @@ void end_stream(transport::RdmaStream* s, int linger_seconds) noexcept {
   }
 }
 
-SpawnGuard::SpawnGuard() {
-  int saved_errno = errno;
-  settle_all_sessions();
-  int end = fd_table().high_water();
-  for (int fd = 0; fd < end; ++fd) {
-    TrackedSocket* socket = fd_table().find(fd);
-    if (socket == nullptr || socket->stream() == nullptr) continue;
-    int flags = real().fcntl(fd, F_GETFD);
-    if (flags < 0 || (flags & FD_CLOEXEC) != 0) continue;
-    if (real().fcntl(fd, F_SETFD, flags | FD_CLOEXEC) == 0) marked_.push_back(fd);
-  }
-  errno = saved_errno;
-}
-
-SpawnGuard::~SpawnGuard() {
-  int saved_errno = errno;
-  for (int fd : marked_) {
-    int flags = real().fcntl(fd, F_GETFD);
-    if (flags >= 0) real().fcntl(fd, F_SETFD, flags & ~FD_CLOEXEC);
-  }
-  errno = saved_errno;
-}
-
 void close_streams_at_exit() noexcept {
   // Handovers still on TCP stay there: their thread will not outlive the process.
   settle_all_sessions();

@@ -165,24 +165,6 @@ void replace_with_unconnected_socket(int fd, int domain) noexcept;
 // stream's timeout.) A stream that moved back to TCP only goes away.
 void end_stream(transport::RdmaStream* s, int linger_seconds) noexcept;
 
-// Around posix_spawn, system() and popen(): the new program inherits every descriptor without
-// FD_CLOEXEC, but a stream lives in this process's memory and cannot go along; given the idle TCP
-// socket underneath, the program would read nothing and its writes would never arrive. So for the
-// duration of the call each descriptor of an upgraded connection that lacks FD_CLOEXEC gets it (the
-// new program does not have it at all: EBADF, loud), and gets it back afterwards; this process's
-// connection goes on unaffected. Handovers still on TCP are settled first (they stay TCP, and the
-// new program may use them), as at fork.
-class SpawnGuard {
- public:
-  SpawnGuard();
-  ~SpawnGuard();
-  SpawnGuard(const SpawnGuard&) = delete;
-  SpawnGuard& operator=(const SpawnGuard&) = delete;
-
- private:
-  std::vector<int> marked_;  // the descriptors given FD_CLOEXEC here
-};
-
 // At exit: closes in order every stream this process made that is still open, as the kernel delivers
 // a socket's unsent bytes after its process exited.
 void close_streams_at_exit() noexcept;

@@ -13,6 +13,7 @@
 #include "move_back.h"
 #include "prefork_listeners.h"
 #include "handover_session.h"
+#include "spawn_guard.h"
 #include "tracked_socket.h"
 
 using tcp2rdma::preload::real;
@@ -93,14 +94,33 @@ T2R_INTERPOSE int fexecve(int fd, char* const argv[], char* const envp[]) {
 // posix_spawn and the calls built on it inside glibc: the new program gets no stream (SpawnGuard).
 T2R_INTERPOSE int posix_spawn(pid_t* pid, const char* path, const posix_spawn_file_actions_t* actions,
                               const posix_spawnattr_t* attr, char* const argv[], char* const envp[]) {
-  tcp2rdma::preload::SpawnGuard guard;
-  return real().posix_spawn(pid, path, actions, attr, argv, envp);
+  tcp2rdma::preload::SpawnGuard guard(actions, envp);
+  if (guard.error() != 0) return guard.error();
+  return real().posix_spawn(pid, path, actions, attr, argv, guard.envp());
 }
 
 T2R_INTERPOSE int posix_spawnp(pid_t* pid, const char* file, const posix_spawn_file_actions_t* actions,
                                const posix_spawnattr_t* attr, char* const argv[], char* const envp[]) {
-  tcp2rdma::preload::SpawnGuard guard;
-  return real().posix_spawnp(pid, file, actions, attr, argv, envp);
+  tcp2rdma::preload::SpawnGuard guard(actions, envp);
+  if (guard.error() != 0) return guard.error();
+  return real().posix_spawnp(pid, file, actions, attr, argv, guard.envp());
+}
+
+// Which descriptors a spawn hands on under which number, for SpawnGuard.
+T2R_INTERPOSE int posix_spawn_file_actions_init(posix_spawn_file_actions_t* actions) {
+  tcp2rdma::preload::forget_spawn_actions(actions);  // the memory of an object never destroyed, reused
+  return real().posix_spawn_file_actions_init(actions);
+}
+
+T2R_INTERPOSE int posix_spawn_file_actions_adddup2(posix_spawn_file_actions_t* actions, int fd, int newfd) {
+  int rc = real().posix_spawn_file_actions_adddup2(actions, fd, newfd);
+  if (rc == 0) tcp2rdma::preload::note_spawn_dup2(actions, fd, newfd);
+  return rc;
+}
+
+T2R_INTERPOSE int posix_spawn_file_actions_destroy(posix_spawn_file_actions_t* actions) {
+  tcp2rdma::preload::forget_spawn_actions(actions);
+  return real().posix_spawn_file_actions_destroy(actions);
 }
 
 T2R_INTERPOSE int system(const char* command) {

@@ -1,13 +1,17 @@
-// accept_fork_echo PORT fork|exec [PAUSE_MS]: the shape of an accept-then-fork server (socat's fork,
-// inetd). It accepts one connection and forks (at once, or after PAUSE_MS); the parent keeps its copy
-// open until the child is done. The child serves the connection it inherited:
-//   fork  echoes until the client half-closes, then closes;
-//   exec  makes the connection its standard input and output and runs cat, which echoes (inetd).
+// accept_fork_echo PORT fork|exec|spawn [PAUSE_MS]: the shape of an accept-then-fork server (socat's
+// fork, inetd). It accepts one connection and forks (at once, or after PAUSE_MS); the parent keeps
+// its copy open until the child is done. The child serves the connection it inherited:
+//   fork   echoes until the client half-closes, then closes;
+//   exec   makes the connection its standard input and output and runs cat, which echoes (inetd);
+//   spawn  the same cat, started with posix_spawnp and file actions that dup2 the connection onto
+//          its standard input and output (no fork of ours: the file actions hand the socket on);
+//          the parent closes its copy at once.
 // Under `upgrade: background` with no pause, the fork comes before the connection could switch: it
 // stays TCP. Under `upgrade: before-return` it is on RDMA when accept() returns, and the fork moves
 // it back to TCP (docs/architecture.md, "Back to TCP"); with a pause, the client's first bytes have
 // arrived on the stream unread by then and must reach the child (and cat, through exec) first.
 // The client checks the echoed bytes.
+#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,6 +21,8 @@
 #include <cstring>
 
 #include "test_sockets.h"
+
+extern char** environ;
 
 namespace {
 
@@ -34,11 +40,33 @@ int serve(int fd, bool exec_cat) {
   return 1;
 }
 
+// posix_spawnp("cat") with fd as its standard input and output; cat's exit status.
+int spawn_cat(int fd) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fd, 0);
+  posix_spawn_file_actions_adddup2(&actions, fd, 1);
+  char cat[] = "cat";
+  char* argv[] = {cat, nullptr};
+  pid_t pid = 0;
+  int rc = posix_spawnp(&pid, "cat", &actions, nullptr, argv, environ);
+  posix_spawn_file_actions_destroy(&actions);
+  close(fd);
+  if (rc != 0) {
+    std::fprintf(stderr, "accept_fork_echo: posix_spawnp: %s\n", std::strerror(rc));
+    return 1;
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 3 || argc > 4 || (std::strcmp(argv[2], "fork") != 0 && std::strcmp(argv[2], "exec") != 0)) {
-    std::fprintf(stderr, "usage: accept_fork_echo PORT fork|exec [PAUSE_MS]\n");
+  if (argc < 3 || argc > 4 ||
+      (std::strcmp(argv[2], "fork") != 0 && std::strcmp(argv[2], "exec") != 0 && std::strcmp(argv[2], "spawn") != 0)) {
+    std::fprintf(stderr, "usage: accept_fork_echo PORT fork|exec|spawn [PAUSE_MS]\n");
     return 2;
   }
   int listener = tcp2rdma::test::listen_on(argv[1]);
@@ -50,6 +78,7 @@ int main(int argc, char** argv) {
   int fd = accept(listener, nullptr, nullptr);
   if (fd < 0) return 1;
   if (argc == 4) usleep(static_cast<useconds_t>(std::atoi(argv[3])) * 1000);
+  if (std::strcmp(argv[2], "spawn") == 0) return spawn_cat(fd);
   pid_t child = fork();
   if (child == 0) {
     close(listener);
