@@ -3,7 +3,7 @@
 # redis-benchmark under the shim, rules in TCP2RDMA_RULES). A 1 MB value set with redis-cli must come
 # back byte for byte with GET, and redis-benchmark (hiredis: non-blocking connects, its own event
 # loop) must finish its SET and GET runs; every connection must have been upgraded, and RDMA packets
-# must have moved (app-run.sh checks both for each command).
+# must have moved (app-run.sh checks both for each command). Then BGSAVE makes redis fork.
 set -eu
 here=$(dirname "$0")
 log="$T2R_WORK/shim-$T2R_HOST.log"
@@ -19,3 +19,11 @@ T2R_EXPECT_OUTPUT='GET: [0-9.]+ requests per second' \
   sh "$here/app-run.sh" 9 1000 redis-benchmark -h "$1" -p "$2" -c 4 -n 2000 -t set,get -q
 # Each connection is decided and upgraded once: hiredis's second connect() must not start another.
 if grep 'stays tcp' "$log"; then echo "redis-client: a connection logged 'stays tcp'"; exit 1; fi
+# BGSAVE: redis forks while this connection is on RDMA (the rules leave on_fork at tcp): the
+# connection goes back to TCP first (docs/architecture.md, "Back to TCP"), and the reply, which redis
+# writes after its fork, comes over TCP. The value is then still there, byte for byte.
+T2R_EXPECT_OUTPUT='^Background saving started$' sh "$here/app-run.sh" 1 1 redis-cli -h "$1" -p "$2" BGSAVE
+grep -q 'back on tcp (the peer moved)' "$log" || { echo "redis-client: BGSAVE's connection did not move back"; exit 1; }
+env LD_PRELOAD="$T2R_SHIM" TCP2RDMA_LOG="$log" redis-cli -h "$1" -p "$2" --raw GET big | head -c -1 > /tmp/got
+cmp /tmp/value /tmp/got
+echo "redis-client: after BGSAVE the value came back intact"
