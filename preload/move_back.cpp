@@ -3,6 +3,7 @@
 #include <sched.h>
 #include <sys/socket.h>
 
+#include <chrono>
 #include <vector>
 
 #include "epoll_sets.h"
@@ -35,14 +36,16 @@ bool move_back(TrackedSocket* socket, transport::RdmaStream* stream, int fd, con
   socket->moving_back.store(true, std::memory_order_release);
   std::vector<uint8_t> unread;
   bool peer_ended = false;
+  auto started = std::chrono::steady_clock::now();
   transport::Status s = stream->move_to_tcp(&unread, &peer_ended);
   if (s == transport::Status::kOk) {
     // The prefix before the mark: a call that sees the socket back on TCP must find it.
     size_t n = unread.size();
     socket->prefix.set(std::move(unread), peer_ended);
     complete_move_back(socket, fd);
-    log_line("%s: back on tcp before %s (%zu bytes of the peer's kept to read first%s)", label_of(socket), why, n,
-             peer_ended ? ", then its end" : "");
+    auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - started);
+    log_line("%s: back on tcp before %s (%zu bytes of the peer's kept to read first%s; %lld us)", label_of(socket),
+             why, n, peer_ended ? ", then its end" : "", static_cast<long long>(us.count()));
   } else {
     log_line("%s: stays on rdma at %s: the peer did not answer the move to tcp (%s)", label_of(socket), why,
              transport::to_string(s));
