@@ -38,10 +38,15 @@ bool move_back(TrackedSocket* socket, transport::RdmaStream* stream, int fd, con
   bool peer_ended = false;
   auto started = std::chrono::steady_clock::now();
   transport::Status s = stream->move_to_tcp(&unread, &peer_ended);
-  if (s == transport::Status::kOk) {
-    // The prefix before the mark: a call that sees the socket back on TCP must find it.
+  if (s == transport::Status::kOk && !socket->prefix.set(unread, peer_ended)) {
+    // No memory for the prefix: the bytes go back into the stream, which serves them before telling
+    // the readers to go on on TCP; the connection stays this process's (a child's copy fails).
+    log_line("%s: stays on rdma at %s: no memory for the %zu bytes to keep", label_of(socket), why, unread.size());
+    stream->set_unread_prefix(std::move(unread));
+    s = transport::Status::kResources;
+  } else if (s == transport::Status::kOk) {
+    // The prefix is set before the mark: a call that sees the socket back on TCP must find it.
     size_t n = unread.size();
-    socket->prefix.set(std::move(unread), peer_ended);
     complete_move_back(socket, fd);
     auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - started);
     log_line("%s: back on tcp before %s (%zu bytes of the peer's kept to read first%s; %lld us)", label_of(socket),

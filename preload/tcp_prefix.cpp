@@ -1,43 +1,101 @@
 #include "tcp_prefix.h"
 
+#include <pthread.h>
+#include <sys/mman.h>
+
+#include <cerrno>
 #include <cstring>
 
 namespace tcp2rdma::preload {
 
-void TcpPrefix::set(std::vector<uint8_t> bytes, bool then_end) {
-  std::lock_guard lock(mu_);
-  bytes_ = std::move(bytes);
-  pos_ = 0;
-  then_end_ = then_end;
-  present_.store(then_end_ || !bytes_.empty(), std::memory_order_release);
+// The mapping: this header, then the bytes (bytes()). Its members are touched only with `mutex`
+// held, except `present`, which says without the lock whether anything is left to report.
+struct TcpPrefix::Shared {
+  pthread_mutex_t mutex;  // process-shared, robust: a reader that died holding it does not stop the others
+  std::atomic<bool> present;
+  bool then_end;
+  size_t size;
+  size_t pos;
+  uint8_t* bytes() { return reinterpret_cast<uint8_t*>(this + 1); }
+};
+
+namespace {
+
+class Locked {
+ public:
+  explicit Locked(pthread_mutex_t* m) : m_(m) {
+    if (pthread_mutex_lock(m_) == EOWNERDEAD) pthread_mutex_consistent(m_);
+  }
+  ~Locked() { pthread_mutex_unlock(m_); }
+  Locked(const Locked&) = delete;
+  Locked& operator=(const Locked&) = delete;
+
+ private:
+  pthread_mutex_t* m_;
+};
+
+}  // namespace
+
+TcpPrefix::~TcpPrefix() {
+  if (Shared* s = shared_.load(std::memory_order_acquire)) munmap(s, mapped_);
+}
+
+bool TcpPrefix::set(const std::vector<uint8_t>& bytes, bool then_end) {
+  if (shared_.load(std::memory_order_acquire) != nullptr) return false;
+  size_t length = sizeof(Shared) + bytes.size();
+  void* memory = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (memory == MAP_FAILED) return false;
+  auto* s = static_cast<Shared*>(memory);
+  pthread_mutexattr_t attr;
+  pthread_mutexattr_init(&attr);
+  pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+  pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+  pthread_mutex_init(&s->mutex, &attr);
+  pthread_mutexattr_destroy(&attr);
+  s->then_end = then_end;
+  s->size = bytes.size();
+  s->pos = 0;
+  if (!bytes.empty()) std::memcpy(s->bytes(), bytes.data(), bytes.size());
+  s->present.store(then_end || !bytes.empty(), std::memory_order_release);
+  mapped_ = length;
+  shared_.store(s, std::memory_order_release);
+  return true;
+}
+
+bool TcpPrefix::present() const noexcept {
+  Shared* s = shared_.load(std::memory_order_acquire);
+  return s != nullptr && s->present.load(std::memory_order_acquire);
 }
 
 size_t TcpPrefix::take(const iovec* iov, int iovcnt, bool peek, bool* at_end) {
-  std::lock_guard lock(mu_);
+  *at_end = false;
+  Shared* s = shared_.load(std::memory_order_acquire);
+  if (s == nullptr) return 0;
+  Locked lock(&s->mutex);
   size_t copied = 0;
-  for (int i = 0; i < iovcnt && pos_ + copied < bytes_.size(); ++i) {
-    size_t n = std::min(iov[i].iov_len, bytes_.size() - pos_ - copied);
-    std::memcpy(iov[i].iov_base, bytes_.data() + pos_ + copied, n);
+  for (int i = 0; i < iovcnt && s->pos + copied < s->size; ++i) {
+    size_t n = std::min(iov[i].iov_len, s->size - s->pos - copied);
+    std::memcpy(iov[i].iov_base, s->bytes() + s->pos + copied, n);
     copied += n;
   }
-  if (!peek) pos_ += copied;
-  if (pos_ == bytes_.size()) {
-    std::vector<uint8_t>().swap(bytes_);
-    pos_ = 0;
-    present_.store(then_end_, std::memory_order_release);
+  if (!peek) s->pos += copied;
+  if (s->pos == s->size) {
+    s->present.store(s->then_end, std::memory_order_release);
+    *at_end = s->then_end;
   }
-  *at_end = bytes_.empty() && then_end_;
   return copied;
 }
 
-bool TcpPrefix::then_end() const {
-  std::lock_guard lock(mu_);
-  return then_end_;
+size_t TcpPrefix::size() const {
+  Shared* s = shared_.load(std::memory_order_acquire);
+  if (s == nullptr) return 0;
+  Locked lock(&s->mutex);
+  return s->size - s->pos;
 }
 
-size_t TcpPrefix::size() const {
-  std::lock_guard lock(mu_);
-  return bytes_.size() - pos_;
+bool TcpPrefix::then_end() const {
+  Shared* s = shared_.load(std::memory_order_acquire);
+  return s != nullptr && s->then_end;  // set once, before the mapping is published
 }
 
 }  // namespace tcp2rdma::preload

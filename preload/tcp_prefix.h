@@ -1,6 +1,8 @@
 // The bytes a connection that moved back from RDMA to TCP still owes its application before the
 // kernel's: what the peer had sent on the stream and this side had not read when it moved
-// (docs/architecture.md, "Back to TCP"). Plain process memory: a forked child gets a copy.
+// (docs/architecture.md, "Back to TCP"). They live in a shared mapping with a process-shared lock,
+// so that a forked child and its parent consume them as they would a socket's queue: each byte goes
+// to one reader, whichever process reads first.
 #pragma once
 
 #include <sys/uio.h>
@@ -8,18 +10,24 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <mutex>
 #include <vector>
 
 namespace tcp2rdma::preload {
 
 class TcpPrefix {
  public:
-  // `then_end`: the peer's sending side had ended on the stream: after the bytes, reads find the end
-  // of the stream, whatever the kernel socket holds.
-  void set(std::vector<uint8_t> bytes, bool then_end);
-  // Something to report before the kernel: bytes, or the end after them. One load, for every call.
-  bool present() const noexcept { return present_.load(std::memory_order_acquire); }
+  TcpPrefix() = default;
+  ~TcpPrefix();  // this process's mapping goes; the bytes live on in other processes that share it
+  TcpPrefix(const TcpPrefix&) = delete;
+  TcpPrefix& operator=(const TcpPrefix&) = delete;
+
+  // Called once per socket. `then_end`: the peer's sending side had ended on the stream: after the
+  // bytes, reads find the end of the stream, whatever the kernel socket holds. False when no memory
+  // could be mapped for the bytes (the caller must not go on as if they were there).
+  bool set(const std::vector<uint8_t>& bytes, bool then_end);
+  // Something to report before the kernel: bytes, or the end after them. One load when there is no
+  // prefix (every socket that never moved back), two otherwise.
+  bool present() const noexcept;
   // Copies the next bytes into iov (and consumes them unless `peek`); *at_end: none are left and the
   // end follows.
   size_t take(const iovec* iov, int iovcnt, bool peek, bool* at_end);
@@ -27,11 +35,9 @@ class TcpPrefix {
   bool then_end() const;
 
  private:
-  mutable std::mutex mu_;
-  std::vector<uint8_t> bytes_;
-  size_t pos_ = 0;
-  bool then_end_ = false;
-  std::atomic<bool> present_{false};
+  struct Shared;
+  std::atomic<Shared*> shared_{nullptr};
+  size_t mapped_ = 0;
 };
 
 }  // namespace tcp2rdma::preload

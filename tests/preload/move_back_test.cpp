@@ -1,6 +1,7 @@
 // A connection back on TCP with a prefix (move_back.h), on loopback TCP on the host: the prefix is
 // what the peer had sent on the stream and this side had not read; every way of reading and of asking
-// for readiness must give it before the kernel's bytes, and exec's hand-on must restore it. The
+// for readiness must give it before the kernel's bytes, a forked child must share it with its parent,
+// and exec's hand-on must restore it. The
 // wrappers are linked into this program, so its calls go through them as an application's would.
 #include <netinet/in.h>
 #include <fcntl.h>
@@ -9,6 +10,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -123,6 +125,20 @@ TEST_F(MoveBack, AnEndAfterThePrefixIsAnEndWhateverTheKernelHolds) {
   EXPECT_EQ(read(ours_, &c, 1), 0);  // repeatably
   pollfd p{ours_, POLLIN, 0};
   EXPECT_EQ(poll(&p, 1, 0), 1);
+}
+
+TEST_F(MoveBack, AForkedChildAndItsParentShareThePrefixAsTheyShareTheSocket) {
+  set_prefix("0123456789", false);
+  pid_t child = fork();
+  if (child == 0) {
+    char buf[4];
+    _exit(recv(ours_, buf, 4, 0) == 4 && std::string(buf, 4) == "0123" ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  // Each byte went to one reader, as the kernel gives each byte of a socket's queue to one.
+  EXPECT_EQ(receive(10, 0), "456789");
 }
 
 TEST_F(MoveBack, ExecsHandOnIsAdoptedOncePerSocketForEveryDescriptor) {
