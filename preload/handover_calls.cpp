@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "handover_session.h"
+#include "iovecs.h"
 #include "signal_restart.h"
 #include "real_calls.h"
 #include "stream_calls.h"
@@ -32,29 +33,13 @@ class Remaining {
   Remaining(const iovec* iov, int iovcnt) : iov_(iov), iovcnt_(iovcnt) {}
   const iovec* iov() const { return rest_.empty() ? iov_ : rest_.data(); }
   int iovcnt() const { return rest_.empty() ? iovcnt_ : static_cast<int>(rest_.size()); }
-  void skip(size_t done) {
-    rest_.clear();
-    for (int i = 0; i < iovcnt_; ++i) {
-      if (done >= iov_[i].iov_len) {
-        done -= iov_[i].iov_len;
-        continue;
-      }
-      rest_.push_back({static_cast<char*>(iov_[i].iov_base) + done, iov_[i].iov_len - done});
-      done = 0;
-    }
-  }
+  void skip(size_t done) { rest_ = iov_after(iov_, iovcnt_, done); }
 
  private:
   const iovec* iov_;
   int iovcnt_;
   std::vector<iovec> rest_;
 };
-
-size_t total(const iovec* iov, int iovcnt) {
-  size_t n = 0;
-  for (int i = 0; i < iovcnt; ++i) n += iov[i].iov_len;
-  return n;
-}
 
 // Sleeps until the socket may be ready for `events` or the connection moves. False when a signal
 // handler ran meanwhile and the call is to fail with EINTR (signal_restart.h).
@@ -91,7 +76,7 @@ ssize_t continue_elsewhere(int fd, const iovec* iov, int iovcnt, int msg_flags, 
 }  // namespace
 
 ssize_t session_recv(HandoverSession* session, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept {
-  const size_t want = total(iov, iovcnt);
+  const size_t want = iov_total(iov, iovcnt);
   const bool peek = msg_flags & MSG_PEEK;
   // MSG_WAITALL must not wait on TCP for bytes that will come over RDMA: this loop waits instead.
   const bool wait_all = (msg_flags & MSG_WAITALL) && !peek;
@@ -124,7 +109,7 @@ ssize_t session_recv(HandoverSession* session, int fd, const iovec* iov, int iov
 }
 
 ssize_t session_send(HandoverSession* session, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept {
-  const size_t want = total(iov, iovcnt);
+  const size_t want = iov_total(iov, iovcnt);
   const int kernel_flags = msg_flags | MSG_DONTWAIT;
   size_t done = 0;
   Remaining rest(iov, iovcnt);

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <new>
 
+#include "robust_mutex.h"
+
 namespace tcp2rdma::preload {
 
 bool process_alive(pid_t pid) noexcept {
@@ -28,33 +30,16 @@ bool process_alive(pid_t pid) noexcept {
   return end_of_name == nullptr || end_of_name[1] != ' ' || (end_of_name[2] != 'Z' && end_of_name[2] != 'X');
 }
 
-// Holds the directory's mutex. A process that died holding it left the table as it was between two
-// stores of one small update: every reader copes with that (an entry is whole once its pid is set),
-// so the lock is simply made consistent again.
-class ListenerDirectory::Locked {
- public:
-  explicit Locked(pthread_mutex_t* m) noexcept : m_(m) {
-    if (pthread_mutex_lock(m_) == EOWNERDEAD) pthread_mutex_consistent(m_);
-  }
-  ~Locked() { pthread_mutex_unlock(m_); }
-  Locked(const Locked&) = delete;
-  Locked& operator=(const Locked&) = delete;
-
- private:
-  pthread_mutex_t* m_;
-};
+// The directory's mutex is robust (robust_mutex.h): a process that died holding it left the table as
+// it was between two stores of one small update, and every reader copes with that (an entry is whole
+// once its pid is set).
+using Locked = RobustLock;
 
 ListenerDirectory* ListenerDirectory::create() noexcept {
   void* p = ::mmap(nullptr, sizeof(ListenerDirectory), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return nullptr;
   auto* d = static_cast<ListenerDirectory*>(p);  // the mapping is zeroed: no holder, every entry free
-  pthread_mutexattr_t attr;
-  pthread_mutexattr_init(&attr);
-  pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
-  pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
-  int rc = pthread_mutex_init(&d->mutex_, &attr);
-  pthread_mutexattr_destroy(&attr);
-  if (rc != 0) {
+  if (init_robust_mutex(&d->mutex_) != 0) {
     ::munmap(p, sizeof(ListenerDirectory));
     return nullptr;
   }

@@ -46,8 +46,6 @@ class ListenerDirectory {
     uint16_t port;
     transport::TcpTuple tuple;
   };
-  class Locked;
-
   ListenerDirectory() = delete;
 
   pthread_mutex_t mutex_;  // process-shared and robust: a worker may die holding it

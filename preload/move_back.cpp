@@ -9,6 +9,7 @@
 #include "epoll_sets.h"
 #include "fd_table.h"
 #include "handover_session.h"
+#include "iovecs.h"
 #include "log.h"
 #include "rdma_stream.h"
 #include "real_calls.h"
@@ -21,12 +22,6 @@ namespace {
 const char* label_of(const TrackedSocket* socket) {
   HandoverSession* session = socket->session();
   return session != nullptr ? session->label() : "connection";
-}
-
-size_t total(const iovec* iov, int iovcnt) {
-  size_t n = 0;
-  for (int i = 0; i < iovcnt; ++i) n += iov[i].iov_len;
-  return n;
 }
 
 }  // namespace
@@ -95,18 +90,9 @@ ssize_t prefix_recv(TrackedSocket* socket, int fd, const iovec* iov, int iovcnt,
   size_t got = socket->prefix.take(iov, iovcnt, peek, &at_end);
   if (at_end) return static_cast<ssize_t>(got);  // the peer's end comes after its last bytes
   if (got == 0) return kernel_io(fd, iov, iovcnt, msg_flags, true);  // emptied by another call meanwhile
-  if (!(msg_flags & MSG_WAITALL) || peek || got == total(iov, iovcnt)) return static_cast<ssize_t>(got);
+  if (!(msg_flags & MSG_WAITALL) || peek || got == iov_total(iov, iovcnt)) return static_cast<ssize_t>(got);
   // MSG_WAITALL: the rest from the kernel, as one call would have waited for it.
-  std::vector<iovec> rest;
-  size_t skip = got;
-  for (int i = 0; i < iovcnt; ++i) {
-    if (skip >= iov[i].iov_len) {
-      skip -= iov[i].iov_len;
-      continue;
-    }
-    rest.push_back({static_cast<char*>(iov[i].iov_base) + skip, iov[i].iov_len - skip});
-    skip = 0;
-  }
+  std::vector<iovec> rest = iov_after(iov, iovcnt, got);
   ssize_t more = kernel_io(fd, rest.data(), static_cast<int>(rest.size()), msg_flags, true);
   return static_cast<ssize_t>(got) + (more > 0 ? more : 0);
 }

@@ -10,6 +10,7 @@
 #include "epoll_sets.h"
 #include "fd_table.h"
 #include "handover_session.h"
+#include "iovecs.h"
 #include "move_back.h"
 #include "rdma_stream.h"
 #include "real_calls.h"
@@ -120,30 +121,10 @@ bool finish_pending_upgrade(int fd, TrackedSocket* socket) noexcept {
 
 namespace {
 
-size_t total(const iovec* iov, int iovcnt) {
-  size_t n = 0;
-  for (int i = 0; i < iovcnt; ++i) n += iov[i].iov_len;
-  return n;
-}
-
-// The iovecs after the first `done` bytes.
-std::vector<iovec> after(const iovec* iov, int iovcnt, size_t done) {
-  std::vector<iovec> rest;
-  for (int i = 0; i < iovcnt; ++i) {
-    if (done >= iov[i].iov_len) {
-      done -= iov[i].iov_len;
-      continue;
-    }
-    rest.push_back({static_cast<char*>(iov[i].iov_base) + done, iov[i].iov_len - done});
-    done = 0;
-  }
-  return rest;
-}
-
 // A call that moved `done` bytes on the stream and goes on on TCP for the rest (move_back.h).
 ssize_t rest_on_tcp(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags, size_t done,
                     bool receiving) {
-  std::vector<iovec> rest = after(iov, iovcnt, done);
+  std::vector<iovec> rest = iov_after(iov, iovcnt, done);
   ssize_t more = tcp_after_move(ref, fd, rest.data(), static_cast<int>(rest.size()), msg_flags, receiving);
   if (more < 0) return done > 0 ? static_cast<ssize_t>(done) : -1;
   return static_cast<ssize_t>(done + static_cast<size_t>(more));
@@ -160,7 +141,7 @@ ssize_t recv_on_stream(const StreamRef& ref, int fd, const iovec* iov, int iovcn
   while (s == Status::kInterrupted && !interrupted_call_fails()) s = stream->read(iov, iovcnt, flags, &done);
   if (s == Status::kMovedToTcp) return tcp_after_move(ref, fd, iov, iovcnt, msg_flags, true);
   // MSG_WAITALL stopped at the peer's marker: the rest comes on TCP.
-  if (s == Status::kOk && (flags & transport::kWaitAll) && done > 0 && done < total(iov, iovcnt) &&
+  if (s == Status::kOk && (flags & transport::kWaitAll) && done > 0 && done < iov_total(iov, iovcnt) &&
       stream->reads_moved()) {
     return rest_on_tcp(ref, fd, iov, iovcnt, msg_flags, done, true);
   }
@@ -179,7 +160,7 @@ ssize_t send_on_stream(const StreamRef& ref, int fd, const iovec* iov, int iovcn
   while (s == Status::kInterrupted && !interrupted_call_fails()) s = stream->write(iov, iovcnt, flags, &done);
   if (s == Status::kMovedToTcp) return tcp_after_move(ref, fd, iov, iovcnt, msg_flags, false);
   // A blocking write cut short at our marker: the rest goes on TCP, right after it.
-  if (s == Status::kOk && flags == 0 && done < total(iov, iovcnt) && stream->writes_moved()) {
+  if (s == Status::kOk && flags == 0 && done < iov_total(iov, iovcnt) && stream->writes_moved()) {
     return rest_on_tcp(ref, fd, iov, iovcnt, msg_flags, done, false);
   }
   if (s == Status::kOk) return static_cast<ssize_t>(done);

@@ -6,6 +6,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "robust_mutex.h"
+
 namespace tcp2rdma::preload {
 
 // The mapping: this header, then the bytes (bytes()). Its members are touched only with `mutex`
@@ -19,23 +21,6 @@ struct TcpPrefix::Shared {
   uint8_t* bytes() { return reinterpret_cast<uint8_t*>(this + 1); }
 };
 
-namespace {
-
-class Locked {
- public:
-  explicit Locked(pthread_mutex_t* m) : m_(m) {
-    if (pthread_mutex_lock(m_) == EOWNERDEAD) pthread_mutex_consistent(m_);
-  }
-  ~Locked() { pthread_mutex_unlock(m_); }
-  Locked(const Locked&) = delete;
-  Locked& operator=(const Locked&) = delete;
-
- private:
-  pthread_mutex_t* m_;
-};
-
-}  // namespace
-
 TcpPrefix::~TcpPrefix() {
   if (Shared* s = shared_.load(std::memory_order_acquire)) munmap(s, mapped_);
 }
@@ -46,12 +31,10 @@ bool TcpPrefix::set(const std::vector<uint8_t>& bytes, bool then_end) {
   void* memory = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (memory == MAP_FAILED) return false;
   auto* s = static_cast<Shared*>(memory);
-  pthread_mutexattr_t attr;
-  pthread_mutexattr_init(&attr);
-  pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
-  pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
-  pthread_mutex_init(&s->mutex, &attr);
-  pthread_mutexattr_destroy(&attr);
+  if (init_robust_mutex(&s->mutex) != 0) {
+    munmap(memory, length);
+    return false;
+  }
   s->then_end = then_end;
   s->size = bytes.size();
   s->pos = 0;
@@ -71,7 +54,7 @@ size_t TcpPrefix::take(const iovec* iov, int iovcnt, bool peek, bool* at_end) {
   *at_end = false;
   Shared* s = shared_.load(std::memory_order_acquire);
   if (s == nullptr) return 0;
-  Locked lock(&s->mutex);
+  RobustLock lock(&s->mutex);
   size_t copied = 0;
   for (int i = 0; i < iovcnt && s->pos + copied < s->size; ++i) {
     size_t n = std::min(iov[i].iov_len, s->size - s->pos - copied);
@@ -89,7 +72,7 @@ size_t TcpPrefix::take(const iovec* iov, int iovcnt, bool peek, bool* at_end) {
 size_t TcpPrefix::size() const {
   Shared* s = shared_.load(std::memory_order_acquire);
   if (s == nullptr) return 0;
-  Locked lock(&s->mutex);
+  RobustLock lock(&s->mutex);
   return s->size - s->pos;
 }
 

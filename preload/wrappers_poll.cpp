@@ -60,9 +60,10 @@ int poll_streams_once(pollfd* fds, nfds_t nfds, const timespec* timeout, const s
       for (nfds_t i = 0; i < nfds; ++i) {
         if (!ours(i)) continue;
         if (streams[i].prefixed()) {
+          // Readable at once; asked for something else only, the socket itself is slept on.
           fds[i].revents = tcp2rdma::preload::prefixed_poll_events(fds[i].fd, fds[i].events);
           ready += fds[i].revents != 0;
-          shadow[i] = {-1, POLLIN, 0};
+          shadow[i] = {fds[i].revents != 0 ? -1 : fds[i].fd, fds[i].events, 0};
           continue;
         }
         bool gone = false;

@@ -309,7 +309,9 @@ Status RdmaStream::flush() {
 
 Status RdmaStream::close() {
   if (writes_moved()) {
-    // Both sides' bytes go on TCP, whose close is the kernel's: the stream only goes away.
+    // Our bytes go on TCP, whose close is the kernel's: the stream only goes away, once what it
+    // carried (our marker last) is in the peer's memory.
+    (void)flush();
     std::lock_guard lock(mu_);
     disconnected_ = true;
     rdma_disconnect(id_);

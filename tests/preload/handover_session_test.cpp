@@ -40,15 +40,7 @@ bool readable(int fd) {
 class HandoverSessionTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    int listener = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    ASSERT_TRUE(test::bind_loopback(listener, &addr));
-    ASSERT_EQ(listen(listener, 1), 0);
-    client_ = socket(AF_INET, SOCK_STREAM, 0);
-    ASSERT_EQ(connect(client_, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-    peer_ = accept(listener, nullptr, nullptr);
-    ASSERT_GE(peer_, 0);
-    close(listener);
+    ASSERT_TRUE(test::loopback_connection(&client_, &peer_));
     ASSERT_NE(fd_table().find(client_), nullptr);
     session_ = fd_table().find(client_)->start_session();
     ASSERT_NE(session_, nullptr);

@@ -30,15 +30,7 @@ namespace {
 class MoveBack : public ::testing::Test {
  protected:
   void SetUp() override {
-    int listener = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    ASSERT_TRUE(test::bind_loopback(listener, &addr));
-    ASSERT_EQ(listen(listener, 1), 0);
-    ours_ = socket(AF_INET, SOCK_STREAM, 0);
-    ASSERT_EQ(connect(ours_, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-    peer_ = accept(listener, nullptr, nullptr);
-    ASSERT_GE(peer_, 0);
-    close(listener);
+    ASSERT_TRUE(test::loopback_connection(&ours_, &peer_));
     ASSERT_NE(fd_table().find(ours_), nullptr);
   }
   void TearDown() override {

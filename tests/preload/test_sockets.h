@@ -30,6 +30,18 @@ inline bool bind_loopback(int fd, sockaddr_in* addr) {
          getsockname(fd, reinterpret_cast<sockaddr*>(addr), &len) == 0;
 }
 
+// A TCP connection on loopback: *client connected to *server (accepted); false on failure.
+inline bool loopback_connection(int* client, int* server) {
+  int listener = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  bool ok = bind_loopback(listener, &addr) && listen(listener, 1) == 0;
+  *client = socket(AF_INET, SOCK_STREAM, 0);
+  ok = ok && connect(*client, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  *server = ok ? accept(listener, nullptr, nullptr) : -1;
+  close(listener);
+  return ok && *server >= 0;
+}
+
 // A listening TCP socket on every address at `port` (SO_REUSEADDR), backlog 1; -1 on failure.
 inline int listen_on(const char* port) {
   int listener = socket(AF_INET, SOCK_STREAM, 0);
