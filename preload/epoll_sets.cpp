@@ -155,12 +155,21 @@ void move_back_locked(TrackedSocket* socket) {
 }
 
 // e's stream went back to TCP, as epoll_wait found: the socket is the kernel's again (complete_move_back
-// without taking our lock twice).
-void move_back_now_locked(Entry* e) {
+// without taking our lock twice). False when another thread of this process is moving it (a fork):
+// that thread sets the prefix, then moves the registrations itself, which needs our lock.
+bool move_back_now_locked(Entry* e) {
   TrackedSocket* socket = fd_table().find(e->fd);
-  if (socket == nullptr) return;
+  if (socket == nullptr) return true;
+  if (socket->moving_back.load(std::memory_order_acquire)) return false;
   settle_move_back(socket, e->fd);
   move_back_locked(socket);
+  return true;
+}
+
+// Whether descriptor fd's connection is being moved back by another thread.
+bool moving_back(int fd) {
+  TrackedSocket* socket = fd_table().find(fd);
+  return socket != nullptr && socket->moving_back.load(std::memory_order_acquire);
 }
 
 // The prefixed registrations of epfd whose prefix is there: reported into events[n...], up to
@@ -260,9 +269,14 @@ bool epoll_wait_upgraded(int epfd, epoll_event* events, int maxevents, int timeo
   }
   const int saved_errno = errno;
   auto deadline = timeout_ms < 0 ? Clock::time_point::max() : Clock::now() + std::chrono::milliseconds(timeout_ms);
+  // A connection that another thread is moving back to TCP (a fork): its registrations are moved
+  // when that thread is done, and the prefix it keeps is no kernel event, so we look every
+  // millisecond until then.
+  int awaited_fd = -1;
   for (;;) {
     std::lock_guard lock(g_mutex);  // entries may not go away while we look at them
     take_mine();
+    if (awaited_fd >= 0 && !moving_back(awaited_fd)) awaited_fd = -1;
     int n = 0;
     reported.clear();
     // Level-triggered entries are reported while their stream is ready, fired or not: the readiness
@@ -274,7 +288,7 @@ bool epoll_wait_upgraded(int epfd, epoll_event* events, int maxevents, int timeo
       bool gone = false;
       uint32_t ev = ready_events(*e, &gone);
       if (gone) {
-        move_back_now_locked(e);
+        if (!move_back_now_locked(e)) awaited_fd = e->fd;
         moved = true;
         continue;
       }
@@ -292,6 +306,7 @@ bool epoll_wait_upgraded(int epfd, epoll_event* events, int maxevents, int timeo
                       ? -1
                       : static_cast<int>(std::max<int64_t>(
                             0, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count()));
+    if (awaited_fd >= 0 && wait_ms != 0) wait_ms = 1;
     int rc = 0;
     if (n < maxevents) {
       g_mutex.unlock();
@@ -330,7 +345,7 @@ bool epoll_wait_upgraded(int epfd, epoll_event* events, int maxevents, int timeo
       uint32_t ev = ready_events(*e, &gone);
       if (gone) {
         // Its registration is the socket's again: the next real wait reports what the socket has.
-        move_back_now_locked(e);
+        if (!move_back_now_locked(e)) awaited_fd = e->fd;
         take_mine();
         continue;
       }
@@ -340,7 +355,7 @@ bool epoll_wait_upgraded(int epfd, epoll_event* events, int maxevents, int timeo
         if (e->events & EPOLLONESHOT) e->disabled = true;
       }
     }
-    if (out > 0 || wait_ms == 0) {
+    if (out > 0 || (wait_ms == 0 && awaited_fd < 0) || (awaited_fd >= 0 && Clock::now() >= deadline)) {
       for (Entry* e : reported) keep_signalled(*e);
       *result = out;
       errno = saved_errno;  // success leaves errno alone, as the kernel's epoll_wait does

@@ -42,7 +42,7 @@ bool move_back(TrackedSocket* socket, transport::RdmaStream* stream, int fd, con
   } else if (s == transport::Status::kOk) {
     // The prefix is set before the mark: a call that sees the socket back on TCP must find it.
     size_t n = unread.size();
-    complete_move_back(socket, fd);
+    complete_move_back(socket, fd, /*by_mover=*/true);
     auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - started);
     log_line("%s: back on tcp before %s (%zu bytes of the peer's kept to read first%s; %lld us)", label_of(socket),
              why, n, peer_ended ? ", then its end" : "", static_cast<long long>(us.count()));
@@ -68,20 +68,22 @@ void move_streams_back(const char* why) noexcept {
   errno = saved_errno;
 }
 
-bool settle_move_back(TrackedSocket* socket, int fd) noexcept {
+bool settle_move_back(TrackedSocket* socket, int fd, bool by_mover) noexcept {
+  // Another thread is moving it (a fork): it finishes itself, once the prefix is set.
+  if (!by_mover && socket->moving_back.load(std::memory_order_acquire)) return false;
   if (!socket->mark_back_on_tcp()) return false;
   int saved_errno = errno;
   transport::RdmaStream* stream = socket->own_stream();
   // The stream's end (our shutdown(SHUT_WR) went onto it) is the TCP socket's now.
   if (stream != nullptr && stream->write_was_shut()) real().shutdown(fd, SHUT_WR);
   // The side that moved says so itself, with what it kept (move_back).
-  if (!socket->moving_back.load(std::memory_order_acquire)) log_line("%s: back on tcp (the peer moved)", label_of(socket));
+  if (!by_mover) log_line("%s: back on tcp (the peer moved)", label_of(socket));
   errno = saved_errno;
   return true;
 }
 
-void complete_move_back(TrackedSocket* socket, int fd) noexcept {
-  if (settle_move_back(socket, fd)) epoll_move_back(socket);
+void complete_move_back(TrackedSocket* socket, int fd, bool by_mover) noexcept {
+  if (settle_move_back(socket, fd, by_mover)) epoll_move_back(socket);
 }
 
 ssize_t prefix_recv(TrackedSocket* socket, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept {
@@ -100,10 +102,9 @@ ssize_t prefix_recv(TrackedSocket* socket, int fd, const iovec* iov, int iovcnt,
 ssize_t tcp_after_move(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags,
                        bool receiving) noexcept {
   TrackedSocket* socket = ref.socket();
-  if (receiving) {
-    // The thread moving the connection sets the prefix right after taking the bytes: wait for it.
-    while (socket->moving_back.load(std::memory_order_acquire)) sched_yield();
-  }
+  // Another thread moving the connection (a fork) sets the prefix right after taking the bytes, then
+  // finishes the move: wait for it, so that no read goes to the kernel before the prefix.
+  while (socket->moving_back.load(std::memory_order_acquire)) sched_yield();
   transport::RdmaStream* stream = ref;
   if (stream != nullptr && stream->moved()) complete_move_back(socket, fd);
   if (receiving && socket->prefix.present()) return prefix_recv(socket, fd, iov, iovcnt, msg_flags);

@@ -32,10 +32,11 @@ bool move_back(TrackedSocket* socket, transport::RdmaStream* stream, int fd, con
 // The socket's stream has moved both ways (RdmaStream::moved()): the socket is the kernel's again.
 // Its TCP sending side is shut down if the stream's was, and epoll registrations go back onto it.
 // Idempotent; not under epoll's lock (epoll_sets.cpp does its part itself, then calls
-// settle_move_back).
-void complete_move_back(TrackedSocket* socket, int fd) noexcept;
+// settle_move_back). Does nothing while another thread is moving the connection (TrackedSocket::
+// moving_back: a fork), unless called by that thread (`by_mover`): it finishes once the prefix is set.
+void complete_move_back(TrackedSocket* socket, int fd, bool by_mover = false) noexcept;
 // complete_move_back without the epoll part. True for the one call that did it.
-bool settle_move_back(TrackedSocket* socket, int fd) noexcept;
+bool settle_move_back(TrackedSocket* socket, int fd, bool by_mover = false) noexcept;
 
 // An application's call on a stream found this direction moved to TCP (kMovedToTcp, or a blocking
 // call cut short at the marker): it goes on on the socket, after the socket's prefix for a read.

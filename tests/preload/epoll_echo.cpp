@@ -12,6 +12,9 @@
 //       writes the first 200000 bytes, waits for their echo to arrive, forks; the parent writes the
 //       rest and ends its sending side, the child reads and checks all of it (docs/architecture.md,
 //       "Back to TCP": the fork moves the connection back to TCP, the server's epoll follows)
+//   epoll_echo client-fork-under ADDR PORT BYTES read|epoll
+//       a thread sleeps on the empty connection in read() or epoll_wait() while another forks (the
+//       child exits at once); then the parent writes BYTES and the sleeper reads and checks the echo
 //   epoll_echo client-epoll ADDR PORT BYTES
 //       the same from one thread driven by epoll alone: a non-blocking connect is added to the set
 //       before it completes (EPOLLIN | EPOLLOUT), SO_ERROR says when it is up, then every write
@@ -312,6 +315,52 @@ int client_fork(const char* host, int port, uint64_t bytes) {
   return sent && WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
 }
 
+// A thread of this process sleeps on the connection, in read() or in epoll_wait(), with nothing to
+// read, when another thread forks (the child exits at once, like a helper that never touches the
+// connection). The fork moves the connection back to TCP under the sleeping thread, which must then
+// go on with the socket: the parent writes `bytes` after the fork and the sleeper checks their echo.
+int client_fork_under_sleeper(const char* host, int port, uint64_t bytes, std::string_view how) {
+  int fd = connect_to(host, port);
+  if (fd < 0) return 1;
+  std::atomic<bool> ok{false};
+  std::thread sleeper([&] {
+    int ep = -1;
+    if (how == "epoll") {
+      ep = epoll_create1(0);
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.u64 = 77;
+      if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) != 0) return;
+    }
+    std::vector<char> in(65536);
+    uint64_t pos = 0;
+    bool same = true;
+    while (pos < bytes) {
+      if (ep >= 0) {
+        epoll_event got{};
+        if (epoll_wait(ep, &got, 1, -1) != 1 || got.data.u64 != 77) break;
+      }
+      ssize_t r = read(fd, in.data(), in.size());
+      if (r <= 0) break;
+      for (ssize_t i = 0; i < r; ++i) same &= in[static_cast<size_t>(i)] == pattern(pos + static_cast<uint64_t>(i));
+      pos += static_cast<uint64_t>(r);
+    }
+    std::printf("sleeper (%s): %llu of %llu bytes came back, %s\n", std::string(how).c_str(),
+                static_cast<unsigned long long>(pos), static_cast<unsigned long long>(bytes),
+                same ? "all equal" : "SOME DIFFER");
+    ok = same && pos == bytes;
+  });
+  usleep(300000);  // the sleeper is asleep on an empty connection
+  pid_t child = fork();
+  if (child == 0) _exit(0);
+  int status = 0;
+  waitpid(child, &status, 0);
+  bool sent = write_pattern(fd, 0, bytes) && shutdown(fd, SHUT_WR) == 0;
+  sleeper.join();
+  close(fd);
+  return sent && ok ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -319,6 +368,9 @@ int main(int argc, char** argv) {
   std::string_view role = argc > 1 ? argv[1] : "";
   if (argc == 4 && role == "server") return server(std::atoi(argv[2]), argv[3]);
   if (argc == 5 && role == "client") return client(argv[2], std::atoi(argv[3]), std::strtoull(argv[4], nullptr, 10));
+  if (argc == 6 && role == "client-fork-under") {
+    return client_fork_under_sleeper(argv[2], std::atoi(argv[3]), std::strtoull(argv[4], nullptr, 10), argv[5]);
+  }
   if (argc == 5 && role == "client-fork") return client_fork(argv[2], std::atoi(argv[3]), std::strtoull(argv[4], nullptr, 10));
   if (argc == 5 && role == "client-epoll") {
     return client_epoll(argv[2], std::atoi(argv[3]), std::strtoull(argv[4], nullptr, 10));
