@@ -196,7 +196,8 @@ class RdmaStream {
   // Polls the completion queue for up to busy_poll_us, then sleeps until something may have changed.
   // `interruptible` (an application's blocking read or write): a signal handler that ran during the
   // sleep ends the wait with kInterrupted, so the caller can report it as the kernel would.
-  Status wait(std::unique_lock<std::mutex>& lock, bool interruptible = false);
+  // `max_sleep_ms` (>= 0) bounds the sleep, for a caller with a deadline of its own.
+  Status wait(std::unique_lock<std::mutex>& lock, bool interruptible = false, int max_sleep_ms = -1);
   Status arm_channel(bool* news);
   Status keepalive_locked();
   void kick();

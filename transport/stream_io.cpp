@@ -366,8 +366,10 @@ Status RdmaStream::move_to_tcp(std::vector<uint8_t>* unread, bool* peer_ended) {
     if (move_sent_ && flow_->peer_moved()) break;
     if (s != Status::kOk) return s;
     if (disconnect_seen_) return Status::kReset;
-    if (std::chrono::steady_clock::now() >= deadline) return Status::kTimeout;
-    if (Status w = wait(lock); w != Status::kOk && !(move_sent_ && flow_->peer_moved())) return w;
+    auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return Status::kTimeout;
+    int left_ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count()) + 1;
+    if (Status w = wait(lock, false, left_ms); w != Status::kOk && !(move_sent_ && flow_->peer_moved())) return w;
   }
   // Everything the peer sent before its marker, in order: what is left of the prefix, then the ring.
   unread->resize(prefix_left() + flow_->readable());

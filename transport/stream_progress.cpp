@@ -279,11 +279,15 @@ Status RdmaStream::arm_channel(bool* news) {
   return Status::kOk;
 }
 
-Status RdmaStream::wait(std::unique_lock<std::mutex>& lock, bool interruptible) {
+Status RdmaStream::wait(std::unique_lock<std::mutex>& lock, bool interruptible, int max_sleep_ms) {
   if (failed()) return failure_;
   if (poller_) {
     // Another thread sleeps on the channels and will wake everyone after its progress.
-    cv_.wait(lock);
+    if (max_sleep_ms >= 0) {
+      cv_.wait_for(lock, std::chrono::milliseconds(max_sleep_ms));
+    } else {
+      cv_.wait(lock);
+    }
     return Status::kOk;
   }
   // Bounded busy polling: a reply that comes within microseconds costs no sleep and no interrupt.
@@ -315,7 +319,9 @@ Status RdmaStream::wait(std::unique_lock<std::mutex>& lock, bool interruptible) 
   poller_ = true;
   lock.unlock();
   epoll_event ev[3];
-  int ready = ::epoll_wait(epoll_fd_, ev, 3, options_.keepalive_ms > 0 ? options_.keepalive_ms : -1);
+  int sleep_ms = options_.keepalive_ms > 0 ? options_.keepalive_ms : -1;
+  if (max_sleep_ms >= 0 && (sleep_ms < 0 || max_sleep_ms < sleep_ms)) sleep_ms = max_sleep_ms;
+  int ready = ::epoll_wait(epoll_fd_, ev, 3, sleep_ms);
   bool interrupted = ready < 0 && errno == EINTR;
   lock.lock();
   poller_ = false;
@@ -325,7 +331,7 @@ Status RdmaStream::wait(std::unique_lock<std::mutex>& lock, bool interruptible) 
   // program that only blocks pays no system call for it).
   if (ready > 0 && polled_) wake_pollers();
   cv_.notify_all();
-  if (ready == 0 && !failed()) return keepalive_locked();
+  if (ready == 0 && !failed() && sleep_ms == options_.keepalive_ms) return keepalive_locked();
   return interrupted && interruptible ? Status::kInterrupted : Status::kOk;
 }
 

@@ -4,9 +4,10 @@
 //   exec_writer after-exec FD cloexec|inherit   the new program: it must hold no RDMA descriptor of
 //       the old image; a close-on-exec socket must be gone (EBADF), an inherited one must fail loudly
 //       (a write fails) rather than pass for a working connection.
-//   exec_writer receive PORT                    says "listening" on standard error, accepts one
-//       connection, copies what arrives to standard output and says on standard error how it
-//       ended: "end: eof" or "end: reset". (Also the receiver of integration.peer_killed.pair.)
+//   exec_writer receive PORT [IDLE_S]           says "listening" on standard error, accepts one
+//       connection, (after IDLE_S seconds without a call) copies what arrives to standard output and
+//       says on standard error how it ended: "end: eof" or "end: reset". (Also the receiver of
+//       integration.peer_killed.pair and integration.fork_peer_idle.pair.)
 //   exec_writer expect                          writes the 4 MiB the sender writes, for cmp.
 // With kernel TCP the receiver gets the 4 MiB and then EOF (cloexec: exec closed the last descriptor)
 // or, inherit, EOF once the new program exits. Over RDMA: cloexec must give the same; inherit must
@@ -89,9 +90,10 @@ int after_exec(int fd, const std::string& mode) {
   return ok ? 0 : 1;
 }
 
-int receive(const char* port) {
+int receive(const char* port, int idle_seconds) {
   int fd = tcp2rdma::test::accept_one_announced(port);
   if (fd < 0) return 1;
+  sleep(static_cast<unsigned>(idle_seconds));  // makes no call at all meanwhile
   char buffer[65536];
   ssize_t n;
   while ((n = read(fd, buffer, sizeof buffer)) > 0) fwrite(buffer, 1, static_cast<size_t>(n), stdout);
@@ -105,7 +107,7 @@ int main(int argc, char** argv) {
   std::string command = argc > 1 ? argv[1] : "";
   if (command == "send" && argc == 5) return send_then_exec(argv[0], argv[2], argv[3], argv[4]);
   if (command == "after-exec" && argc == 4) return after_exec(std::atoi(argv[2]), argv[3]);
-  if (command == "receive" && argc == 3) return receive(argv[2]);
+  if (command == "receive" && (argc == 3 || argc == 4)) return receive(argv[2], argc == 4 ? std::atoi(argv[3]) : 0);
   if (command == "expect") {
     std::vector<char> bytes = pattern();
     fwrite(bytes.data(), 1, bytes.size(), stdout);

@@ -1,9 +1,9 @@
-// fork_writer ADDR PORT: a client run under the shim with a rule selecting RDMA, to test fork. It
-// connects (upgraded), writes 1 MiB, forks; the child must find its inherited connection failing
+// fork_writer ADDR PORT [FIRST]: a client run under the shim with a rule selecting RDMA, to test fork.
+// It connects (upgraded), writes 1 MiB (or FIRST bytes), forks; the child must find its inherited connection failing
 // loudly (a write fails; it never reaches the parent's RDMA resources) and exits; the parent writes
 // another 1 MiB after the child's exit and closes. The receiver (nc) must get exactly the 2 MiB the
 // parent wrote: the child neither added bytes nor ended the parent's stream. The bytes are a fixed
-// pattern: `fork_writer --expect` writes the same 2 MiB to standard output for the comparison.
+// pattern: `fork_writer --expect [FIRST]` writes the same bytes to standard output for the comparison.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -36,13 +36,16 @@ bool write_all(int fd, const std::vector<char>& v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<char> first = pattern(1 << 20, 1), second = pattern(1 << 20, 2);
-  if (argc == 2 && std::strcmp(argv[1], "--expect") == 0) {
+  bool expect = argc >= 2 && std::strcmp(argv[1], "--expect") == 0;
+  // The size of the first part: the last argument when there is one more than usual.
+  size_t first_size = (expect && argc == 3) || (!expect && argc == 4) ? std::strtoul(argv[argc - 1], nullptr, 10) : 1 << 20;
+  std::vector<char> first = pattern(first_size, 1), second = pattern(1 << 20, 2);
+  if (expect) {
     fwrite(first.data(), 1, first.size(), stdout);
     fwrite(second.data(), 1, second.size(), stdout);
     return 0;
   }
-  if (argc != 3) return 2;
+  if (argc != 3 && argc != 4) return 2;
   signal(SIGPIPE, SIG_IGN);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
