@@ -57,13 +57,23 @@ bool move_back(TrackedSocket* socket, transport::RdmaStream* stream, int fd, con
 
 void move_streams_back(const char* why) noexcept {
   int saved_errno = errno;
+  // Every marker first, then each move's end: the peers answer together, and a process with many
+  // connections waits about one round trip, not one per connection.
+  std::vector<int> moving;
   int end = fd_table().high_water();
   for (int fd = 0; fd < end; ++fd) {
     TrackedSocket* socket = fd_table().find(fd);
     transport::RdmaStream* stream = socket != nullptr ? socket->stream() : nullptr;
-    // A dup'd descriptor finds its socket back on TCP already (stream() is null).
     if (stream == nullptr || !socket->follows_fork.load(std::memory_order_relaxed)) continue;
-    move_back(socket, stream, fd, why);
+    stream->start_move_to_tcp();
+    moving.push_back(fd);
+  }
+  for (int fd : moving) {
+    TrackedSocket* socket = fd_table().find(fd);
+    // A dup'd descriptor finds its socket back on TCP already (stream() is null); so does one whose
+    // move another thread's call finished (it had read every byte before the peer's marker).
+    transport::RdmaStream* stream = socket != nullptr ? socket->stream() : nullptr;
+    if (stream != nullptr) move_back(socket, stream, fd, why);
   }
   errno = saved_errno;
 }

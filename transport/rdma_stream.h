@@ -119,6 +119,10 @@ class RdmaStream {
   // reads go on on the stream until the peer's "to TCP" arrives (then kMovedToTcp).
   // A peer that receives "to TCP" answers with its own at its next progress, without its application.
   Status move_to_tcp(std::vector<uint8_t>* unread, bool* peer_ended);
+  // Sends our "to TCP" now (credits permitting; else at the next progress) without waiting for the
+  // peer's: a process that moves many connections starts them all, so that their peers answer
+  // together, then finishes each with move_to_tcp.
+  void start_move_to_tcp();
   // Both directions went back to TCP and nothing is left to read on the stream: it carries nothing
   // more, and the connection is its TCP socket's again.
   bool moved() const;

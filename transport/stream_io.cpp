@@ -353,6 +353,13 @@ void RdmaStream::abort() {
 
 namespace tcp2rdma::transport {
 
+void RdmaStream::start_move_to_tcp() {
+  std::lock_guard lock(mu_);
+  if (move_sent_ || failed()) return;
+  move_owed_ = true;
+  progress();
+}
+
 Status RdmaStream::move_to_tcp(std::vector<uint8_t>* unread, bool* peer_ended) {
   unread->clear();
   *peer_ended = false;
