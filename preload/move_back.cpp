@@ -58,23 +58,30 @@ bool move_back(TrackedSocket* socket, transport::RdmaStream* stream, int fd, con
 void move_streams_back(const char* why) noexcept {
   int saved_errno = errno;
   // Every marker first, then each move's end: the peers answer together, and a process with many
-  // connections waits about one round trip, not one per connection.
-  std::vector<int> moving;
+  // connections waits about one round trip, not one per connection. From the first step on, the
+  // socket is marked as moving: another thread's call that meets the peer's marker waits for this
+  // one to finish the move (held: the socket stays while we work on it, whatever other threads close).
+  std::vector<std::pair<int, TrackedSocket*>> moving;
   int end = fd_table().high_water();
   for (int fd = 0; fd < end; ++fd) {
     TrackedSocket* socket = fd_table().find(fd);
     transport::RdmaStream* stream = socket != nullptr ? socket->stream() : nullptr;
     if (stream == nullptr || !socket->follows_fork.load(std::memory_order_relaxed)) continue;
+    socket->add_ref();
+    socket->moving_back.store(true, std::memory_order_release);
     stream->start_move_to_tcp();
-    moving.push_back(fd);
+    moving.emplace_back(fd, socket);
   }
-  for (int fd : moving) {
-    TrackedSocket* socket = fd_table().find(fd);
-    // A dup'd descriptor finds its socket back on TCP already (stream() is null); so does one whose
-    // move another thread's call finished (it had read every byte before the peer's marker).
-    transport::RdmaStream* stream = socket != nullptr ? socket->stream() : nullptr;
-    if (stream != nullptr) move_back(socket, stream, fd, why);
+  for (auto [fd, socket] : moving) {
+    // A dup'd descriptor finds its socket back on TCP already (stream() is null).
+    transport::RdmaStream* stream = socket->stream();
+    if (stream != nullptr && fd_table().find(fd) == socket) {
+      move_back(socket, stream, fd, why);
+    } else {
+      socket->moving_back.store(false, std::memory_order_release);
+    }
   }
+  for (auto [fd, socket] : moving) socket->release();
   errno = saved_errno;
 }
 

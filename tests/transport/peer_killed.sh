@@ -4,8 +4,11 @@
 peer=$1
 "$peer" server-until-reset 7481 21 &
 server=$!
-"$peer" client-forever "$T2R_PEER" 7481 21 &
+"$peer" client-forever "$T2R_PEER" 7481 21 2> /tmp/client.err &
 client=$!
-sleep 3
+# Killed mid-stream, not mid-setup: a loaded host can take seconds to set the connection up.
+i=0
+until grep -q 'client: connected' /tmp/client.err 2>/dev/null || [ $i -ge 300 ]; do i=$((i + 1)); sleep 0.2; done
+sleep 2
 kill -9 "$client"
 wait "$server"

@@ -14,7 +14,8 @@
 //         close-in-flight one write of BYTES, then close at once; the peer still reads every byte
 //   stream_peer server-until-reset PORT SEED     reads and checks until the stream fails; exit 0 only
 //                                                 if it failed as a reset (never a clean end of stream)
-//   stream_peer client-forever ADDR PORT SEED    writes until killed
+//   stream_peer client-forever ADDR PORT SEED    says "client: connected" on standard error, then
+//                                                 writes until killed
 //   stream_peer server-expect-violation PORT     exit 0 only if the stream failed as a protocol
 //                                                 violation (tests/transport/hostile_peer)
 // Environment: PEER_RING_LOG2 and PEER_DEPTH set the ring size and receive queue depth (default 16
@@ -286,6 +287,7 @@ int main(int argc, char** argv) {
   if (argc == 5 && mode == "client-forever") {
     std::unique_ptr<RdmaStream> s = connect_to(argv[2], argv[3], options);
     if (!s) return 1;
+    std::fprintf(stderr, "client: connected\n");  // host_crash.sh crashes only after this
     send_random(*s, std::strtoull(argv[4], nullptr, 10), ~uint64_t{0} >> 1, std::mt19937_64(1));
     return 1;  // only a kill should end it
   }
