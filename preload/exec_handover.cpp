@@ -192,18 +192,15 @@ void adopt_exec_prefixes() noexcept {
     }
     real().close(mfd);
     adopted.emplace_back(mfd, fd);
-    if (!usable) {
-      log_always("fd %d: the bytes handed on at exec are unreadable; the connection is reset", fd);
-      sockaddr unspec{};
-      unspec.sa_family = AF_UNSPEC;
-      real().connect(fd, &unspec, sizeof unspec);  // disconnects with a reset, never a clean end
+    if (usable) track_new_socket(fd, domain, SocketRole::kServer);
+    TrackedSocket* socket = usable ? fd_table().find(fd) : nullptr;
+    if (socket == nullptr || !socket->prefix.set(bytes, then_end != 0)) {
+      // Unreadable, or no memory to keep them: a gap in the bytes must never pass unnoticed.
+      log_always("fd %d: the %zu bytes handed on at exec cannot be kept; the connection is reset", fd, bytes.size());
+      reset_connection(fd);
       continue;
     }
-    track_new_socket(fd, domain, SocketRole::kServer);
-    if (TrackedSocket* socket = fd_table().find(fd)) {
-      socket->prefix.set(std::move(bytes), then_end != 0);
-      log_line("fd %d: %zu bytes of the peer's handed on at exec, to read first", fd, socket->prefix.size());
-    }
+    log_line("fd %d: %zu bytes of the peer's handed on at exec, to read first", fd, socket->prefix.size());
   }
 }
 

@@ -74,6 +74,12 @@ void replace_with_unconnected_socket(int fd, int domain) noexcept {
   track_close(fd);
 }
 
+void reset_connection(int fd) noexcept {
+  sockaddr unspec{};
+  unspec.sa_family = AF_UNSPEC;
+  real().connect(fd, &unspec, sizeof unspec);
+}
+
 void disown_parent_streams() noexcept {
   int end = fd_table().high_water();
   for (int fd = 0; fd < end; ++fd) {

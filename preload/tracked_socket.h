@@ -158,6 +158,10 @@ void disown_parent_streams() noexcept;
 // TCP socket underneath to be read or written as if it were the connection.
 void replace_with_unconnected_socket(int fd, int domain) noexcept;
 
+// Resets fd's TCP connection (connect to AF_UNSPEC disconnects with a reset): the peer reads
+// ECONNRESET, never a clean end, and this side reads errors from then on.
+void reset_connection(int fd) noexcept;
+
 // The end of a stream whose last descriptor goes, as kernel TCP ends a socket: a close that discards
 // bytes the application never read, or one with SO_LINGER {on, 0 s}, resets the connection (the peer
 // reads ECONNRESET); otherwise every byte written is delivered, then the peer reads EOF. (A linger

@@ -508,12 +508,9 @@ bool conclude(const Connection& c, HandoverSession* session, const UpgradeOutcom
   log_line("%s: %s", session->label(), path);
   epoll_move_pending(c.fd, stream != nullptr);
   if (!outcome.connection_usable && background) {
-    // Reset the TCP connection (connect to AF_UNSPEC disconnects with a reset), so the peer never
-    // reads a clean end; the application reads errors from then on, and SO_ERROR says ECONNRESET.
+    // Reset, so the peer never reads a clean end; SO_ERROR says ECONNRESET.
     c.socket->pending_error.store(ECONNRESET, std::memory_order_release);
-    sockaddr unspec{};
-    unspec.sa_family = AF_UNSPEC;
-    real().connect(c.fd, &unspec, sizeof unspec);
+    reset_connection(c.fd);
   }
   session->finish();
   return usable;

@@ -363,8 +363,8 @@ void RdmaStream::start_move_to_tcp() {
 Status RdmaStream::move_to_tcp(std::vector<uint8_t>* unread, bool* peer_ended) {
   unread->clear();
   *peer_ended = false;
+  start_move_to_tcp();
   std::unique_lock lock(mu_);
-  if (!move_sent_) move_owed_ = true;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.timeout_ms);
   // A few round trips: our marker goes out at the next progress (credits permitting), and the peer's
   // stack answers with its own at its next progress, whatever its application is doing.
