@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "fd_table.h"
+#include "own_calls.h"
 #include "move_back.h"
 #include "rdma_stream.h"
 #include "real_calls.h"
@@ -246,7 +247,7 @@ bool epoll_wait_upgraded(int epfd, epoll_event* events, int maxevents, int timeo
                          const void* context, int* result) noexcept {
   if ((g_count.load(std::memory_order_acquire) == 0 && g_pending_count.load(std::memory_order_acquire) == 0 &&
        g_prefixed_count.load(std::memory_order_acquire) == 0) ||
-      maxevents <= 0) {
+      maxevents <= 0 || transport::OwnCalls::active()) {  // the transport's own sleep (own_calls.h)
     return false;
   }
   // Scratch kept per thread: an event loop calls this for every wakeup, and it should not allocate.

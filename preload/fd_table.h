@@ -6,6 +6,8 @@
 #include <atomic>
 #include <cstddef>
 
+#include "own_calls.h"
+
 namespace tcp2rdma::preload {
 
 class TrackedSocket;
@@ -29,7 +31,11 @@ class FdTable {
     if (static_cast<unsigned>(fd) >= static_cast<unsigned>(kMaxFd)) return nullptr;
     const Slot* page = pages_[fd >> kPageBits].load(std::memory_order_acquire);
     if (page == nullptr) return nullptr;
-    return page[fd & (kPageSize - 1)].load(std::memory_order_acquire);
+    TrackedSocket* socket = page[fd & (kPageSize - 1)].load(std::memory_order_acquire);
+    // The transport's own calls (and librdmacm's for it) are never on an application's socket, whatever
+    // the table says of their descriptor's number (own_calls.h). Checked only for a tracked number.
+    if (socket != nullptr && transport::OwnCalls::active()) [[unlikely]] return nullptr;
+    return socket;
   }
 
   // Stores `socket` for fd and returns what was there. False when fd is out of range or the page could

@@ -7,6 +7,7 @@
 
 #include "fd_table.h"
 #include "log.h"
+#include "real_calls.h"
 #include "tracked_socket.h"
 
 namespace tcp2rdma::preload {
@@ -14,13 +15,13 @@ namespace tcp2rdma::preload {
 HandoverSession::HandoverSession() : wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
 
 HandoverSession::~HandoverSession() {
-  if (wake_fd_ >= 0) ::close(wake_fd_);
+  if (wake_fd_ >= 0) real().close(wake_fd_);
 }
 
 void HandoverSession::signal_locked() {
   // Written once and never read: it stays readable for every later poll.
-  uint64_t one = 1;
-  if (wake_fd_ >= 0) (void)!::write(wake_fd_, &one, sizeof one);
+  // eventfd_write is libc's own, never our write() wrapper.
+  if (wake_fd_ >= 0) (void)eventfd_write(wake_fd_, 1);
   cv_.notify_all();
 }
 

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <new>
 
+#include "real_calls.h"
 #include "robust_mutex.h"
 
 namespace tcp2rdma::preload {
@@ -22,8 +23,8 @@ bool process_alive(pid_t pid) noexcept {
   std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
   int fd = ::open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return true;  // no /proc: trust kill()
-  ssize_t n = ::read(fd, stat, sizeof stat - 1);
-  ::close(fd);
+  ssize_t n = real().read(fd, stat, sizeof stat - 1);
+  real().close(fd);
   if (n <= 0) return true;
   stat[n] = '\0';
   const char* end_of_name = std::strrchr(stat, ')');

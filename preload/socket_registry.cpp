@@ -58,12 +58,26 @@ void track_close(int fd) noexcept {
   replace(fd, nullptr);
 }
 
-void track_close_range(unsigned first, unsigned last) noexcept {
+TrackedSocket* untrack(int fd) noexcept {
+  TrackedSocket* previous = nullptr;
+  if (!fd_table().exchange(fd, nullptr, &previous)) return nullptr;
+  return previous;
+}
+
+std::vector<TrackedSocket*> untrack_range(unsigned first, unsigned last) noexcept {
   ErrnoKeeper keep;
+  std::vector<TrackedSocket*> taken;
   unsigned end = static_cast<unsigned>(fd_table().high_water());
   for (unsigned fd = first; fd <= last && fd < end; ++fd) {
-    if (fd_table().find(static_cast<int>(fd)) != nullptr) replace(static_cast<int>(fd), nullptr);
+    if (TrackedSocket* socket = untrack(static_cast<int>(fd)); socket != nullptr) {
+      try {
+        taken.push_back(socket);
+      } catch (const std::bad_alloc&) {
+        socket->release();  // no memory to keep it until after the real call: let go now
+      }
+    }
   }
+  return taken;
 }
 
 }  // namespace tcp2rdma::preload

@@ -1,7 +1,10 @@
 // Bookkeeping that keeps the fd table in step with the kernel's descriptor table: what socket(),
 // accept(), dup*(), fcntl(F_DUPFD*), close() and close_range() did to descriptors is mirrored here
-// right after the real call succeeded. None of these functions changes errno.
+// right after the real call succeeded (closing: before it, see untrack). None of these functions
+// changes errno.
 #pragma once
+
+#include <vector>
 
 #include "tracked_socket.h"
 
@@ -20,7 +23,13 @@ void track_duplicate(int old_fd, int new_fd) noexcept;
 // fd was closed.
 void track_close(int fd) noexcept;
 
-// Descriptors first..last were closed (close_range without CLOSE_RANGE_CLOEXEC).
-void track_close_range(unsigned first, unsigned last) noexcept;
+// What close() and close_range() do instead of track_close, in this order: take the descriptors'
+// entries out of the table (untrack), make the real call, then let go of them (release()). The kernel
+// gives a closed number to the next descriptor anyone opens, this module's or librdmacm's among them,
+// so the entry must be gone before the number is free: a new descriptor must never meet the old
+// socket's state (its stream, its session), which would carry the new descriptor's bytes on another
+// connection (own_calls.h tells what that once did).
+TrackedSocket* untrack(int fd) noexcept;
+std::vector<TrackedSocket*> untrack_range(unsigned first, unsigned last) noexcept;
 
 }  // namespace tcp2rdma::preload

@@ -10,6 +10,7 @@
 #include "fd_table.h"
 #include "handover_session.h"
 #include "interposed.h"
+#include "own_calls.h"
 #include "stream_calls.h"
 #include "socket_registry.h"
 
@@ -37,6 +38,13 @@ int fcntl_common(int (*real_fcntl)(int, int, ...), int fd, int cmd, void* arg) {
 }  // namespace
 
 T2R_INTERPOSE int close(int fd) {
+  if (tcp2rdma::transport::OwnCalls::active()) {
+    // The transport closing one of its own descriptors (own_calls.h): nothing of the application's.
+    tcp2rdma::preload::TrackedSocket* stale = tcp2rdma::preload::untrack(fd);
+    int rc = real().close(fd);
+    if (stale != nullptr) stale->release();
+    return rc;
+  }
   {
     // A connection whose handover is still on TCP stays there (its TCP end must follow its bytes);
     // one in the middle of its switch is closed once the switch is over.
@@ -48,10 +56,15 @@ T2R_INTERPOSE int close(int fd) {
     tcp2rdma::preload::epoll_forget_set(fd);
     errno = saved_errno;
   }
+  // Out of the table before the number is free (socket_registry.h, untrack). Linux releases the
+  // descriptor even when close reports an error (EINTR, EIO), so the entry goes either way.
+  tcp2rdma::preload::TrackedSocket* socket = tcp2rdma::preload::untrack(fd);
   int rc = real().close(fd);
-  // Linux releases the descriptor even when close reports an error (EINTR, EIO): forget it either way,
-  // except for EBADF, where there was nothing to close.
-  if (rc == 0 || errno != EBADF) tcp2rdma::preload::track_close(fd);
+  if (socket != nullptr) {
+    int saved_errno = errno;
+    socket->release();  // with the last descriptor, the stream ends here (as before, after the close)
+    errno = saved_errno;
+  }
   return rc;
 }
 
@@ -60,14 +73,19 @@ T2R_INTERPOSE int close_range(unsigned int first, unsigned int last, int flags) 
     errno = ENOSYS;
     return -1;
   }
-  if ((flags & CLOSE_RANGE_CLOEXEC) == 0) {
-    int end = tcp2rdma::preload::fd_table().high_water();
-    for (unsigned fd = first; fd <= last && fd < static_cast<unsigned>(end); ++fd) {
-      tcp2rdma::preload::settle_session(static_cast<int>(fd));
-    }
+  // Only marking (CLOEXEC), or arguments the kernel refuses (EINVAL: nothing is closed).
+  if ((flags & CLOSE_RANGE_CLOEXEC) != 0 || first > last || (flags & ~(CLOSE_RANGE_CLOEXEC | CLOSE_RANGE_UNSHARE)) != 0) {
+    return real().close_range(first, last, flags);
   }
+  int end = tcp2rdma::preload::fd_table().high_water();
+  for (unsigned fd = first; fd <= last && fd < static_cast<unsigned>(end); ++fd) {
+    tcp2rdma::preload::settle_session(static_cast<int>(fd));
+  }
+  auto sockets = tcp2rdma::preload::untrack_range(first, last);
   int rc = real().close_range(first, last, flags);
-  if (rc == 0 && (flags & CLOSE_RANGE_CLOEXEC) == 0) tcp2rdma::preload::track_close_range(first, last);
+  int saved_errno = errno;
+  for (auto* socket : sockets) socket->release();
+  errno = saved_errno;
   return rc;
 }
 

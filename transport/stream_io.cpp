@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "own_calls.h"
 #include "rdma_stream.h"
 
 namespace tcp2rdma::transport {
@@ -15,6 +16,7 @@ constexpr uint64_t kMaxMessage = kImmArgMask;
 }  // namespace
 
 Status RdmaStream::write(const iovec* iov, int iovcnt, int flags, size_t* done) {
+  OwnCalls own;  // own_calls.h
   *done = 0;
   std::unique_lock lock(mu_);
   while (writer_busy_) {
@@ -197,6 +199,7 @@ size_t RdmaStream::copy_prefix(const iovec* iov, int iovcnt, bool consume) {
 }
 
 void RdmaStream::set_unread_prefix(std::vector<uint8_t> bytes) {
+  OwnCalls own;  // own_calls.h
   {
     std::lock_guard lock(mu_);
     prefix_ = std::move(bytes);
@@ -206,6 +209,7 @@ void RdmaStream::set_unread_prefix(std::vector<uint8_t> bytes) {
 }
 
 Status RdmaStream::read(const iovec* iov, int iovcnt, int flags, size_t* done) {
+  OwnCalls own;  // own_calls.h
   *done = 0;
   size_t want = 0;
   for (int i = 0; i < iovcnt; ++i) want += iov[i].iov_len;
@@ -273,6 +277,7 @@ Status RdmaStream::read(const iovec* iov, int iovcnt, int flags, size_t* done) {
 }
 
 Status RdmaStream::shutdown_write() {
+  OwnCalls own;  // own_calls.h
   std::unique_lock lock(mu_);
   while (writer_busy_) cv_.wait(lock);
   if (move_sent_) return Status::kMovedToTcp;  // our end now goes on TCP
@@ -295,6 +300,7 @@ Status RdmaStream::shutdown_write() {
 }
 
 Status RdmaStream::flush() {
+  OwnCalls own;  // own_calls.h
   std::unique_lock lock(mu_);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.timeout_ms);
   // A write is in the peer's memory once its send is acknowledged; the peer delivers what is there
@@ -308,6 +314,7 @@ Status RdmaStream::flush() {
 }
 
 Status RdmaStream::close() {
+  OwnCalls own;  // own_calls.h
   if (writes_moved()) {
     // Our bytes go on TCP, whose close is the kernel's: the stream only goes away, once what it
     // carried (our marker last) is in the peer's memory.
@@ -328,6 +335,7 @@ Status RdmaStream::close() {
 }
 
 void RdmaStream::abort() {
+  OwnCalls own;  // own_calls.h
   std::unique_lock lock(mu_);
   if (move_sent_) {
     // After our "to TCP" the peer may still be reading what came before it: no abort message, which
@@ -354,6 +362,7 @@ void RdmaStream::abort() {
 namespace tcp2rdma::transport {
 
 void RdmaStream::start_move_to_tcp() {
+  OwnCalls own;  // own_calls.h
   std::lock_guard lock(mu_);
   if (move_sent_ || failed()) return;
   move_owed_ = true;
@@ -361,6 +370,7 @@ void RdmaStream::start_move_to_tcp() {
 }
 
 Status RdmaStream::move_to_tcp(std::vector<uint8_t>* unread, bool* peer_ended) {
+  OwnCalls own;  // own_calls.h
   unread->clear();
   *peer_ended = false;
   start_move_to_tcp();

@@ -7,12 +7,14 @@
 #include <cerrno>
 #include <cstring>
 
+#include "own_calls.h"
 #include "setup_events.h"
 
 namespace tcp2rdma::transport {
 
 Status StreamListener::listen(const sockaddr* address, const StreamOptions& options,
                               std::unique_ptr<StreamListener>* out) {
+  OwnCalls own;  // own_calls.h
   if (!valid_options(options)) return Status::kInvalid;
   if (memlock_holds_no_stream()) return Status::kMemoryLock;
   std::unique_ptr<StreamListener> listener(new StreamListener);
@@ -31,6 +33,7 @@ Status StreamListener::listen(const sockaddr* address, const StreamOptions& opti
 }
 
 StreamListener::~StreamListener() {
+  OwnCalls own;  // own_calls.h
   for (Held& h : held_) reject(h.id);
   if (id_ != nullptr) rdma_destroy_id(id_);
   if (channel_ != nullptr) rdma_destroy_event_channel(channel_);
@@ -50,6 +53,7 @@ uint16_t StreamListener::port() const { return ntohs(rdma_get_src_port(id_)); }
 
 std::vector<StreamListener::Redirected> StreamListener::redirect(
     const std::function<uint16_t(const TcpTuple&)>& port_for) {
+  OwnCalls own;  // own_calls.h
   std::vector<Redirected> sent;
   for (size_t i = 0; i < held_.size();) {
     uint16_t port = port_for(held_[i].request.tuple);
@@ -100,6 +104,7 @@ void StreamListener::take_event(rdma_cm_event* event) {
 }
 
 void StreamListener::collect(std::chrono::milliseconds hold) {
+  OwnCalls own;  // own_calls.h
   rdma_cm_event* event = nullptr;
   while (rdma_get_cm_event(channel_, &event) == 0) take_event(event);
   auto now = std::chrono::steady_clock::now();
@@ -120,6 +125,7 @@ Status StreamListener::accept(const TcpTuple& tuple, uint64_t server_nonce, std:
 
 Status StreamListener::accept(const TcpTuple& tuple, uint64_t server_nonce, const StreamOptions& options,
                               std::unique_ptr<RdmaStream>* out) {
+  OwnCalls own;  // own_calls.h
   if (!valid_options(options)) return Status::kInvalid;
   for (size_t i = 0; i < held_.size(); ++i) {
     if (std::memcmp(&held_[i].request.tuple, &tuple, sizeof tuple) == 0) {
@@ -130,6 +136,7 @@ Status StreamListener::accept(const TcpTuple& tuple, uint64_t server_nonce, cons
 }
 
 Status StreamListener::accept_any(std::chrono::milliseconds timeout, std::unique_ptr<RdmaStream>* out) {
+  OwnCalls own;  // own_calls.h
   auto deadline = std::chrono::steady_clock::now() + timeout;
   while (held_.empty()) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
@@ -143,6 +150,7 @@ Status StreamListener::accept_any(std::chrono::milliseconds timeout, std::unique
 
 Status StreamListener::accept_held(size_t index, uint64_t server_nonce, const StreamOptions& options,
                                    std::unique_ptr<RdmaStream>* out) {
+  OwnCalls own;  // own_calls.h
   Held held = held_[index];
   remove_held(index);
   std::unique_ptr<RdmaStream> stream(new RdmaStream);

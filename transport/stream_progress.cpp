@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <poll.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sched.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "own_calls.h"
 #include "rdma_stream.h"
 
 namespace tcp2rdma::transport {
@@ -24,8 +26,8 @@ void RdmaStream::fail(Status s) {
 
 void RdmaStream::kick() {
   // Wakes a thread asleep in wait() after another thread changed what it may be waiting for.
-  uint64_t one = 1;
-  if (poller_) (void)!::write(kick_fd_, &one, sizeof one);
+  // eventfd_write and eventfd_read are libc's own calls, never the module's wrappers (own_calls.h).
+  if (poller_) (void)eventfd_write(kick_fd_, 1);
   cv_.notify_all();
 }
 
@@ -164,8 +166,8 @@ void RdmaStream::drain_channels() {
   // that would cost a system call per message. A side that only busy-polls still learns of a dead
   // peer: its sends fail, and its busy polling is bounded, after which it sleeps here.
   handle_cm_events();
-  uint64_t kicks = 0;
-  (void)!::read(kick_fd_, &kicks, sizeof kicks);
+  eventfd_t kicks = 0;
+  (void)eventfd_read(kick_fd_, &kicks);
   ibv_cq* cq = nullptr;
   void* context = nullptr;
   int events = 0;
@@ -348,25 +350,27 @@ Status RdmaStream::keepalive_locked() {
 }
 
 Status RdmaStream::keepalive() {
+  OwnCalls own;  // own_calls.h
   std::unique_lock lock(mu_);
   if (Status s = progress(); s != Status::kOk) return s;
   return keepalive_locked();
 }
 
 void RdmaStream::wake_pollers() {
-  uint64_t one = 1;
-  (void)!::write(look_fd_, &one, sizeof one);
+  OwnCalls own;  // own_calls.h
+  (void)eventfd_write(look_fd_, 1);
   // After the write: a readiness() that misses the flag leaves the fd readable, so the pollers call
   // readiness() once more, and that one drains it.
   look_pending_.store(true, std::memory_order_release);
 }
 
 Readiness RdmaStream::readiness() {
+  OwnCalls own;  // own_calls.h
   std::unique_lock lock(mu_);
   polled_ = true;
   if (look_pending_.exchange(false, std::memory_order_acquire)) {
-    uint64_t looks = 0;
-    (void)!::read(look_fd_, &looks, sizeof looks);
+    eventfd_t looks = 0;
+    (void)eventfd_read(look_fd_, &looks);
   }
   drain_channels();
   Readiness r;

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "own_calls.h"
 #include "rdma_stream.h"
 #include "setup_events.h"
 #include "stream_listener.h"
@@ -164,6 +165,7 @@ Status RdmaStream::start(uint8_t peer_ring_log2, uint32_t peer_rkey, uint8_t pee
 
 Status RdmaStream::connect(const sockaddr* address, const Pairing& pairing, const StreamOptions& options,
                            std::unique_ptr<RdmaStream>* out) {
+  OwnCalls own;  // own_calls.h
   if (!valid_options(options)) return Status::kInvalid;
   if (memlock_holds_no_stream()) return Status::kMemoryLock;
   uint16_t redirect_port = 0;
@@ -227,6 +229,7 @@ Status RdmaStream::connect_once(const sockaddr* address, const Pairing& pairing,
 }
 
 RdmaStream::~RdmaStream() {
+  OwnCalls own;  // own_calls.h
   if (id_ != nullptr && id_->qp != nullptr) rdma_destroy_qp(id_);
   registrations_.reset();
   if (ring_mr_ != nullptr) ibv_dereg_mr(ring_mr_);
