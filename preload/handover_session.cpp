@@ -7,12 +7,18 @@
 
 #include "fd_table.h"
 #include "log.h"
+#include "own_descriptors.h"
 #include "real_calls.h"
 #include "tracked_socket.h"
 
 namespace tcp2rdma::preload {
 
-HandoverSession::HandoverSession() : wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
+// The wake fd is one of the module's own descriptors: above the application's limit
+// (own_descriptors.h); -1 when there is none, and the connection then stays TCP (upgrade.cpp).
+HandoverSession::HandoverSession() {
+  transport::OwnDescriptors window;
+  wake_fd_ = window.place(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+}
 
 HandoverSession::~HandoverSession() {
   if (wake_fd_ >= 0) real().close(wake_fd_);

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "own_descriptors.h"
 #include "real_calls.h"
 
 namespace tcp2rdma::preload {
@@ -30,7 +31,9 @@ int log_fd() noexcept {
   if (target == nullptr || *target == '\0' || std::strcmp(target, "0") == 0) {
     fd = kOff;
   } else if (target[0] == '/') {
-    fd = static_cast<int>(syscall(SYS_openat, AT_FDCWD, target, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+    // One of the module's own descriptors: above the application's limit (own_descriptors.h).
+    transport::OwnDescriptors window;
+    fd = window.place_if_room(static_cast<int>(syscall(SYS_openat, AT_FDCWD, target, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644)));
     if (fd < 0) fd = STDERR_FILENO;
   } else {
     fd = STDERR_FILENO;

@@ -9,6 +9,7 @@
 
 #include "directory_service.h"
 #include "fd_table.h"
+#include "own_descriptors.h"
 #include "handover_session.h"
 #include "real_calls.h"
 #include "socket_registry.h"
@@ -40,6 +41,7 @@ void note_forked_child() noexcept {
   g_fork_generation.fetch_add(1, std::memory_order_relaxed);
   // Another thread of the parent may have held the lock at the fork; the child has only this one.
   live_mutex_slot() = new std::mutex;
+  transport::own_descriptors_after_fork();
 }
 
 HandoverSession* TrackedSocket::start_session() {

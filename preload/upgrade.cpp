@@ -516,6 +516,14 @@ bool conclude(const Connection& c, HandoverSession* session, const UpgradeOutcom
   return usable;
 }
 
+// A session without its wake fd (no descriptor left above the application's limit, own_descriptors.h)
+// cannot tell the application's pollers that the connection moved: the connection stays TCP.
+bool stays_for_want_of_descriptors(HandoverSession* session) {
+  if (session->wake_fd() >= 0 || !session->end_on_tcp()) return false;
+  log_line("%s: stays tcp (%s)", session->label(), why_not(transport::Status::kDescriptors));
+  return true;
+}
+
 }  // namespace
 
 bool upgrade_and_log(int fd, config::Role role, TrackedSocket* listener, const config::Decision& decision) {
@@ -526,6 +534,7 @@ bool upgrade_and_log(int fd, config::Role role, TrackedSocket* listener, const c
   char label[kConnectionLabelSize];
   describe_connection(fd, role, decision, label, sizeof label);
   session->set_label(label);
+  if (stays_for_want_of_descriptors(session)) return decision.options->upgrade != config::UpgradeMode::kRequired;
   Connection c = describe(fd, role, socket, listener, decision);
   return conclude(c, session, run_upgrade(c, session), false);
 }
@@ -546,6 +555,10 @@ void upgrade_in_background(int fd, config::Role role, TrackedSocket* listener, c
   char label[kConnectionLabelSize];
   describe_connection(fd, role, decision, label, sizeof label);
   session->set_label(label);
+  if (stays_for_want_of_descriptors(session)) {
+    g_background_switches.fetch_sub(1);
+    return;
+  }
   auto c = std::make_shared<Connection>(describe(fd, role, socket, listener, decision));
   socket->add_ref();  // the thread's, until it is done with the socket and its listener
   if (listener != nullptr) listener->add_ref();

@@ -1,9 +1,11 @@
 #include "page_frames.h"
 
+#include "own_descriptors.h"
+
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <atomic>
+#include <mutex>
 
 namespace tcp2rdma::transport {
 namespace {
@@ -12,17 +14,22 @@ constexpr uint64_t kPresent = uint64_t{1} << 63;
 constexpr uint64_t kFrameMask = (uint64_t{1} << 55) - 1;
 
 // One descriptor per process, opened on first use and kept: a zero-copy write must not pay an open().
+// "self" is resolved when it is opened: a forked child that used its parent's descriptor would read the
+// parent's frames and "prove" a registration of pages it no longer shares (copy-on-write), so the
+// descriptor is the opening process's only (a getpid() per lookup, beside a registration or a send).
 int pagemap_fd() {
-  static std::atomic<int> fd{-2};
-  int current = fd.load(std::memory_order_acquire);
-  if (current != -2) return current;
-  int opened = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
-  int expected = -2;
-  if (!fd.compare_exchange_strong(expected, opened)) {
-    if (opened >= 0) ::close(opened);
-    return expected;
-  }
-  return opened;
+  static std::mutex mutex;
+  static int fd = -1;
+  static pid_t owner = 0;
+  pid_t self = getpid();
+  std::lock_guard lock(mutex);
+  if (owner == self) return fd;
+  // The parent's descriptor in a child is left open, not closed: the module's descriptors are all
+  // close-on-exec, and this one is a few bytes of kernel state.
+  OwnDescriptors window;  // kept for the process's life: above the application's limit
+  fd = window.place(::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC));
+  owner = self;
+  return fd;
 }
 
 }  // namespace

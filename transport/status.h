@@ -19,6 +19,7 @@ enum class Status {
   kAddressInUse,   // a listener: another rdma_cm listener (of another process) holds the port
   kInterrupted,    // a blocking read or write slept and a signal handler ran before anything moved
   kMovedToTcp,     // read or write: this direction of the connection goes on on its TCP socket
+  kDescriptors,    // no descriptor left above the application's RLIMIT_NOFILE (own_descriptors.h)
 };
 
 const char* to_string(Status status);

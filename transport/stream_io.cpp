@@ -282,6 +282,13 @@ Status RdmaStream::shutdown_write() {
   while (writer_busy_) cv_.wait(lock);
   if (move_sent_) return Status::kMovedToTcp;  // our end now goes on TCP
   if (write_shut_) return Status::kOk;
+  progress();
+  if (flow_->peer_closed() && (disconnect_seen_ || disconnected_)) {
+    // The peer ended its side in order and is gone: kernel TCP's shutdown() succeeds there (its FIN
+    // goes to a closed peer); nobody is left to read an end of ours.
+    write_shut_ = true;
+    return Status::kOk;
+  }
   for (;;) {
     if (Status s = progress(); s != Status::kOk) return s;
     if (disconnect_seen_) return Status::kReset;

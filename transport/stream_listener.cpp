@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "own_calls.h"
+#include "own_descriptors.h"
 #include "setup_events.h"
 
 namespace tcp2rdma::transport {
@@ -19,8 +20,12 @@ Status StreamListener::listen(const sockaddr* address, const StreamOptions& opti
   if (memlock_holds_no_stream()) return Status::kMemoryLock;
   std::unique_ptr<StreamListener> listener(new StreamListener);
   listener->options_ = options;
-  listener->channel_ = rdma_create_event_channel();
-  if (listener->channel_ == nullptr) return Status::kNoDevice;
+  {
+    OwnDescriptors window;
+    listener->channel_ = rdma_create_event_channel();
+    if (listener->channel_ == nullptr) return Status::kNoDevice;
+    if ((listener->channel_->fd = window.place(listener->channel_->fd)) < 0) return Status::kDescriptors;
+  }
   int flags = ::fcntl(listener->channel_->fd, F_GETFL);
   if (flags < 0 || ::fcntl(listener->channel_->fd, F_SETFL, flags | O_NONBLOCK) != 0) return Status::kResources;
   if (rdma_create_id(listener->channel_, &listener->id_, nullptr, RDMA_PS_TCP) != 0) return Status::kResources;
@@ -157,10 +162,19 @@ Status StreamListener::accept_held(size_t index, uint64_t server_nonce, const St
   stream->tuple_ = held.request.tuple;
   stream->client_nonce_ = held.request.client_nonce;
   stream->server_nonce_ = server_nonce;
-  stream->cm_channel_ = rdma_create_event_channel();
-  if (stream->cm_channel_ == nullptr) {
+  Status made = Status::kOk;
+  {
+    OwnDescriptors window;
+    stream->cm_channel_ = rdma_create_event_channel();
+    if (stream->cm_channel_ == nullptr) {
+      made = Status::kResources;
+    } else if ((stream->cm_channel_->fd = window.place(stream->cm_channel_->fd)) < 0) {
+      made = Status::kDescriptors;
+    }
+  }
+  if (made != Status::kOk) {
     reject(held.id);
-    return Status::kResources;
+    return made;
   }
   // Each stream gets its own event channel, so that its events never reach the listener. This fails
   // when the client has given up on the request meanwhile.

@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "own_calls.h"
+#include "own_descriptors.h"
 #include "rdma_stream.h"
 #include "setup_events.h"
 #include "stream_listener.h"
@@ -86,8 +87,12 @@ Status RdmaStream::create_resources(rdma_cm_id* id, const StreamOptions& options
   // crashed peer host would never fail a send, and the keepalive could never notice it.
   uint8_t ack_timeout = options.ack_timeout_log2;
   rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &ack_timeout, sizeof ack_timeout);
-  comp_channel_ = ibv_create_comp_channel(id->verbs);
-  if (comp_channel_ == nullptr) return Status::kResources;
+  {
+    OwnDescriptors window;
+    comp_channel_ = ibv_create_comp_channel(id->verbs);
+    if (comp_channel_ == nullptr) return Status::kResources;
+    if ((comp_channel_->fd = window.place(comp_channel_->fd)) < 0) return Status::kDescriptors;
+  }
   int cq_size = options.send_queue_depth + options.recv_queue_depth;
   cq_ = ibv_create_cq(id->verbs, cq_size, nullptr, comp_channel_, 0);
   if (cq_ == nullptr) return Status::kResources;
@@ -133,11 +138,14 @@ Status RdmaStream::create_wait_set() {
   // Pollers get a set of their own: our sleeps take the channels' events and the kicks, which must
   // not take away a poller's "look again" (look_fd_), and a pending "look again" must not wake our
   // sleeps.
-  kick_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  look_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
-  readiness_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
-  if (kick_fd_ < 0 || look_fd_ < 0 || epoll_fd_ < 0 || readiness_fd_ < 0) return Status::kResources;
+  {
+    OwnDescriptors window;
+    kick_fd_ = window.place(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+    look_fd_ = window.place(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+    epoll_fd_ = window.place(::epoll_create1(EPOLL_CLOEXEC));
+    readiness_fd_ = window.place(::epoll_create1(EPOLL_CLOEXEC));
+  }
+  if (kick_fd_ < 0 || look_fd_ < 0 || epoll_fd_ < 0 || readiness_fd_ < 0) return Status::kDescriptors;
   if (!watch(epoll_fd_, comp_channel_->fd) || !watch(epoll_fd_, kick_fd_) ||
       !watch(readiness_fd_, comp_channel_->fd) || !watch(readiness_fd_, look_fd_)) {
     return Status::kResources;
@@ -189,8 +197,12 @@ Status RdmaStream::connect_once(const sockaddr* address, const Pairing& pairing,
   std::unique_ptr<RdmaStream> stream(new RdmaStream);
   stream->tuple_ = pairing.tuple;
   stream->client_nonce_ = pairing.client_nonce;
-  stream->cm_channel_ = rdma_create_event_channel();
-  if (stream->cm_channel_ == nullptr) return Status::kNoDevice;
+  {
+    OwnDescriptors window;
+    stream->cm_channel_ = rdma_create_event_channel();
+    if (stream->cm_channel_ == nullptr) return Status::kNoDevice;
+    if ((stream->cm_channel_->fd = window.place(stream->cm_channel_->fd)) < 0) return Status::kDescriptors;
+  }
   rdma_cm_id* id = nullptr;
   if (rdma_create_id(stream->cm_channel_, &id, nullptr, RDMA_PS_TCP) != 0) return Status::kResources;
   stream->id_ = id;

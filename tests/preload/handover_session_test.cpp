@@ -9,6 +9,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -29,6 +30,17 @@ namespace tcp2rdma::preload {
 namespace {
 
 using namespace std::chrono_literals;
+
+// The module keeps its own descriptors (a session's wake fd among them) above the application's
+// RLIMIT_NOFILE (own_descriptors.h). A host whose soft limit equals its hard one, and which may not
+// raise the hard one, leaves no room there: this program runs with a soft limit below its hard one.
+[[gnu::constructor]] void leave_room_above_the_limit() {
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur == r.rlim_max && r.rlim_max > 2048) {
+    r.rlim_cur = r.rlim_max - 1024;
+    setrlimit(RLIMIT_NOFILE, &r);
+  }
+}
 
 bool readable(int fd) {
   pollfd p{fd, POLLIN, 0};

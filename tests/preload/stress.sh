@@ -1,0 +1,38 @@
+#!/bin/sh
+# stress.sh SHIM RULES ROUNDS [MAX_BYTES]: the client guest's half of integration.stress.pair; the
+# server guest runs stress_echo.py's asyncio echo server under the module on ports 5030 (upgrade:
+# background) and 5031 (before-return), rules/stress.yaml.
+#  1. Descriptors: with a soft limit of 128, one process opens connections until one fails, without
+#     the module and with it (before-return: each is on RDMA before the next): the same number, and
+#     the same error. The module's descriptors must take none of the application's.
+#  2. Stress: ROUNDS rounds of 200 connections opened at once by one process, random sizes
+#     (log-uniform, 1 B to MAX_BYTES, default 4 MiB) echoed byte for byte, half-close, in each mode;
+#     rxe must carry traffic without an RNR or retry error, and the log must show upgrades.
+set -eu
+shim=$1 rules=$2 rounds=$3 max=${4:-4194304}
+here=$(cd "$(dirname "$0")" && pwd)
+guest=$here/../../integration/guest
+py="python3 $here/stress_echo.py"
+log=$T2R_WORK/shim-$T2R_HOST.log
+under() { env LD_PRELOAD="$shim" TCP2RDMA_RULES="$rules" TCP2RDMA_LOG="$log" "$@"; }
+upgrades() { grep -c "$1.*upgraded to rdma" "$log" 2>/dev/null || true; }
+
+sh "$guest/wait-servers.sh"
+# The plain client asks the background server (a before-return server waits for its RDMA request).
+plain=$(ulimit -Sn 128 && $py fill "$T2R_PEER" 5030 200)
+shimmed=$(ulimit -Sn 128 && under $py fill "$T2R_PEER" 5031 200)
+echo "stress: without the module: $plain"
+echo "stress: with the module:    $shimmed ($(upgrades "'stress-before-return'") upgraded)"
+[ "$plain" = "$shimmed" ] || { echo "stress: the module changed what the application could open"; exit 1; }
+[ "$(upgrades "'stress-before-return'")" -ge 100 ] || { echo "stress: too few upgraded"; exit 1; }
+: > "$log"
+
+seed=$(date +%s)
+for mode in 5030:stress-background 5031:stress-before-return; do
+  port=${mode%%:*} rule=${mode#*:}
+  echo "stress: $rule, port $port, seed $seed"
+  T2R_MIN_PKTS=1000 under sh "$guest/expect-rdma" $py client "$T2R_PEER" "$port" 200 "$rounds" "$seed" "$max"
+  echo "stress: $rule: $(upgrades "'$rule'") of $((200 * rounds)) connections upgraded; $(grep "'$rule'" "$log" | grep -c 'stays tcp') stayed tcp:"
+  grep "'$rule'" "$log" | grep -o 'stays tcp (.*' | sed 's/ ([0-9]* ms)//' | sort | uniq -c | sed 's/^/stress:   /'
+  [ "$(upgrades "'$rule'")" -ge 1 ] || { echo "stress: nothing upgraded"; exit 1; }
+done

@@ -1,0 +1,115 @@
+// The module's own descriptors live above the application's RLIMIT_NOFILE (own_descriptors.h): the
+// application can open exactly as many descriptors as without the module, and gets the low numbers.
+// Each case runs in a forked child, whose limits and descriptors are its own.
+#include <fcntl.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <vector>
+
+#include "own_descriptors.h"
+
+namespace tcp2rdma::transport {
+namespace {
+
+// Runs body in a child with a soft limit of `soft` (hard left alone); the child's exit status is
+// the number of the first failed check (0: all held).
+template <typename Body>
+int in_child(rlim_t soft, Body body) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    rlimit r{};
+    getrlimit(RLIMIT_NOFILE, &r);
+    r.rlim_cur = soft;
+    if (setrlimit(RLIMIT_NOFILE, &r) != 0) _exit(100);
+    _exit(body());
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 200;
+}
+
+// How many descriptors the application can still open (until EMFILE), closed again afterwards.
+int how_many_can_open() {
+  std::vector<int> fds;
+  for (;;) {
+    int fd = ::open("/dev/null", O_RDONLY);
+    if (fd < 0) break;
+    fds.push_back(fd);
+  }
+  for (int fd : fds) ::close(fd);
+  return static_cast<int>(fds.size());
+}
+
+bool hard_limit_can_rise() {
+  rlimit r{};
+  getrlimit(RLIMIT_NOFILE, &r);
+  rlimit up{r.rlim_max + 1, r.rlim_max + 1};
+  bool ok = setrlimit(RLIMIT_NOFILE, &up) == 0;
+  if (ok) setrlimit(RLIMIT_NOFILE, &r);
+  return ok;
+}
+
+TEST(OwnDescriptors, LiveAboveTheApplicationsLimitAndTakeNothingFromIt) {
+  rlimit r{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &r), 0);
+  if (r.rlim_max < 512 && !hard_limit_can_rise()) GTEST_SKIP() << "no room above a limit of 128 here";
+  EXPECT_EQ(in_child(128, [] {
+              int before = how_many_can_open();
+              std::vector<int> ours;
+              for (int i = 0; i < 300; ++i) {  // more than the application's whole range
+                OwnDescriptors window;
+                int fd = window.place(eventfd(0, 0));
+                if (fd < 128) return 1;
+                ours.push_back(fd);
+              }
+              rlimit now{};
+              getrlimit(RLIMIT_NOFILE, &now);
+              if (now.rlim_cur != 128) return 2;  // the application's limit, as it set it
+              if (how_many_can_open() != before) return 3;  // exactly as many as without the module
+              for (int fd : ours) {
+                if ((fcntl(fd, F_GETFD) & FD_CLOEXEC) == 0) return 4;
+                uint64_t one = 1;
+                if (write(fd, &one, sizeof one) != sizeof one) return 5;  // valid above the limit
+              }
+              return 0;
+            }),
+            0);
+}
+
+TEST(OwnDescriptors, TheApplicationAtItsLimitStillGetsOne) {
+  rlimit r{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &r), 0);
+  if (r.rlim_max < 512 && !hard_limit_can_rise()) GTEST_SKIP() << "no room above a limit of 64 here";
+  EXPECT_EQ(in_child(64, [] {
+              std::vector<int> theirs;
+              for (int fd; (fd = ::open("/dev/null", O_RDONLY)) >= 0;) theirs.push_back(fd);
+              OwnDescriptors window;  // made while every number below the limit is taken
+              int fd = window.place(eventfd(0, 0));
+              return fd >= 64 ? 0 : 1;
+            }),
+            0);
+}
+
+TEST(OwnDescriptors, WithNoRoomAboveTheLimitThereAreNone) {
+  rlimit r{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &r), 0);
+  if (hard_limit_can_rise()) GTEST_SKIP() << "this process may raise its hard limit: there is always room";
+  EXPECT_EQ(in_child(r.rlim_max, [] {
+              OwnDescriptors window;
+              int fd = eventfd(0, 0);
+              int placed = window.place(fd);
+              if (placed != -1 || errno != EMFILE) return 1;
+              if (fcntl(fd, F_GETFD) != -1) return 2;  // closed, not leaked
+              return 0;
+            }),
+            0);
+}
+
+}  // namespace
+}  // namespace tcp2rdma::transport

@@ -1,0 +1,114 @@
+#include "own_descriptors.h"
+
+#include <fcntl.h>
+#include <rdma/rdma_cma.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <mutex>
+
+namespace tcp2rdma::transport {
+namespace {
+
+// The room asked for above the application's limit; doubled while the module's descriptors fill it.
+constexpr unsigned long kRoom = 4096;
+
+// Made on first use (the module's constructors may log before this file's statics are set up), and
+// anew in a forked child (own_descriptors_after_fork).
+std::mutex*& mutex_slot() {
+  static std::mutex* mutex = new std::mutex;
+  return mutex;
+}
+bool g_devices_placed = false;
+
+// Raw system calls: these descriptors are the module's, and its fcntl()/close() wrappers have nothing
+// to say about them.
+int dup_at_least(int fd, unsigned long floor) {
+  return static_cast<int>(syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, floor));
+}
+void close_raw(int fd) { syscall(SYS_close, fd); }
+
+// Sets the soft limit to floor + room, or as far as the hard limit goes (root may raise the hard limit
+// too). The new soft limit, or 0 when nothing lies above the floor.
+unsigned long raise_limit(unsigned long floor, unsigned long room) {
+  rlimit now{};
+  if (getrlimit(RLIMIT_NOFILE, &now) != 0) return 0;
+  rlimit want{floor + room, std::max<rlim_t>(now.rlim_max, floor + room)};
+  if (setrlimit(RLIMIT_NOFILE, &want) == 0) return want.rlim_cur;
+  rlimit within{std::min<rlim_t>(floor + room, now.rlim_max), now.rlim_max};
+  if (within.rlim_cur <= floor || setrlimit(RLIMIT_NOFILE, &within) != 0) return 0;
+  return within.rlim_cur;
+}
+
+}  // namespace
+
+OwnDescriptors::OwnDescriptors() noexcept {
+  mutex_slot()->lock();
+  rlimit now{};
+  if (getrlimit(RLIMIT_NOFILE, &now) != 0) return;
+  floor_ = now.rlim_cur;
+  raised_ = raise_limit(floor_, kRoom);
+  if (raised_ == 0 || g_devices_placed) return;
+  // librdmacm opens every RDMA device of the host once per process, each with a command and an event
+  // descriptor that stay open for the process's life. Opened here, first, and moved above the limit
+  // before any other use of them (this window excludes every other setup of the module).
+  g_devices_placed = true;
+  int count = 0;
+  ibv_context** devices = rdma_get_devices(&count);
+  for (int i = 0; devices != nullptr && i < count; ++i) {
+    for (int* fd : {&devices[i]->cmd_fd, &devices[i]->async_fd}) {
+      if (int high = move_up(*fd); high >= 0) {
+        close_raw(*fd);
+        *fd = high;
+      }
+    }
+  }
+  if (devices != nullptr) rdma_free_devices(devices);
+}
+
+OwnDescriptors::~OwnDescriptors() {
+  if (raised_ != 0) {
+    rlimit now{};
+    if (getrlimit(RLIMIT_NOFILE, &now) == 0 && now.rlim_cur == raised_) {
+      now.rlim_cur = floor_;
+      setrlimit(RLIMIT_NOFILE, &now);
+    }
+  }
+  mutex_slot()->unlock();
+}
+
+int OwnDescriptors::move_up(int fd) noexcept {
+  while (raised_ != 0) {
+    int high = dup_at_least(fd, floor_);
+    if (high >= 0) return high;
+    if (errno != EMFILE && errno != EINVAL) break;
+    unsigned long more = raise_limit(floor_, 2 * (raised_ - floor_));  // full: twice the room
+    if (more <= raised_) break;
+    raised_ = more;
+  }
+  errno = EMFILE;
+  return -1;
+}
+
+int OwnDescriptors::place(int fd) noexcept {
+  if (fd < 0) return fd;
+  int high = move_up(fd);
+  close_raw(fd);
+  if (high < 0) errno = EMFILE;
+  return high;
+}
+
+int OwnDescriptors::place_if_room(int fd) noexcept {
+  if (fd < 0) return fd;
+  int high = move_up(fd);
+  if (high < 0) return fd;
+  close_raw(fd);
+  return high;
+}
+
+void own_descriptors_after_fork() noexcept { mutex_slot() = new std::mutex; }
+
+}  // namespace tcp2rdma::transport

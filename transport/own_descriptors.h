@@ -1,0 +1,48 @@
+// Where the module's own descriptors live: above the application's RLIMIT_NOFILE, never in its range.
+//
+// Every upgraded connection needs a few descriptors of its own (event channels, eventfds, epoll sets),
+// and the process's RDMA devices two each. Taken from the application's range they made its own
+// socket() and connect() calls fail with EMFILE (seen: 101 of 400 asyncio connections under the
+// default limit of 1024), and a low number taken by the module is one that an application expecting
+// "the lowest free descriptor" no longer gets. So each is made inside a Window: the soft limit is
+// raised for the moment (within the hard limit; root may raise the hard one up to fs.nr_open), the new
+// descriptor is moved to a number at or above the application's limit, and the soft limit goes back
+// to what the application had. A descriptor above the soft limit stays valid; the application can
+// open exactly as many as without the module, and getrlimit tells it what it set. When nothing lies
+// above the limit (the hard limit equals the soft one and may not rise: an unprivileged process after
+// `ulimit -n N`), the module gets no descriptor and the connection stays TCP (Status::kDescriptors).
+#pragma once
+
+namespace tcp2rdma::transport {
+
+class OwnDescriptors {
+ public:
+  // Serialises with every other window of the process (the limit is the process's), makes room above
+  // the application's limit and, the first time in the process, opens the RDMA devices and moves their
+  // descriptors above it too.
+  OwnDescriptors() noexcept;
+  // Puts the application's soft limit back.
+  ~OwnDescriptors();
+  OwnDescriptors(const OwnDescriptors&) = delete;
+  OwnDescriptors& operator=(const OwnDescriptors&) = delete;
+
+  // Moves fd (just made, in this window) above the application's limit, close-on-exec, and returns the
+  // new number; the old one is closed. -1 (fd closed, errno EMFILE) when there is no room there; a
+  // negative fd is returned as it is.
+  int place(int fd) noexcept;
+  // The same, but without room above the limit fd stays where it is (a descriptor the user asked for,
+  // such as the log file, is better low than missing).
+  int place_if_room(int fd) noexcept;
+
+ private:
+  int move_up(int fd) noexcept;  // a copy of fd at or above the floor, or -1
+
+  unsigned long floor_ = 0;  // the application's soft limit
+  unsigned long raised_ = 0;  // the soft limit during the window (0: not raised: no room)
+};
+
+// In a forked child, before anything else of the module runs: the lock is made anew (another thread
+// may have held it at the fork).
+void own_descriptors_after_fork() noexcept;
+
+}  // namespace tcp2rdma::transport
