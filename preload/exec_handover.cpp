@@ -18,6 +18,7 @@
 #include "rdma_stream.h"
 #include "real_calls.h"
 #include "socket_registry.h"
+#include "stream_closer.h"
 #include "tracked_socket.h"
 
 namespace tcp2rdma::preload {
@@ -157,6 +158,7 @@ ExecHandover::ExecHandover(char* const* envp) noexcept : prefixes_(envp) {
   settle_all_sessions();
   settle_streams(fd_table().high_water());
   hand_on_prefixes(&prefixes_);
+  finish_closing();  // streams closed before exec end before the image that holds them goes
   errno = saved_errno;
 }
 

@@ -11,6 +11,7 @@
 #include "fd_table.h"
 #include "handover_session.h"
 #include "iovecs.h"
+#include "log.h"
 #include "move_back.h"
 #include "rdma_stream.h"
 #include "real_calls.h"
@@ -121,6 +122,14 @@ bool finish_pending_upgrade(int fd, TrackedSocket* socket) noexcept {
 
 namespace {
 
+// The first time a connection's stream fails, the log says why (once per connection).
+void log_failure(const StreamRef& ref, int fd, Status s) {
+  if (s != Status::kReset && s != Status::kProtocolError && s != Status::kTimeout) return;
+  if (ref.socket()->failure_logged.exchange(true, std::memory_order_relaxed)) return;
+  transport::RdmaStream* stream = ref;
+  log_line("fd %d: the rdma stream failed (%s): %s", fd, transport::to_string(s), stream->failure_detail().c_str());
+}
+
 // A call that moved `done` bytes on the stream and goes on on TCP for the rest (move_back.h).
 ssize_t rest_on_tcp(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags, size_t done,
                     bool receiving) {
@@ -146,6 +155,7 @@ ssize_t recv_on_stream(const StreamRef& ref, int fd, const iovec* iov, int iovcn
     return rest_on_tcp(ref, fd, iov, iovcnt, msg_flags, done, true);
   }
   if (s != Status::kOk) {
+    log_failure(ref, fd, s);
     errno = errno_of(s);
     return -1;
   }
@@ -164,6 +174,7 @@ ssize_t send_on_stream(const StreamRef& ref, int fd, const iovec* iov, int iovcn
     return rest_on_tcp(ref, fd, iov, iovcnt, msg_flags, done, false);
   }
   if (s == Status::kOk) return static_cast<ssize_t>(done);
+  log_failure(ref, fd, s);
   // Writing to a connection that is shut down or reset raises SIGPIPE, as the kernel does, unless the
   // caller said MSG_NOSIGNAL.
   if ((s == Status::kShutDown || s == Status::kReset) && !(msg_flags & MSG_NOSIGNAL)) raise(SIGPIPE);

@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <chrono>
 #include <mutex>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "handover_session.h"
 #include "real_calls.h"
 #include "socket_registry.h"
+#include "stream_closer.h"
 #include "rdma_stream.h"
 #include "stream_listener.h"
 
@@ -42,6 +44,7 @@ void note_forked_child() noexcept {
   // Another thread of the parent may have held the lock at the fork; the child has only this one.
   live_mutex_slot() = new std::mutex;
   transport::own_descriptors_after_fork();
+  forget_closing_after_fork();
 }
 
 HandoverSession* TrackedSocket::start_session() {
@@ -101,13 +104,28 @@ void end_stream(transport::RdmaStream* s, int linger_seconds) noexcept {
 void close_streams_at_exit() noexcept {
   // Handovers still on TCP stay there: their thread will not outlive the process.
   settle_all_sessions();
-  // Held for the whole pass: a thread that lets go of the last reference meanwhile waits in the
-  // destructor. Idempotent with the destructor's end_stream() later. Sockets copied from a parent by
-  // fork have no stream here (stream() is null).
-  std::lock_guard lock(live_mutex());
-  for (TrackedSocket* socket : live_sockets()) {
-    if (transport::RdmaStream* s = socket->stream()) end_stream(s, socket->linger_seconds.load());
+  {
+    // Held for the whole pass: a thread that lets go of the last reference meanwhile waits in the
+    // destructor. Idempotent with the destructor's end later. Sockets copied from a parent by fork
+    // have no stream here (stream() is null). Every end is queued first, then all are waited for
+    // together, within one timeout: many streams cost no more than one.
+    std::lock_guard lock(live_mutex());
+    auto deadline = std::chrono::steady_clock::now();
+    for (TrackedSocket* socket : live_sockets()) {
+      transport::RdmaStream* s = socket->stream();
+      if (s == nullptr) continue;
+      if (socket->linger_seconds.load() == 0 || s->readiness().bytes_readable > 0) {
+        s->abort();
+        continue;
+      }
+      s->shutdown_write();
+      deadline = std::max(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(s->timeout_ms()));
+    }
+    for (TrackedSocket* socket : live_sockets()) {
+      if (transport::RdmaStream* s = socket->stream()) s->close(deadline);
+    }
   }
+  finish_closing();  // streams whose descriptors were closed before exit
 }
 
 TrackedSocket::~TrackedSocket() {
@@ -122,8 +140,16 @@ TrackedSocket::~TrackedSocket() {
     live.erase(std::remove(live.begin(), live.end(), this), live.end());
   }
   if (transport::RdmaStream* s = own_stream()) {
-    end_stream(s, linger_seconds.load());  // only goes away if it had moved back to TCP
-    delete s;
+    // Ended and deleted off this thread (stream_closer.h): close() returns at once, as the kernel's.
+    // A linger time above zero asks close() to wait for the peer, as the kernel's does.
+    int linger = linger_seconds.load();
+    if (linger > 0 && s->readiness().bytes_readable == 0) {
+      long wait_ms = std::min<long>(linger * 1000L, s->timeout_ms());
+      s->close(std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms));
+      delete s;
+    } else {
+      close_later(s, linger);
+    }
   }
   if (role() == SocketRole::kListener) forget_directory(this);
   if (listener_generation != fork_generation()) {

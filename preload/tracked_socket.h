@@ -109,6 +109,8 @@ class TrackedSocket {
   // SO_LINGER as the application last set it: -1 off, else the linger time in seconds. Followed by
   // the setsockopt wrapper, read at the last close (end_stream()).
   std::atomic<int> linger_seconds{-1};
+  // The log said once why this connection's stream failed (stream_calls.cpp).
+  std::atomic<bool> failure_logged{false};
 
   // A listener's rdma_cm listener on the same address and port (listeners only), and the lock that
   // serialises accepts through it.
@@ -164,9 +166,9 @@ void reset_connection(int fd) noexcept;
 
 // The end of a stream whose last descriptor goes, as kernel TCP ends a socket: a close that discards
 // bytes the application never read, or one with SO_LINGER {on, 0 s}, resets the connection (the peer
-// reads ECONNRESET); otherwise every byte written is delivered, then the peer reads EOF. (A linger
-// time above zero changes nothing: close() always waits for the peer's acknowledgements, up to the
-// stream's timeout.) A stream that moved back to TCP only goes away.
+// reads ECONNRESET); otherwise every byte written is delivered, then the peer reads EOF, within the
+// stream's timeout (else a reset). A stream that moved back to TCP only goes away. The last close()
+// runs this off the application's thread (stream_closer.h).
 void end_stream(transport::RdmaStream* s, int linger_seconds) noexcept;
 
 // At exit: closes in order every stream this process made that is still open, as the kernel delivers

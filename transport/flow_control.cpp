@@ -10,6 +10,25 @@ bool behind(uint64_t a, uint64_t b) { return static_cast<int64_t>(a - b) < 0; }
 
 }  // namespace
 
+const char* to_string(FlowError e) {
+  switch (e) {
+    case FlowError::kNone: return "none";
+    case FlowError::kConsumedBackwards: return "its consumed cursor went back";
+    case FlowError::kConsumedUnsent: return "it claims to have consumed bytes never sent";
+    case FlowError::kPostedBackwards: return "its posted-receive count went back";
+    case FlowError::kPostedBeyondQueue: return "more receives than its queue holds";
+    case FlowError::kArmedBackwards: return "its arm count went back";
+    case FlowError::kRingOverrun: return "data beyond the ring space advertised";
+    case FlowError::kEmptyData: return "a data message of zero bytes";
+    case FlowError::kNoReceive: return "a message beyond the receives advertised";
+    case FlowError::kUnexpectedWakeup: return "a wakeup for an arm never made";
+    case FlowError::kDuplicateClose: return "a second close";
+    case FlowError::kDataAfterClose: return "data after its close or its move to TCP";
+    case FlowError::kDuplicateMove: return "a second move to TCP";
+  }
+  return "?";
+}
+
 FlowControl::FlowControl(const FlowConfig& config)
     : config_(config),
       sent_(config.our_first_byte),

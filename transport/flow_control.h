@@ -25,6 +25,8 @@ enum class FlowError {
   kDuplicateMove,       // a second "to TCP"
 };
 
+const char* to_string(FlowError e);
+
 // What one side writes into the peer's mailbox.
 struct MailboxUpdate {
   uint64_t consumed;       // bytes of the peer's stream our application has consumed

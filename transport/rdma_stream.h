@@ -10,10 +10,12 @@
 #include <sys/uio.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "flow_control.h"
@@ -108,6 +110,10 @@ class RdmaStream {
   // shutdown_write, waits (up to timeout_ms) until every byte is acknowledged, then disconnects. The
   // peer reads all of them, then the end of the stream.
   Status close();
+  // The same, waiting for the acknowledgements until `deadline` instead of timeout_ms from now (a
+  // process that ends many streams at once gives them one deadline). A peer that has not acknowledged
+  // our end by then reads a reset, never a clean end.
+  Status close(std::chrono::steady_clock::time_point deadline);
   // Tells the peer to reset (best effort) and disconnects at once: the peer never reads a clean end.
   void abort();
   // Moving the connection back onto its TCP socket (docs/protocol.md, "Back to TCP"). Sends our "to
@@ -151,7 +157,11 @@ class RdmaStream {
   Status keepalive();
 
   StreamCounters counters() const;
+  // Why the stream failed, in words (empty while it has not): what failed and the adapter's or the
+  // protocol's reason, for the log line.
+  std::string failure_detail() const;
   uint64_t client_nonce() const { return client_nonce_; }
+  int timeout_ms() const { return options_.timeout_ms; }
   uint64_t server_nonce() const { return server_nonce_; }
   // Bytes of our receive ring and of the peer's (what each side's options asked for).
   uint64_t ring_size() const { return ring_size_; }
@@ -166,6 +176,8 @@ class RdmaStream {
   static constexpr uint64_t kWrSignal = 0;  // mailbox update, wakeup, arm, end, keepalive
   static constexpr uint64_t kWrCopy = 1;    // data from the bounce buffer, or inline
   static constexpr uint64_t kWrZeroCopy = 2;
+  static constexpr uint64_t kWrReceive = 3;  // a posted receive: an error completion's opcode is not
+                                             // valid, its wr_id is (ibv_poll_cq(3))
   static constexpr size_t kMailboxSlot = 64;  // the mailbox's place after the ring, and each outgoing copy
 
   // Setup (stream_setup.cpp).
@@ -204,8 +216,15 @@ class RdmaStream {
   Status wait(std::unique_lock<std::mutex>& lock, bool interruptible = false, int max_sleep_ms = -1);
   Status arm_channel(bool* news);
   Status keepalive_locked();
+  Status flush_locked(std::unique_lock<std::mutex>& lock, std::chrono::steady_clock::time_point deadline);
   void kick();
   void send_move_marker();
+  void send_owed_close();
+  // Fails the stream for good and takes its queue pair to the error state, so that the adapter flushes
+  // every work request (none touches a buffer of ours or the caller's after this returns, once the
+  // flushed completions are polled: drain_after_failure).
+  void fail_and_stop(Status s);
+  void drain_after_failure(std::unique_lock<std::mutex>& lock);
   bool moved_locked() const;
   bool peer_done() const { return flow_->peer_closed() || flow_->peer_moved(); }
 
@@ -218,6 +237,7 @@ class RdmaStream {
   size_t prefix_left() const { return prefix_.size() - prefix_pos_; }
   bool failed() const { return failure_ != Status::kOk; }
   void fail(Status s);
+  void note_failure(const char* what, const char* detail);
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -252,11 +272,14 @@ class RdmaStream {
   uint64_t last_mailbox_seq_read_ = 0;
   int sends_outstanding_ = 0;
   int zcopy_outstanding_ = 0;
+  int data_outstanding_ = 0;  // data messages (copy or zero-copy) not yet acknowledged
   uint64_t sends_since_keepalive_ = 0;
   Status failure_ = Status::kOk;
+  char failure_detail_[128] = "";
   bool disconnect_seen_ = false;
   bool disconnected_ = false;  // we called rdma_disconnect
-  bool write_shut_ = false;
+  bool write_shut_ = false;  // shutdown_write() was called: writes fail from here
+  bool close_owed_ = false;  // our close is still to be posted (no receive credit when asked)
   bool move_owed_ = false;  // our "to TCP" is to be sent (we move, or the peer did)
   bool move_sent_ = false;  // our "to TCP" is sent: our bytes go on on TCP
   TcpTuple tuple_{};

@@ -61,6 +61,7 @@ Status RdmaStream::write_copy(const uint8_t* src, size_t len, int flags, size_t*
   while (left > 0) {
     if (Status s = progress(); s != Status::kOk) return s;
     if (move_sent_) return Status::kMovedToTcp;  // the rest goes on TCP, after our marker
+    if (write_shut_) return Status::kShutDown;    // another thread shut our side down meanwhile
     if (disconnect_seen_) return Status::kReset;  // the peer has gone: nothing more can arrive there
     uint64_t room = std::min(flow_->data_room(left), kMaxMessage);
     if (room == 0 || !send_queue_has_room(1)) {
@@ -112,6 +113,10 @@ Status RdmaStream::write_zero_copy(const uint8_t* src, size_t len, int flags, si
       result = Status::kMovedToTcp;
       break;
     }
+    if (write_shut_) {
+      result = Status::kShutDown;
+      break;
+    }
     if (disconnect_seen_) {
       result = Status::kReset;
       break;
@@ -143,10 +148,16 @@ Status RdmaStream::write_zero_copy(const uint8_t* src, size_t len, int flags, si
     *done += room;
   }
   // The caller owns its buffer again when we return: wait until the adapter has read all of it. That
-  // takes acknowledgements only, never the peer application's reading.
+  // takes acknowledgements only, never the peer application's reading. A stream that fails meanwhile
+  // (the peer's violation, a lost connection) stops its queue pair first: the adapter must not read
+  // the caller's buffer after we return, nor send it anywhere.
   while (zcopy_outstanding_ > 0 && !failed()) {
     if (Status s = progress(); s != Status::kOk || zcopy_outstanding_ == 0) break;
     wait(lock);
+  }
+  if (zcopy_outstanding_ > 0) {
+    fail_and_stop(failed() ? failure_ : Status::kReset);
+    drain_after_failure(lock);
   }
   registrations_->release(mr);
   if (result == Status::kOk && *done == 0 && len > 0) return Status::kWouldBlock;
@@ -279,66 +290,66 @@ Status RdmaStream::read(const iovec* iov, int iovcnt, int flags, size_t* done) {
 Status RdmaStream::shutdown_write() {
   OwnCalls own;  // own_calls.h
   std::unique_lock lock(mu_);
-  while (writer_busy_) cv_.wait(lock);
+  // A writer blocked on credits meanwhile stops at the close (write_shut_), as a send blocked in the
+  // kernel returns when another thread shuts the socket down: its bytes posted so far come first.
   if (move_sent_) return Status::kMovedToTcp;  // our end now goes on TCP
   if (write_shut_) return Status::kOk;
-  progress();
+  Status s = progress();
   if (flow_->peer_closed() && (disconnect_seen_ || disconnected_)) {
     // The peer ended its side in order and is gone: kernel TCP's shutdown() succeeds there (its FIN
     // goes to a closed peer); nobody is left to read an end of ours.
     write_shut_ = true;
     return Status::kOk;
   }
-  for (;;) {
-    if (Status s = progress(); s != Status::kOk) return s;
-    if (disconnect_seen_) return Status::kReset;
-    if (flow_->may_send_close() && send_queue_has_room(1)) break;
-    if (Status s = request_wakeup(); s != Status::kOk) return s;
-    if (Status s = wait(lock); s != Status::kOk) return s;
-  }
-  if (Status s = post_write(nullptr, 0, 0, 0, encode_imm(MessageType::kEnd, kEndClose), true, 0, kWrSignal);
-      s != Status::kOk) {
-    fail(s);
-    return s;
-  }
-  flow_->on_close_sent();
+  if (s != Status::kOk) return s;
+  if (disconnect_seen_) return Status::kReset;
+  // Like the kernel's FIN, the close is queued, never waited for: it goes now if the peer left us a
+  // receive, else at the next progress once its credit update comes (a peer that never sends one
+  // cannot make this call block). Writes fail from here.
   write_shut_ = true;
-  return Status::kOk;
+  close_owed_ = true;
+  send_owed_close();
+  kick();  // a writer asleep on credits stops now
+  return failed() ? failure_ : Status::kOk;
 }
 
 Status RdmaStream::flush() {
   OwnCalls own;  // own_calls.h
   std::unique_lock lock(mu_);
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.timeout_ms);
+  return flush_locked(lock, std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.timeout_ms));
+}
+
+Status RdmaStream::flush_locked(std::unique_lock<std::mutex>& lock, std::chrono::steady_clock::time_point deadline) {
   // A write is in the peer's memory once its send is acknowledged; the peer delivers what is there
-  // even if a reset follows.
-  while (sends_outstanding_ > 0 && !failed() && !disconnect_seen_) {
-    if (std::chrono::steady_clock::now() > deadline) return Status::kTimeout;
+  // even if a reset follows. An owed close must first go out (it waits for the peer's credit).
+  while ((sends_outstanding_ > 0 || close_owed_) && !failed() && !disconnect_seen_) {
+    auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return Status::kTimeout;
     progress();
-    if (sends_outstanding_ > 0) wait(lock);
+    if (sends_outstanding_ > 0 || close_owed_) {
+      int left_ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count()) + 1;
+      wait(lock, false, left_ms);
+    }
   }
   return failed() ? failure_ : Status::kOk;
 }
 
 Status RdmaStream::close() {
+  return close(std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.timeout_ms));
+}
+
+Status RdmaStream::close(std::chrono::steady_clock::time_point deadline) {
   OwnCalls own;  // own_calls.h
-  if (writes_moved()) {
-    // Our bytes go on TCP, whose close is the kernel's: the stream only goes away, once what it
-    // carried (our marker last) is in the peer's memory.
-    (void)flush();
-    std::lock_guard lock(mu_);
-    disconnected_ = true;
-    rdma_disconnect(id_);
-    return Status::kOk;
-  }
-  Status s = shutdown_write();
-  // Everything we sent, the end included, must be in the peer's memory before the connection goes.
-  // What the peer still sends us after this is dropped, as TCP drops it.
-  if (s == Status::kOk) s = flush();
-  std::lock_guard lock(mu_);
+  // Our bytes, then our end (queued: shutdown_write never waits), must be in the peer's memory before
+  // the connection goes; once they are, a disconnect reads as the end. After a move back to TCP the
+  // stream carried our marker last, and TCP's close is the kernel's. What the peer still sends us
+  // after this is dropped, as TCP drops it.
+  Status s = writes_moved() ? Status::kOk : shutdown_write();
+  std::unique_lock lock(mu_);
+  if (s == Status::kOk) s = flush_locked(lock, deadline);
   disconnected_ = true;
   rdma_disconnect(id_);
-  return s;
+  return move_sent_ ? Status::kOk : s;
 }
 
 void RdmaStream::abort() {

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 
 #include "own_calls.h"
@@ -24,6 +25,15 @@ void RdmaStream::fail(Status s) {
   kick();
 }
 
+void RdmaStream::note_failure(const char* what, const char* detail) {
+  if (failure_detail_[0] == '\0') snprintf(failure_detail_, sizeof failure_detail_, "%s: %s", what, detail);
+}
+
+std::string RdmaStream::failure_detail() const {
+  std::lock_guard lock(mu_);
+  return failure_detail_;
+}
+
 void RdmaStream::kick() {
   // Wakes a thread asleep in wait() after another thread changed what it may be waiting for.
   // eventfd_write and eventfd_read are libc's own calls, never the module's wrappers (own_calls.h).
@@ -33,6 +43,7 @@ void RdmaStream::kick() {
 
 Status RdmaStream::post_receive() {
   ibv_recv_wr wr{}, *bad = nullptr;  // no buffer: every message is an RDMA Write with immediate
+  wr.wr_id = kWrReceive;
   return ibv_post_recv(id_->qp, &wr, &bad) == 0 ? Status::kOk : Status::kResources;
 }
 
@@ -53,6 +64,7 @@ Status RdmaStream::post_write(const void* local, uint32_t length, uint32_t lkey,
   ++sends_outstanding_;
   ++sends_since_keepalive_;
   if (wr_id == kWrZeroCopy) ++zcopy_outstanding_;
+  if (wr_id == kWrCopy || wr_id == kWrZeroCopy) ++data_outstanding_;
   return Status::kOk;
 }
 
@@ -104,16 +116,27 @@ bool RdmaStream::read_mailbox(MailboxUpdate* update) {
 
 Status RdmaStream::handle_completion(const ibv_wc& wc) {
   ++counters_.completions;
-  bool is_send = !(wc.opcode & IBV_WC_RECV);
+  bool is_send = wc.wr_id != kWrReceive;  // not the opcode: undefined in an error completion
   if (is_send) {
     --sends_outstanding_;
     if (wc.wr_id == kWrZeroCopy) --zcopy_outstanding_;
+    if (wc.wr_id == kWrCopy || wc.wr_id == kWrZeroCopy) --data_outstanding_;
   }
   if (wc.status != IBV_WC_SUCCESS) {
     // After an orderly end from the peer, or once we disconnected, the queue pair's flushed work is
-    // the expected tail of the connection. Anything else is the connection failing.
-    bool expected = wc.status == IBV_WC_WR_FLUSH_ERR && (disconnected_ || (disconnect_seen_ && peer_done()));
-    return expected ? Status::kOk : Status::kReset;
+    // the expected tail of the connection. So is a credit update or keepalive that finds the peer
+    // gone after its close, when every byte of ours was acknowledged before it (RC completes in
+    // order): the peer had all it asked for and ended its side; it may have closed its stream before
+    // our update reached it, and what is left to read here is whole. Anything else is the connection
+    // failing: bytes of ours it may not have got.
+    bool flushed_tail = wc.status == IBV_WC_WR_FLUSH_ERR && (disconnected_ || (disconnect_seen_ && peer_done()));
+    bool late_signal = wc.wr_id == kWrSignal && flow_->peer_closed() && data_outstanding_ == 0 && !close_owed_;
+    if (!flushed_tail && !late_signal) {
+      note_failure(is_send ? "a send failed" : "a receive failed", ibv_wc_status_str(wc.status));
+      return Status::kReset;
+    }
+    disconnect_seen_ = true;  // nothing more can be sent
+    return Status::kOk;
   }
   if (is_send) return Status::kOk;
   if (wc.opcode != IBV_WC_RECV_RDMA_WITH_IMM) return Status::kProtocolError;
@@ -142,7 +165,10 @@ Status RdmaStream::handle_completion(const ibv_wc& wc) {
       e = flow_->on_close_arrived();
       break;
   }
-  if (e != FlowError::kNone) return Status::kProtocolError;
+  if (e != FlowError::kNone) {
+    note_failure("the peer broke the protocol", to_string(e));
+    return Status::kProtocolError;
+  }
   if (Status s = post_receive(); s != Status::kOk) return s;
   flow_->on_reposted(1);
   return Status::kOk;
@@ -201,16 +227,19 @@ Status RdmaStream::progress() {
   // After the peer's orderly close a disconnect is the normal end; before it, the peer (or its
   // process, or the link) is gone: a reset, never a clean end of stream.
   if (disconnect_seen_ && !peer_done() && !disconnected_) {
+    note_failure("the peer disconnected", "without an end of its stream");
     fail(Status::kReset);
     return failure_;
   }
   MailboxUpdate update{};
-  if (read_mailbox(&update) && flow_->on_peer_mailbox(update) != FlowError::kNone) {
+  if (FlowError e = read_mailbox(&update) ? flow_->on_peer_mailbox(update) : FlowError::kNone; e != FlowError::kNone) {
+    note_failure("the peer's mailbox broke the protocol", to_string(e));
     fail(Status::kProtocolError);
     return failure_;
   }
   if (disconnect_seen_ || disconnected_) return Status::kOk;  // nothing can be sent any more
-  if (move_owed_) send_move_marker();
+  if (close_owed_) send_owed_close();
+  if (move_owed_ && !close_owed_) send_move_marker();  // a close asked for first goes first
   if (Status s = send_credits(); s != Status::kOk) {
     fail(s);
     return s;
@@ -237,6 +266,53 @@ void RdmaStream::send_move_marker() {
   cv_.notify_all();
   if (poller_) kick();
   if (polled_) wake_pollers();
+}
+
+void RdmaStream::send_owed_close() {
+  // Like the move marker: it takes a receive of the peer's; without one it waits for the peer's next
+  // update, and a wakeup is asked for so that one comes. Nothing of the application's waits for it.
+  if (!flow_->may_send_close() || !send_queue_has_room(1)) {
+    request_wakeup();
+    return;
+  }
+  if (Status s = post_write(nullptr, 0, 0, 0, encode_imm(MessageType::kEnd, kEndClose), true, 0, kWrSignal);
+      s != Status::kOk) {
+    fail(s);
+    return;
+  }
+  flow_->on_close_sent();
+  close_owed_ = false;
+  cv_.notify_all();
+}
+
+void RdmaStream::fail_and_stop(Status s) {
+  fail(s);
+  if (id_ != nullptr && id_->qp != nullptr) {
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_ERR;
+    ibv_modify_qp(id_->qp, &attr, IBV_QP_STATE);
+  }
+}
+
+void RdmaStream::drain_after_failure(std::unique_lock<std::mutex>& lock) {
+  // A queue pair in the error state flushes every outstanding work request with a completion; until
+  // each is polled, the adapter may still be reading its buffer.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.timeout_ms);
+  while (zcopy_outstanding_ > 0 && std::chrono::steady_clock::now() < deadline) {
+    ibv_wc wcs[16];
+    int n = ibv_poll_cq(cq_, 16, wcs);
+    for (int i = 0; i < n; ++i) {
+      ++counters_.completions;
+      if (wcs[i].wr_id != kWrReceive) --sends_outstanding_;
+      if (wcs[i].wr_id == kWrZeroCopy) --zcopy_outstanding_;
+      if (wcs[i].wr_id == kWrCopy || wcs[i].wr_id == kWrZeroCopy) --data_outstanding_;
+    }
+    if (n <= 0) {
+      lock.unlock();
+      sched_yield();
+      lock.lock();
+    }
+  }
 }
 
 bool RdmaStream::moved_locked() const {
