@@ -36,9 +36,27 @@ using Clock = std::chrono::steady_clock;
 // The switch itself: both peers are tcp2rdma by then and neither waits on its application, so it takes
 // a few round trips and the reading of what TCP still has in flight.
 constexpr std::chrono::milliseconds kSwitchTimeout{10000};
-// The most application bytes one TCP connection can still have in flight when its peer freezes (the
-// peer's send buffer and our receive buffer): a HELLO claiming more is refused.
-constexpr uint64_t kMaxTcpTail = uint64_t{256} << 20;
+// The most application bytes one TCP connection can still have in flight when its peer freezes: its
+// send buffer and our receive buffer, each at most the kernel's tcp_wmem / tcp_rmem maximum (doubled:
+// setsockopt's sizes are), read from this host and taken for the peer's too. A HELLO claiming more
+// is refused: the tail is read into memory before the stream is used, and the peer must not choose
+// how much of ours it takes (it was 256 MiB).
+uint64_t max_tcp_tail() {
+  static const uint64_t bound = [] {
+    auto third = [](const char* path) -> uint64_t {
+      unsigned long long a = 0, b = 0, c = 0;
+      FILE* f = std::fopen(path, "re");
+      if (f == nullptr) return 0;
+      int n = std::fscanf(f, "%llu %llu %llu", &a, &b, &c);
+      std::fclose(f);
+      return n == 3 ? c : 0;
+    };
+    uint64_t r = third("/proc/sys/net/ipv4/tcp_rmem"), w = third("/proc/sys/net/ipv4/tcp_wmem");
+    if (r == 0 || w == 0) return uint64_t{32} << 20;
+    return std::max<uint64_t>(2 * (r + w), uint64_t{8} << 20);
+  }();
+  return bound;
+}
 // Switches run in threads of their own (upgrade: background); beyond this many at once a connection
 // stays TCP.
 constexpr int kMaxBackgroundSwitches = 64;
@@ -184,7 +202,7 @@ Step exchange_counts(transport::RdmaStream& stream, const Hello& ours, uint64_t 
   // A client never says its TCP ended: its shutdown() keeps the connection on TCP (it could write no
   // record after its end, and the server needs the client's record).
   std::optional<uint64_t> left = decoded && !(decoded->tcp_ended && !is_client)
-                                     ? bytes_left_on_tcp(decoded->tcp_bytes, received, kMaxTcpTail)
+                                     ? bytes_left_on_tcp(decoded->tcp_bytes, received, max_tcp_tail())
                                      : std::nullopt;
   if (!left) return {Step::kStaysTcp, "the peer's HELLO is malformed or claims an impossible byte count"};
   auto ack = encode_ack(decoded->tcp_bytes);
@@ -256,8 +274,10 @@ UpgradeOutcome switch_onto(int fd, TrackedSocket* socket, HandoverSession* sessi
     step = {Step::kBroken, "the RDMA connection failed at the end of our sending side"};
   }
   if (step.kind != Step::kGoOn) {
+    UpgradeOutcome failed{false, step.kind == Step::kStaysTcp, step.why};
+    failed.detail = stream->failure_detail();
     stream->abort();
-    return {false, step.kind == Step::kStaysTcp, step.why};
+    return failed;
   }
   stream->set_unread_prefix(std::move(tcp_tail));
   int fl = real().fcntl(fd, F_GETFL);
@@ -286,6 +306,8 @@ transport::StreamOptions stream_options(const config::ConnectionOptions& o) {
   uint32_t log2 = 10;
   while (log2 < 29 && (uint64_t{1} << log2) < o.buffer_size) ++log2;
   s.ring_size_log2 = log2;
+  // The peer's ring costs us a bounce buffer as large (pinned): up to 4 times our own, refused beyond.
+  s.max_peer_ring_size_log2 = std::min<uint32_t>(log2 + 2, 29);
   s.recv_queue_depth = static_cast<uint16_t>(std::clamp<uint32_t>(o.recv_queue_depth, 4, 255));
   s.send_queue_depth =
       static_cast<uint16_t>(std::clamp<uint32_t>(o.send_queue_depth, 2 * s.recv_queue_depth + 16, 65535));
@@ -427,6 +449,15 @@ class PublishedTuple {
   pid_t self_ = 0;
 };
 
+// A server connection that stays TCP: its client's RDMA request, held or still to come, is rejected at
+// once instead of making the client wait out the hold (an event-loop client that upgrades its
+// connections one by one would wait that long for each).
+void decline(TrackedSocket* listener, const transport::TcpTuple& tuple) {
+  std::lock_guard lock(listener->listener_mutex);
+  transport::StreamListener* rdma = listener->rdma_listener.get();
+  if (rdma != nullptr && listener->listener_generation == fork_generation()) rdma->decline(tuple);
+}
+
 // Waits (up to the rule's upgrade_timeout) for the client's RDMA connection request for this
 // connection and accepts it. A tcp2rdma client sends it right after its TCP connect completes, but
 // its first setup in a process can take over a second on a slow guest; a plain client never sends
@@ -438,16 +469,26 @@ transport::Status accept_stream(const Connection& c, HandoverSession* session,
   PublishedTuple published(c.listener, c.tuple);
   for (;;) {
     int listener_fd = -1;
+    transport::Status s = transport::Status::kWouldBlock;
+    std::unique_ptr<transport::RdmaStream> answered;
     {
       std::lock_guard lock(c.listener->listener_mutex);
       transport::StreamListener* rdma = c.listener->rdma_listener.get();
       if (rdma == nullptr || c.listener->listener_generation != fork_generation()) return transport::Status::kRejected;
       rdma->collect(kRequestHold);
-      transport::Status s = rdma->accept(c.tuple, transport::random_nonce(), stream_options(options), out);
-      if (s != transport::Status::kWouldBlock) return s;
+      s = rdma->begin_accept(c.tuple, transport::random_nonce(), stream_options(options), &answered);
       listener_fd = rdma->fd();
     }
+    if (s == transport::Status::kOk) {
+      // The client's completion is awaited without the listener's lock: one that never completes
+      // stalls no other connection's upgrade.
+      s = answered->await_established();
+      if (s == transport::Status::kOk) *out = std::move(answered);
+      return s;
+    }
+    if (s != transport::Status::kWouldBlock) return s;
     if (Clock::now() >= until || session->phase() == HandoverSession::Phase::kOver) {
+      decline(c.listener, c.tuple);  // a request that comes later is answered at once
       return transport::Status::kWouldBlock;
     }
     pollfd p{listener_fd, POLLIN, 0};
@@ -455,7 +496,7 @@ transport::Status accept_stream(const Connection& c, HandoverSession* session,
   }
 }
 
-UpgradeOutcome run_upgrade(const Connection& c, HandoverSession* session) {
+UpgradeOutcome run_upgrade_steps(const Connection& c, HandoverSession* session) {
   if (!c.have_tuple) return {false, true, "no addresses for the connection"};
   if (!c.is_client && c.listener == nullptr) return {false, true, "no RDMA listener on this port"};
   std::unique_ptr<transport::RdmaStream> stream;
@@ -470,6 +511,19 @@ UpgradeOutcome run_upgrade(const Connection& c, HandoverSession* session) {
   outcome.setup_ms = std::chrono::duration_cast<std::chrono::milliseconds>(established - c.started).count();
   outcome.switch_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - established).count();
   return outcome;
+}
+
+// No exception leaves an upgrade (it runs in a thread of its own, or in an application's C call):
+// memory short anywhere in it (a stream's parts, the peer's TCP tail) keeps the connection on TCP,
+// or, past the switch's point of no return, resets it; either way with a log line.
+UpgradeOutcome run_upgrade(const Connection& c, HandoverSession* session) noexcept {
+  try {
+    return run_upgrade_steps(c, session);
+  } catch (const std::bad_alloc&) {
+    return {false, session->phase() == HandoverSession::Phase::kOnTcp, "out of memory"};
+  } catch (...) {
+    return {false, session->phase() == HandoverSession::Phase::kOnTcp, "an internal error"};
+  }
 }
 
 // The log line and the end of the session. After a switch (the phase is kSwitching, so the descriptor
@@ -490,9 +544,11 @@ bool conclude(const Connection& c, HandoverSession* session, const UpgradeOutcom
              outcome.setup_ms, outcome.switch_ms);
   } else if (required) {
     // The rule would rather have no connection than a TCP one.
-    snprintf(path, sizeof path, "fails: the upgrade is required (%s)", outcome.why);
+    snprintf(path, sizeof path, "fails: the upgrade is required (%s%s%s)", outcome.why,
+             outcome.detail.empty() ? "" : ": ", outcome.detail.c_str());
   } else {
-    snprintf(path, sizeof path, "stays tcp (%s)", outcome.why);
+    snprintf(path, sizeof path, "stays tcp (%s%s%s)", outcome.why, outcome.detail.empty() ? "" : ": ",
+             outcome.detail.c_str());
   }
   bool usable = outcome.connection_usable && (outcome.upgraded || !required);
   if (session->phase() == HandoverSession::Phase::kOnTcp) {
@@ -545,6 +601,9 @@ void upgrade_in_background(int fd, config::Role role, TrackedSocket* listener, c
   if (g_background_switches.fetch_add(1) >= kMaxBackgroundSwitches) {
     g_background_switches.fetch_sub(1);
     log_connection(fd, role, decision, "stays tcp (too many upgrades under way in this process)");
+    transport::TcpTuple tuple{};
+    sockaddr_storage server{};
+    if (listener != nullptr && tuple_of(fd, false, &tuple, &server)) decline(listener, tuple);
     return;
   }
   HandoverSession* session = socket->start_session();
@@ -559,7 +618,15 @@ void upgrade_in_background(int fd, config::Role role, TrackedSocket* listener, c
     g_background_switches.fetch_sub(1);
     return;
   }
-  auto c = std::make_shared<Connection>(describe(fd, role, socket, listener, decision));
+  std::shared_ptr<Connection> c;
+  try {
+    c = std::make_shared<Connection>(describe(fd, role, socket, listener, decision));
+  } catch (const std::bad_alloc&) {
+    if (session->end_on_tcp()) log_line("%s: stays tcp (out of memory)", label);
+    epoll_move_pending(fd, false);
+    g_background_switches.fetch_sub(1);
+    return;
+  }
   socket->add_ref();  // the thread's, until it is done with the socket and its listener
   if (listener != nullptr) listener->add_ref();
   auto let_go = [c] {
@@ -576,7 +643,7 @@ void upgrade_in_background(int fd, config::Role role, TrackedSocket* listener, c
       conclude(*c, session, run_upgrade(*c, session), true);
       let_go();
     }).detach();
-  } catch (const std::system_error&) {
+  } catch (const std::exception&) {  // no thread (system_error), or no memory for it
     if (session->end_on_tcp()) log_line("%s: stays tcp (cannot start a thread for the upgrade)", label);
     epoll_move_pending(fd, false);
     let_go();

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <chrono>
+#include <string>
 
 #include "options.h"
 #include "rule_set.h"
@@ -22,6 +23,7 @@ struct UpgradeOutcome {
   bool upgraded = false;
   bool connection_usable = true;
   const char* why = "";
+  std::string detail = {};  // the stream's own words on why it failed, when it did (rdma_stream.h)
   long setup_ms = 0;   // from the start until the RDMA connection was established
   long switch_ms = 0;  // the switch itself
 };

@@ -1,7 +1,6 @@
 #include "own_descriptors.h"
 
 #include <fcntl.h>
-#include <rdma/rdma_cma.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -22,7 +21,6 @@ std::mutex*& mutex_slot() {
   static std::mutex* mutex = new std::mutex;
   return mutex;
 }
-bool g_devices_placed = false;
 
 // Raw system calls: these descriptors are the module's, and its fcntl()/close() wrappers have nothing
 // to say about them.
@@ -51,22 +49,6 @@ OwnDescriptors::OwnDescriptors() noexcept {
   if (getrlimit(RLIMIT_NOFILE, &now) != 0) return;
   floor_ = now.rlim_cur;
   raised_ = raise_limit(floor_, kRoom);
-  if (raised_ == 0 || g_devices_placed) return;
-  // librdmacm opens every RDMA device of the host once per process, each with a command and an event
-  // descriptor that stay open for the process's life. Opened here, first, and moved above the limit
-  // before any other use of them (this window excludes every other setup of the module).
-  g_devices_placed = true;
-  int count = 0;
-  ibv_context** devices = rdma_get_devices(&count);
-  for (int i = 0; devices != nullptr && i < count; ++i) {
-    for (int* fd : {&devices[i]->cmd_fd, &devices[i]->async_fd}) {
-      if (int high = move_up(*fd); high >= 0) {
-        close_raw(*fd);
-        *fd = high;
-      }
-    }
-  }
-  if (devices != nullptr) rdma_free_devices(devices);
 }
 
 OwnDescriptors::~OwnDescriptors() {

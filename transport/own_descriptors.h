@@ -1,7 +1,7 @@
 // Where the module's own descriptors live: above the application's RLIMIT_NOFILE, never in its range.
 //
-// Every upgraded connection needs a few descriptors of its own (event channels, eventfds, epoll sets),
-// and the process's RDMA devices two each. Taken from the application's range they made its own
+// Every upgraded connection needs a few descriptors of its own (event channels, eventfds, epoll sets).
+// Taken from the application's range they made its own
 // socket() and connect() calls fail with EMFILE (seen: 101 of 400 asyncio connections under the
 // default limit of 1024), and a low number taken by the module is one that an application expecting
 // "the lowest free descriptor" no longer gets. So each is made inside a Window: the soft limit is
@@ -11,15 +11,19 @@
 // open exactly as many as without the module, and getrlimit tells it what it set. When nothing lies
 // above the limit (the hard limit equals the soft one and may not rise: an unprivileged process after
 // `ulimit -n N`), the module gets no descriptor and the connection stays TCP (Status::kDescriptors).
+// Not covered: the two descriptors per RDMA device that librdmacm opens itself, once per process, at
+// its first use of the device. Opening them earlier ourselves (to place them) was tried: a device
+// context opened in a parent cannot issue commands in a forked child (the kernel refuses a write from
+// another credential: EACCES), and pre-fork servers' workers lost RDMA. Moving them afterwards would
+// race with other threads' use of the context.
 #pragma once
 
 namespace tcp2rdma::transport {
 
 class OwnDescriptors {
  public:
-  // Serialises with every other window of the process (the limit is the process's), makes room above
-  // the application's limit and, the first time in the process, opens the RDMA devices and moves their
-  // descriptors above it too.
+  // Serialises with every other window of the process (the limit is the process's) and makes room
+  // above the application's limit.
   OwnDescriptors() noexcept;
   // Puts the application's soft limit back.
   ~OwnDescriptors();

@@ -27,6 +27,9 @@ namespace tcp2rdma::transport {
 
 struct StreamOptions {
   uint32_t ring_size_log2 = 20;     // 1 MiB receive ring (10..29)
+  // The largest ring the peer may ask us to write into: our bounce buffer mirrors it, allocated and
+  // pinned on our side, so the peer must not choose its size alone. A larger one is refused.
+  uint32_t max_peer_ring_size_log2 = 22;
   uint16_t recv_queue_depth = 64;   // receives posted for the peer's messages (4..255)
   uint16_t send_queue_depth = 320;  // at least the peer's receive depth plus signalling headroom
   int timeout_ms = 5000;            // setup, and how long close() waits for its bytes to be acknowledged
@@ -91,6 +94,9 @@ class RdmaStream {
   static Status connect(const sockaddr* address, const Pairing& pairing, const StreamOptions& options,
                         std::unique_ptr<RdmaStream>* out);
   ~RdmaStream();
+  // A stream a listener has answered (StreamListener::begin_accept): waits for the client to complete
+  // the connection. kOk: it is ready for use.
+  Status await_established();
   RdmaStream(const RdmaStream&) = delete;
   RdmaStream& operator=(const RdmaStream&) = delete;
 

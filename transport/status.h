@@ -20,6 +20,7 @@ enum class Status {
   kInterrupted,    // a blocking read or write slept and a signal handler ran before anything moved
   kMovedToTcp,     // read or write: this direction of the connection goes on on its TCP socket
   kDescriptors,    // no descriptor left above the application's RLIMIT_NOFILE (own_descriptors.h)
+  kRefused,        // the peer asked for more than our options allow (its ring): it is not served
 };
 
 const char* to_string(Status status);

@@ -1,6 +1,7 @@
 #include "stream_listener.h"
 
 #include <arpa/inet.h>
+#include <netinet/in.h>
 #include <fcntl.h>
 #include <poll.h>
 
@@ -12,6 +13,31 @@
 #include "setup_events.h"
 
 namespace tcp2rdma::transport {
+namespace {
+
+// An address as the tuple holds it: IPv4 (or IPv4-mapped IPv6) in the first 4 of 16 bytes.
+bool same_address(const uint8_t tuple_addr[16], uint8_t family, const sockaddr* real) {
+  if (real == nullptr) return false;
+  uint8_t bytes[16] = {};
+  uint8_t real_family = 0;
+  if (real->sa_family == AF_INET) {
+    std::memcpy(bytes, &reinterpret_cast<const sockaddr_in*>(real)->sin_addr, 4);
+    real_family = AF_INET;
+  } else if (real->sa_family == AF_INET6) {
+    const in6_addr& a = reinterpret_cast<const sockaddr_in6*>(real)->sin6_addr;
+    bool mapped = IN6_IS_ADDR_V4MAPPED(&a);
+    std::memcpy(bytes, mapped ? a.s6_addr + 12 : a.s6_addr, mapped ? 4 : 16);
+    real_family = mapped ? AF_INET : AF_INET6;
+  }
+  return real_family == family && std::memcmp(bytes, tuple_addr, 16) == 0;
+}
+
+}  // namespace
+
+bool tuple_matches(const TcpTuple& tuple, const sockaddr* source, const sockaddr* destination) {
+  return same_address(tuple.client_addr, tuple.family, source) &&
+         same_address(tuple.server_addr, tuple.family, destination);
+}
 
 Status StreamListener::listen(const sockaddr* address, const StreamOptions& options,
                               std::unique_ptr<StreamListener>* out) {
@@ -105,7 +131,59 @@ void StreamListener::take_event(rdma_cm_event* event) {
     reject(id);
     return;
   }
+  // The tuple names the TCP connection the request claims; rdma_cm tells where it really comes from
+  // and where it arrived. A host can claim only its own connections to this address.
+  if (!tuple_matches(request.tuple, rdma_get_peer_addr(id), rdma_get_local_addr(id))) {
+    ++counters_.rejected_forged;
+    reject(id);
+    return;
+  }
+  // Two requests for one connection: one of them is not its client's, and nothing tells which. Both
+  // are rejected, and any other for it within the hold: the connection stays TCP (a downgrade is all
+  // the other can cause; taking the stream over would need a record in the TCP stream, see
+  // docs/architecture.md, "Security model").
+  for (size_t i = 0; i < held_.size(); ++i) {
+    if (std::memcmp(&held_[i].request.tuple, &request.tuple, sizeof request.tuple) == 0) {
+      counters_.rejected_duplicate += 2;
+      reject(held_[i].id);
+      remove_held(i);
+      reject(id);
+      remember_declined(request.tuple);
+      return;
+    }
+  }
+  for (size_t i = 0; i < declined_.size(); ++i) {
+    if (std::memcmp(&declined_[i].tuple, &request.tuple, sizeof request.tuple) == 0) {
+      ++counters_.rejected_declined;
+      reject(id);
+      declined_[i] = declined_.back();
+      declined_.pop_back();
+      return;
+    }
+  }
   held_.push_back(Held{id, request, std::chrono::steady_clock::now()});
+}
+
+void StreamListener::decline(const TcpTuple& tuple) {
+  OwnCalls own;  // own_calls.h
+  for (size_t i = 0; i < held_.size(); ++i) {
+    if (std::memcmp(&held_[i].request.tuple, &tuple, sizeof tuple) == 0) {
+      ++counters_.rejected_declined;
+      reject(held_[i].id);
+      remove_held(i);
+      return;
+    }
+  }
+  remember_declined(tuple);  // not here yet
+}
+
+void StreamListener::remember_declined(const TcpTuple& tuple) {
+  // Longer than any hold: a request comes within a hold of its connection's accept, or never.
+  // Bounded: the oldest goes first.
+  auto now = std::chrono::steady_clock::now();
+  std::erase_if(declined_, [&](const Declined& d) { return now - d.since > std::chrono::seconds(30); });
+  if (declined_.size() >= 1024) declined_.erase(declined_.begin());
+  declined_.push_back(Declined{tuple, now});
 }
 
 void StreamListener::collect(std::chrono::milliseconds hold) {
@@ -130,6 +208,15 @@ Status StreamListener::accept(const TcpTuple& tuple, uint64_t server_nonce, std:
 
 Status StreamListener::accept(const TcpTuple& tuple, uint64_t server_nonce, const StreamOptions& options,
                               std::unique_ptr<RdmaStream>* out) {
+  std::unique_ptr<RdmaStream> answered;
+  if (Status s = begin_accept(tuple, server_nonce, options, &answered); s != Status::kOk) return s;
+  if (Status s = answered->await_established(); s != Status::kOk) return s;
+  *out = std::move(answered);
+  return Status::kOk;
+}
+
+Status StreamListener::begin_accept(const TcpTuple& tuple, uint64_t server_nonce, const StreamOptions& options,
+                                    std::unique_ptr<RdmaStream>* out) {
   OwnCalls own;  // own_calls.h
   if (!valid_options(options)) return Status::kInvalid;
   for (size_t i = 0; i < held_.size(); ++i) {
@@ -143,14 +230,22 @@ Status StreamListener::accept(const TcpTuple& tuple, uint64_t server_nonce, cons
 Status StreamListener::accept_any(std::chrono::milliseconds timeout, std::unique_ptr<RdmaStream>* out) {
   OwnCalls own;  // own_calls.h
   auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (held_.empty()) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return Status::kTimeout;
-    pollfd p{channel_->fd, POLLIN, 0};
-    ::poll(&p, 1, static_cast<int>(left.count()));
-    collect(timeout);
+  for (;;) {
+    while (held_.empty()) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return Status::kTimeout;
+      pollfd p{channel_->fd, POLLIN, 0};
+      ::poll(&p, 1, static_cast<int>(left.count()));
+      collect(timeout);
+    }
+    // A request refused for its size is not the one to wait for: the next may be.
+    std::unique_ptr<RdmaStream> answered;
+    Status s = accept_held(0, random_nonce(), options_, &answered);
+    if (s == Status::kRefused) continue;  // refused for its size: the next request may be the one
+    if (s == Status::kOk) s = answered->await_established();
+    if (s == Status::kOk) *out = std::move(answered);
+    return s;
   }
-  return accept_held(0, random_nonce(), options_, out);
 }
 
 Status StreamListener::accept_held(size_t index, uint64_t server_nonce, const StreamOptions& options,
@@ -158,6 +253,11 @@ Status StreamListener::accept_held(size_t index, uint64_t server_nonce, const St
   OwnCalls own;  // own_calls.h
   Held held = held_[index];
   remove_held(index);
+  if (held.request.ring_size_log2 > options.max_peer_ring_size_log2) {
+    // Its ring would cost us a bounce buffer as large, pinned: refused before anything is made.
+    reject(held.id);
+    return Status::kRefused;
+  }
   std::unique_ptr<RdmaStream> stream(new RdmaStream);
   stream->tuple_ = held.request.tuple;
   stream->client_nonce_ = held.request.client_nonce;
@@ -198,13 +298,16 @@ Status StreamListener::accept_held(size_t index, uint64_t server_nonce, const St
   param.retry_count = RdmaStream::kRetryCount;
   param.rnr_retry_count = 0;
   if (rdma_accept(held.id, &param) != 0) return Status::kReset;
-  // The cm channel was made non-blocking by start(); wait on it with poll.
-  if (s = expect_cm_event(stream->cm_channel_, options.timeout_ms, RDMA_CM_EVENT_ESTABLISHED); s != Status::kOk) {
-    return s;
-  }
   ++counters_.accepted;
   *out = std::move(stream);
   return Status::kOk;
+}
+
+Status RdmaStream::await_established() {
+  OwnCalls own;  // own_calls.h
+  // The cm channel was made non-blocking by start(), and it is this stream's own since the accept
+  // (no listener state is touched: its caller's lock need not be held).
+  return expect_cm_event(cm_channel_, options_.timeout_ms, RDMA_CM_EVENT_ESTABLISHED);
 }
 
 }  // namespace tcp2rdma::transport

@@ -23,6 +23,9 @@ class StreamListener {
     uint64_t rejected_malformed = 0;
     uint64_t rejected_expired = 0;
     uint64_t redirected = 0;
+    uint64_t rejected_declined = 0;
+    uint64_t rejected_forged = 0;     // the tuple's addresses are not the request's own
+    uint64_t rejected_duplicate = 0;  // two requests for one connection: both
   };
   // A held request sent to another port (redirect()).
   struct Redirected {
@@ -45,10 +48,20 @@ class StreamListener {
   Status accept(const TcpTuple& tuple, uint64_t server_nonce, std::unique_ptr<RdmaStream>* out);
   Status accept(const TcpTuple& tuple, uint64_t server_nonce, const StreamOptions& options,
                 std::unique_ptr<RdmaStream>* out);
+  // accept() in two steps, so that a caller that serialises its listener's use with a lock holds it
+  // for the first only: begin_accept answers the request (kWouldBlock when there is none yet) and
+  // hands over the stream, whose await_established() then waits, up to its timeout, for the client to
+  // complete the handshake, which a client that never does cannot stall other accepts with.
+  Status begin_accept(const TcpTuple& tuple, uint64_t server_nonce, const StreamOptions& options,
+                      std::unique_ptr<RdmaStream>* out);
   // Answers each held request for which `port_for(tuple)` names a port (non-zero) with a rejection
   // that sends its client there (a Redirect): the directory of a pre-fork server, whose other
   // processes listen on ports of their own. Returns what it sent where.
   std::vector<Redirected> redirect(const std::function<uint16_t(const TcpTuple&)>& port_for);
+  // The server will not upgrade the connection `tuple` (it stays TCP): its client's request is
+  // rejected at once, held or still to come (for up to the hold time), rather than left to expire
+  // while the client waits.
+  void decline(const TcpTuple& tuple);
   // The rdma_cm port this listener is bound to (host order): the one asked for, or the one given.
   uint16_t port() const;
   // Waits up to `timeout` for any request and accepts it (tests and tools, where no TCP connection
@@ -69,12 +82,18 @@ class StreamListener {
   Status accept_held(size_t index, uint64_t server_nonce, const StreamOptions& options,
                      std::unique_ptr<RdmaStream>* out);
   void reject(rdma_cm_id* id);
+  void remember_declined(const TcpTuple& tuple);
   void remove_held(size_t index);
 
   rdma_event_channel* channel_ = nullptr;
   rdma_cm_id* id_ = nullptr;
   StreamOptions options_;
   std::vector<Held> held_;
+  struct Declined {
+    TcpTuple tuple;
+    std::chrono::steady_clock::time_point since;
+  };
+  std::vector<Declined> declined_;
   Counters counters_;
 };
 
@@ -83,5 +102,8 @@ bool valid_request(const ConnectRequest& r);
 bool valid_reply(const AcceptReply& r, uint64_t client_nonce);
 bool valid_redirect(const Redirect& r, uint64_t client_nonce);
 bool valid_options(const StreamOptions& o);
+// Whether a request with `tuple` comes from the tuple's client address and arrived at its server
+// address (rdma_cm's view of the request: its source and destination).
+bool tuple_matches(const TcpTuple& tuple, const sockaddr* source, const sockaddr* destination);
 
 }  // namespace tcp2rdma::transport

@@ -60,7 +60,10 @@ Status RdmaStream::post_write(const void* local, uint32_t length, uint32_t lkey,
   wr.imm_data = htonl(imm);
   wr.wr.rdma.remote_addr = remote_offset;  // the peer's ring is registered at iova 0
   wr.wr.rdma.rkey = peer_rkey_;
-  if (ibv_post_send(id_->qp, &wr, &bad) != 0) return Status::kReset;
+  if (int e = ibv_post_send(id_->qp, &wr, &bad); e != 0) {
+    note_failure("posting a send failed", strerror(e));
+    return Status::kReset;
+  }
   ++sends_outstanding_;
   ++sends_since_keepalive_;
   if (wr_id == kWrZeroCopy) ++zcopy_outstanding_;

@@ -8,6 +8,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -53,7 +54,8 @@ bool watch(int set, int fd) {
 }  // namespace
 
 bool valid_options(const StreamOptions& o) {
-  return o.ring_size_log2 >= 10 && o.ring_size_log2 <= 29 && o.recv_queue_depth >= 4 && o.recv_queue_depth <= 255 &&
+  return o.ring_size_log2 >= 10 && o.ring_size_log2 <= 29 && o.max_peer_ring_size_log2 >= 10 &&
+         o.max_peer_ring_size_log2 <= 29 && o.recv_queue_depth >= 4 && o.recv_queue_depth <= 255 &&
          o.send_queue_depth >= o.recv_queue_depth + 8 && o.timeout_ms > 0;
 }
 
@@ -155,6 +157,7 @@ Status RdmaStream::create_wait_set() {
 
 // Called once both sides' parameters are known; the cm channel is this stream's own by now.
 Status RdmaStream::start(uint8_t peer_ring_log2, uint32_t peer_rkey, uint8_t peer_depth, bool is_client) {
+  if (peer_ring_log2 > options_.max_peer_ring_size_log2) return Status::kRefused;  // before allocating it
   if (!set_nonblocking(cm_channel_->fd)) return Status::kResources;
   if (!watch(epoll_fd_, cm_channel_->fd) || !watch(readiness_fd_, cm_channel_->fd)) return Status::kResources;
   peer_ring_size_ = uint64_t{1} << peer_ring_log2;
@@ -212,6 +215,14 @@ Status RdmaStream::connect_once(const sockaddr* address, const Pairing& pairing,
   if (Status s = expect_cm_event(stream->cm_channel_, options.timeout_ms, RDMA_CM_EVENT_ADDR_RESOLVED); s != Status::kOk) {
     return resolution_failure(s);
   }
+  // A tuple without a client address (tests and tools, which pair no TCP connection) gets the one the
+  // request will come from: the listener checks it (tuple_matches).
+  if (std::all_of(std::begin(stream->tuple_.client_addr), std::end(stream->tuple_.client_addr),
+                  [](uint8_t b) { return b == 0; })) {
+    const sockaddr* src = rdma_get_local_addr(id);
+    if (src->sa_family == AF_INET) std::memcpy(stream->tuple_.client_addr, &reinterpret_cast<const sockaddr_in*>(src)->sin_addr, 4);
+    if (src->sa_family == AF_INET6) std::memcpy(stream->tuple_.client_addr, &reinterpret_cast<const sockaddr_in6*>(src)->sin6_addr, 16);
+  }
   if (rdma_resolve_route(id, options.timeout_ms) != 0) return Status::kNoRoute;
   if (Status s = expect_cm_event(stream->cm_channel_, options.timeout_ms, RDMA_CM_EVENT_ROUTE_RESOLVED); s != Status::kOk) {
     return s;
@@ -219,7 +230,7 @@ Status RdmaStream::connect_once(const sockaddr* address, const Pairing& pairing,
   if (Status s = stream->create_resources(id, options); s != Status::kOk) return s;
   ConnectRequest request{};
   stream->describe_ourselves(&request, options);
-  request.tuple = pairing.tuple;
+  request.tuple = stream->tuple_;
   request.client_nonce = pairing.client_nonce;
   rdma_conn_param param{};
   param.private_data = &request;

@@ -8,6 +8,10 @@
 //       bad-end          an end message with an unknown argument
 //       malformed-setup  first a connect request with garbage private data (must be rejected), then
 //                        a well-formed one followed by a stray wakeup: the listener survived
+//       huge-ring        first a well-formed request for a 512 MiB ring (must be rejected: the server
+//                        would allocate and pin a bounce buffer as large), then as malformed-setup
+//       forged-tuple     first a request whose tuple claims a client address that is not this host's
+//                        (must be rejected), then as malformed-setup
 // The server (stream_peer server-expect-violation) must report a protocol violation: no crash, no
 // write outside its buffers (the writes here all stay inside the ring and mailbox it registered).
 #include <arpa/inet.h>
@@ -47,9 +51,10 @@ bool expect_event(rdma_event_channel* ch, rdma_cm_event_type want, AcceptReply* 
   return ok;
 }
 
-// Connects with `private_data`; retries while the server is not listening yet.
+// Connects with `private_data`; retries while the server is not listening yet, unless a rejection is
+// what the caller expects (`rejection_final`).
 bool connect(const sockaddr_in& addr, std::vector<uint8_t>& buf, const void* private_data, uint8_t len,
-             Connection* c) {
+             Connection* c, bool rejection_final = false) {
   c->channel = rdma_create_event_channel();
   for (int attempt = 0; attempt < 50; ++attempt) {
     if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -58,6 +63,16 @@ bool connect(const sockaddr_in& addr, std::vector<uint8_t>& buf, const void* pri
         !expect_event(c->channel, RDMA_CM_EVENT_ADDR_RESOLVED) || rdma_resolve_route(c->id, 2000) != 0 ||
         !expect_event(c->channel, RDMA_CM_EVENT_ROUTE_RESOLVED)) {
       return false;
+    }
+    // A request's tuple must name where it comes from (the listener checks it): filled in here,
+    // unless the mode forges it.
+    ConnectRequest patched{};
+    if (len == sizeof patched) {
+      std::memcpy(&patched, private_data, sizeof patched);
+      if (patched.magic == kSetupMagic && patched.tuple.client_addr[0] == 0) {
+        std::memcpy(patched.tuple.client_addr, &reinterpret_cast<sockaddr_in*>(rdma_get_local_addr(c->id))->sin_addr, 4);
+        private_data = &patched;
+      }
     }
     c->cq = ibv_create_cq(c->id->verbs, 64, nullptr, nullptr, 0);
     ibv_qp_init_attr attr{};
@@ -77,7 +92,7 @@ bool connect(const sockaddr_in& addr, std::vector<uint8_t>& buf, const void* pri
     rdma_destroy_qp(c->id);
     ibv_destroy_cq(c->cq);
     rdma_destroy_id(c->id);
-    if (last_event == RDMA_CM_EVENT_REJECTED && std::memcmp(private_data, "garbage", 7) == 0) return false;
+    if (last_event == RDMA_CM_EVENT_REJECTED && rejection_final) return false;
   }
   return false;
 }
@@ -107,10 +122,14 @@ int main(int argc, char** argv) {
   if (inet_pton(AF_INET, argv[1], &addr.sin_addr) != 1) return 2;
   std::vector<uint8_t> buf(1 << 20);
   Connection c;
-  if (mode == "malformed-setup") {
+  if (mode == "malformed-setup" || mode == "huge-ring" || mode == "forged-tuple") {
     const char garbage[] = "garbage: not a tcp2rdma request at all";
-    bool established = connect(addr, buf, garbage, sizeof garbage, &c);
-    std::printf("hostile: malformed request %s\n",
+    ConnectRequest odd = good_request(addr, 0);
+    if (mode == "huge-ring") odd.ring_size_log2 = 29;
+    if (mode == "forged-tuple") inet_pton(AF_INET, "10.9.9.9", odd.tuple.client_addr);
+    bool established = mode == "malformed-setup" ? connect(addr, buf, garbage, sizeof garbage, &c, true)
+                                                 : connect(addr, buf, &odd, sizeof odd, &c, true);
+    std::printf("hostile: %s request %s\n", mode.data(),
                 established ? "was ACCEPTED (wrong)" : last_event == RDMA_CM_EVENT_REJECTED ? "rejected" : "failed");
     if (established || last_event != RDMA_CM_EVENT_REJECTED) return 1;
     c = Connection{};
@@ -144,7 +163,7 @@ int main(int argc, char** argv) {
     // mailbox follows the ring), so only the server's own check can catch it.
     uint32_t too_much = static_cast<uint32_t>(ring + 8);
     write_imm(too_much, encode_imm(MessageType::kData, too_much), 0);
-  } else if (mode == "stray-wakeup" || mode == "malformed-setup") {
+  } else if (mode == "stray-wakeup" || mode == "malformed-setup" || mode == "huge-ring" || mode == "forged-tuple") {
     write_imm(0, encode_imm(MessageType::kWakeup, 7), 0);
   } else if (mode == "bad-mailbox") {
     // "I have consumed a million bytes of your stream": the server has sent none.

@@ -269,6 +269,124 @@ TEST(StreamApi, AnUnclaimedRequestIsRejectedAfterTheHoldTime) {
   EXPECT_EQ(listener->held(), 0u);
 }
 
+// A server that will not upgrade a connection declines its request: held, or arriving later, it is
+// rejected at once (the client does not wait out the hold), and another connection's is not.
+TEST(StreamApi, ADeclinedRequestIsRejectedAtOnceHeldOrStillToCome) {
+  StreamOptions o = small_options();
+  o.timeout_ms = 20000;  // a client left to wait would wait this long
+  std::unique_ptr<StreamListener> listener = peer_util::listen_on("7620", o);
+  ASSERT_TRUE(listener);
+  Pairing held = pairing_for(40005, 7620), later = pairing_for(40006, 7620);
+  auto first = connect_in_background("7620", held, o);
+  wait_until_held(*listener);
+  auto start = std::chrono::steady_clock::now();
+  listener->decline(held.tuple);
+  EXPECT_EQ(first.get().first, Status::kRejected);
+  listener->decline(later.tuple);  // before its request comes
+  auto second = connect_in_background("7620", later, o);
+  while (second.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready) {
+    listener->collect(std::chrono::seconds(30));
+  }
+  EXPECT_EQ(second.get().first, Status::kRejected);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_EQ(listener->counters().rejected_declined, 2u);
+  EXPECT_EQ(listener->counters().rejected_expired, 0u);
+}
+
+// The binding proof's first step (docs/architecture.md, "Security model"): a request whose tuple names
+// another client address than the one it comes from is rejected at once; two requests for one
+// connection are both rejected, and a third too: the connection stays TCP.
+TEST(StreamApi, AForgedOrDuplicateTupleIsRejected) {
+  StreamOptions o = small_options();
+  std::unique_ptr<StreamListener> listener = peer_util::listen_on("7621", o);
+  ASSERT_TRUE(listener);
+  Pairing forged = pairing_for(40007, 7621);
+  inet_pton(AF_INET, "10.9.9.9", forged.tuple.client_addr);
+  auto first = connect_in_background("7621", forged, o);
+  while (first.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready) listener->collect(std::chrono::seconds(30));
+  EXPECT_EQ(first.get().first, Status::kRejected);
+  EXPECT_EQ(listener->counters().rejected_forged, 1u);
+  EXPECT_EQ(listener->held(), 0u);
+
+  Pairing twice = pairing_for(40008, 7621);
+  auto a = connect_in_background("7621", twice, o);
+  wait_until_held(*listener);
+  auto b = connect_in_background("7621", twice, o);
+  while (b.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready) listener->collect(std::chrono::seconds(30));
+  EXPECT_EQ(a.get().first, Status::kRejected);
+  EXPECT_EQ(b.get().first, Status::kRejected);
+  EXPECT_EQ(listener->counters().rejected_duplicate, 2u);
+  auto c = connect_in_background("7621", twice, o);  // a third, later: still not served
+  while (c.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready) listener->collect(std::chrono::seconds(30));
+  EXPECT_EQ(c.get().first, Status::kRejected);
+  std::unique_ptr<RdmaStream> server;
+  EXPECT_EQ(listener->accept(twice.tuple, 1, &server), Status::kWouldBlock);
+}
+
+// A client that sends its request and never completes the handshake (librdmacm sends its last message
+// only when the client reads the connect response): the accept that answered it waits for it alone,
+// and another connection's accept goes on meanwhile (begin_accept, then await_established outside
+// the caller's listener lock, as the preload layer does).
+TEST(StreamApi, AClientThatNeverCompletesStallsNoOtherAccept) {
+  StreamOptions o = small_options();
+  std::unique_ptr<StreamListener> listener = peer_util::listen_on("7622", o);
+  ASSERT_TRUE(listener);
+  Pairing silent = pairing_for(40009, 7622), legit = pairing_for(40010, 7622);
+  // The silent client, by hand.
+  sockaddr_in addr = peer_util::ipv4(self_address(), "7622");
+  rdma_event_channel* ch = rdma_create_event_channel();
+  rdma_cm_id* id = nullptr;
+  ASSERT_EQ(rdma_create_id(ch, &id, nullptr, RDMA_PS_TCP), 0);
+  auto next = [&](rdma_cm_event_type want) {
+    rdma_cm_event* ev = nullptr;
+    if (rdma_get_cm_event(ch, &ev) != 0) return false;
+    bool ok = ev->event == want;
+    rdma_ack_cm_event(ev);
+    return ok;
+  };
+  ASSERT_EQ(rdma_resolve_addr(id, nullptr, reinterpret_cast<sockaddr*>(&addr), 2000), 0);
+  ASSERT_TRUE(next(RDMA_CM_EVENT_ADDR_RESOLVED));
+  ASSERT_EQ(rdma_resolve_route(id, 2000), 0);
+  ASSERT_TRUE(next(RDMA_CM_EVENT_ROUTE_RESOLVED));
+  ibv_cq* cq = ibv_create_cq(id->verbs, 16, nullptr, nullptr, 0);
+  ibv_qp_init_attr attr{};
+  attr.send_cq = attr.recv_cq = cq;
+  attr.qp_type = IBV_QPT_RC;
+  attr.cap.max_send_wr = attr.cap.max_recv_wr = 8;
+  attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
+  ASSERT_EQ(rdma_create_qp(id, nullptr, &attr), 0);
+  ConnectRequest request{};
+  request.magic = kSetupMagic;
+  request.version = kProtocolVersion;
+  request.ring_size_log2 = 16;
+  request.queue_depth = 8;
+  request.tuple = silent.tuple;
+  request.client_nonce = silent.client_nonce;
+  rdma_conn_param param{};
+  param.private_data = &request;
+  param.private_data_len = sizeof request;
+  param.retry_count = 6;
+  ASSERT_EQ(rdma_connect(id, &param), 0);  // and never a look at the channel again
+  wait_until_held(*listener);
+  std::unique_ptr<RdmaStream> stalled;
+  ASSERT_EQ(listener->begin_accept(silent.tuple, 1, o, &stalled), Status::kOk);
+
+  auto client = connect_in_background("7622", legit, o);
+  wait_until_held(*listener);
+  auto start = std::chrono::steady_clock::now();
+  std::unique_ptr<RdmaStream> server;
+  ASSERT_EQ(listener->begin_accept(legit.tuple, 2, o, &server), Status::kOk);
+  ASSERT_EQ(server->await_established(), Status::kOk);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_EQ(client.get().first, Status::kOk);
+  EXPECT_NE(stalled->await_established(), Status::kOk);  // its own wait ends (timeout, or the CM gives up)
+  stalled.reset();
+  rdma_destroy_qp(id);
+  ibv_destroy_cq(cq);
+  rdma_destroy_id(id);
+  rdma_destroy_event_channel(ch);
+}
+
 TEST(StreamApi, ConcurrentReaderAndWriterThreadsOnBothEnds) {
   Pair p = connect_pair(7608);
   ASSERT_TRUE(p.client && p.server);
