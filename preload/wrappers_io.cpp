@@ -1,6 +1,7 @@
 // Data transfer. A descriptor whose connection has not moved to RDMA is the kernel socket itself, so
 // each call goes straight to libc after one table lookup. An upgraded one goes to its stream
 // (stream_calls.h). The _chk variants check the buffer as libc's own do, then take the same path.
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -147,27 +148,46 @@ namespace {
 
 // sendfile to an upgraded socket, or one whose handover is under way: read the file through a buffer
 // and send it (the kernel's page-cache path does not reach an RDMA stream, nor counts the bytes).
+// The file's bytes are consumed only as far as they were sent, as the kernel's sendfile consumes
+// them: a seekable file is read at an offset (pread) and its position, without `offset`, moved by
+// what went; a pipe cannot be read back, so what was read from it is sent whole, waiting for room
+// even on a non-blocking socket (it used to be lost when the send said EAGAIN).
 template <typename Off>
 ssize_t sendfile_to_stream(const tcp2rdma::preload::StreamRef& s, int out_fd, int in_fd, Off* offset, size_t count) {
   static thread_local std::vector<char> buf(256 * 1024);
+  off_t start = offset != nullptr ? static_cast<off_t>(*offset) : lseek(in_fd, 0, SEEK_CUR);
+  const bool seekable = start >= 0;
   size_t total = 0;
   while (total < count) {
     size_t want = std::min(count - total, buf.size());
-    ssize_t got = offset != nullptr ? pread(in_fd, buf.data(), want, static_cast<off_t>(*offset + static_cast<Off>(total)))
-                                    : real().read(in_fd, buf.data(), want);
-    if (got < 0) return total > 0 ? static_cast<ssize_t>(total) : -1;
-    if (got == 0) break;
-    ssize_t sent = send_one(s, out_fd, buf.data(), static_cast<size_t>(got), 0);
-    if (sent < 0) return total > 0 ? static_cast<ssize_t>(total) : -1;
-    total += static_cast<size_t>(sent);
-    if (sent < got) {
-      // Non-blocking and full: the rest is the caller's to retry, so the file position must not have
-      // moved past what was sent.
-      if (offset == nullptr) lseek(in_fd, -static_cast<off_t>(got - sent), SEEK_CUR);
-      break;
+    ssize_t got = seekable ? pread(in_fd, buf.data(), want, start + static_cast<off_t>(total))
+                           : real().read(in_fd, buf.data(), want);
+    if (got < 0) {
+      if (total > 0) break;
+      return -1;
     }
+    if (got == 0) break;
+    size_t sent = 0;
+    while (sent < static_cast<size_t>(got)) {
+      ssize_t n = send_one(s, out_fd, buf.data() + sent, static_cast<size_t>(got) - sent, 0);
+      if (n < 0 && errno == EAGAIN && !seekable) {
+        pollfd p{out_fd, POLLOUT, 0};
+        poll(&p, 1, -1);  // the module's poll: the stream's readiness
+        continue;
+      }
+      if (n < 0) break;
+      sent += static_cast<size_t>(n);
+      if (seekable) break;  // what did not go stays in the file, read again by the caller's retry
+    }
+    total += sent;
+    if (sent == 0 && total == 0) return -1;  // nothing went: errno is the send's
+    if (sent < static_cast<size_t>(got)) break;  // full (non-blocking), or failed after some bytes
   }
-  if (offset != nullptr) *offset += static_cast<Off>(total);
+  if (offset != nullptr) {
+    *offset += static_cast<Off>(total);
+  } else if (seekable) {
+    lseek(in_fd, start + static_cast<off_t>(total), SEEK_SET);
+  }
   return static_cast<ssize_t>(total);
 }
 

@@ -10,6 +10,8 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <fcntl.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -260,6 +262,42 @@ TEST_F(HandoverSessionTest, CloseSettlesASessionStillOnTcp) {
   ASSERT_EQ(send(peer_, "abcd", 4, 0), 4);
   EXPECT_EQ(recv(client_, buf, 4, MSG_WAITALL), 4);  // straight to the kernel now
   EXPECT_EQ(session->received(), 0u);
+}
+
+}  // namespace
+}  // namespace tcp2rdma::preload
+
+namespace tcp2rdma::preload {
+namespace {
+
+// sendfile without an offset to a connection the module carries (here: on TCP in its handover, a
+// non-blocking socket whose send buffer is full): the file's position moves by what was sent, never
+// by what was read and then could not go (the bytes were lost: the caller's retry started after them).
+TEST_F(HandoverSessionTest, SendfileConsumesOnlyWhatItSent) {
+  char path[] = "/tmp/t2r-sendfile-XXXXXX";
+  int file = mkstemp(path);
+  ASSERT_GE(file, 0);
+  unlink(path);
+  std::vector<char> data(1 << 20, 'x');
+  ASSERT_EQ(write(file, data.data(), data.size()), static_cast<ssize_t>(data.size()));
+  ASSERT_EQ(lseek(file, 0, SEEK_SET), 0);
+  ASSERT_EQ(fcntl(client_, F_SETFL, O_NONBLOCK), 0);
+  int small = 16384;
+  setsockopt(client_, SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
+  setsockopt(peer_, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  size_t moved = 0;
+  for (int i = 0; i < 1000; ++i) {  // until the socket takes nothing more
+    ssize_t n = sendfile(client_, file, nullptr, 65536);
+    if (n < 0) {
+      EXPECT_EQ(errno, EAGAIN);
+      break;
+    }
+    moved += static_cast<size_t>(n);
+  }
+  EXPECT_GT(moved, 0u);
+  EXPECT_LT(moved, data.size());
+  EXPECT_EQ(lseek(file, 0, SEEK_CUR), static_cast<off_t>(moved));
+  close(file);
 }
 
 }  // namespace
