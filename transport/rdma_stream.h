@@ -256,6 +256,7 @@ class RdmaStream {
   rdma_cm_id* id_ = nullptr;
   ibv_comp_channel* comp_channel_ = nullptr;
   ibv_cq* cq_ = nullptr;
+  ibv_pd* pd_ = nullptr;  // the stream's own protection domain: its queue pair reaches only its memory
   bool cq_armed_ = false;
   int epoll_fd_ = -1;  // comp channel, cm channel, kick_fd_: what our own sleeps wait on
   int kick_fd_ = -1;   // eventfd: wakes the sleeping thread when another one changed the state

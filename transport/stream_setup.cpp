@@ -105,10 +105,16 @@ Status RdmaStream::create_resources(rdma_cm_id* id, const StreamOptions& options
   attr.cap.max_recv_wr = options.recv_queue_depth;
   attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
   attr.cap.max_inline_data = options.inline_threshold;
-  if (rdma_create_qp(id, nullptr, &attr) != 0) {
+  // A protection domain of the stream's own, not librdmacm's one per device and process: a queue pair
+  // can reach only the memory registered in its domain, so a peer can write into this stream's ring
+  // and mailbox and nothing else of this process, whatever rkeys it guesses (rkeys are small and
+  // sequential on rxe and mlx5; docs/architecture.md, "Security model").
+  pd_ = ibv_alloc_pd(id->verbs);
+  if (pd_ == nullptr) return Status::kResources;
+  if (rdma_create_qp(id, pd_, &attr) != 0) {
     // Some devices take no inline data at all: small pieces then go through the bounce buffer.
     attr.cap.max_inline_data = 0;
-    if (options.inline_threshold == 0 || rdma_create_qp(id, nullptr, &attr) != 0) return Status::kResources;
+    if (options.inline_threshold == 0 || rdma_create_qp(id, pd_, &attr) != 0) return Status::kResources;
   }
   max_inline_ = attr.cap.max_inline_data;
 
@@ -116,19 +122,19 @@ Status RdmaStream::create_resources(rdma_cm_id* id, const StreamOptions& options
   ring_ = allocate(ring_size_ + kMailboxSlot);
   if (ring_ == nullptr) return Status::kResources;
   // Registered at iova 0: the peer addresses our ring by offset, so no address crosses the wire.
-  ring_mr_ = ibv_reg_mr_iova(id->pd, ring_, ring_size_ + kMailboxSlot, 0,
+  ring_mr_ = ibv_reg_mr_iova(pd_, ring_, ring_size_ + kMailboxSlot, 0,
                              IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   if (ring_mr_ == nullptr) return registration_failure(errno);
   mailbox_out_ = allocate(kMailboxSlot * options.send_queue_depth);
   if (mailbox_out_ == nullptr) return Status::kResources;
-  mailbox_out_mr_ = ibv_reg_mr(id->pd, mailbox_out_, kMailboxSlot * options.send_queue_depth, 0);
+  mailbox_out_mr_ = ibv_reg_mr(pd_, mailbox_out_, kMailboxSlot * options.send_queue_depth, 0);
   if (mailbox_out_mr_ == nullptr) return registration_failure(errno);
   // Every receive is posted before the peer can send anything: RNR is impossible from the start.
   for (int i = 0; i < options.recv_queue_depth; ++i) {
     if (Status s = post_receive(); s != Status::kOk) return s;
   }
   if (options.zcopy_threshold > 0) {
-    registrations_ = std::make_unique<RegistrationCache>(id->pd, options.registration_cache_entries);
+    registrations_ = std::make_unique<RegistrationCache>(pd_, options.registration_cache_entries);
   }
   return create_wait_set();
 }
@@ -164,7 +170,7 @@ Status RdmaStream::start(uint8_t peer_ring_log2, uint32_t peer_rkey, uint8_t pee
   peer_rkey_ = peer_rkey;
   bounce_ = allocate(peer_ring_size_);
   if (bounce_ == nullptr) return Status::kResources;
-  bounce_mr_ = ibv_reg_mr(id_->pd, bounce_, peer_ring_size_, 0);
+  bounce_mr_ = ibv_reg_mr(pd_, bounce_, peer_ring_size_, 0);
   if (bounce_mr_ == nullptr) return registration_failure(errno);
   uint64_t ours = stream_cursor_origin(client_nonce_, server_nonce_, is_client);
   uint64_t theirs = stream_cursor_origin(client_nonce_, server_nonce_, !is_client);
@@ -258,6 +264,7 @@ RdmaStream::~RdmaStream() {
   if (ring_mr_ != nullptr) ibv_dereg_mr(ring_mr_);
   if (bounce_mr_ != nullptr) ibv_dereg_mr(bounce_mr_);
   if (mailbox_out_mr_ != nullptr) ibv_dereg_mr(mailbox_out_mr_);
+  if (pd_ != nullptr) ibv_dealloc_pd(pd_);  // after its queue pair and every registration in it
   if (cq_ != nullptr) ibv_destroy_cq(cq_);  // every event taken from the channel was acknowledged at once
   if (comp_channel_ != nullptr) ibv_destroy_comp_channel(comp_channel_);
   if (id_ != nullptr) rdma_destroy_id(id_);

@@ -12,11 +12,15 @@
 //                        would allocate and pin a bounce buffer as large), then as malformed-setup
 //       forged-tuple     first a request whose tuple claims a client address that is not this host's
 //                        (must be rejected), then as malformed-setup
+//       cross-rkey       two connections A and B to a stream_peer server-isolation: an RDMA Write
+//                        through B with A's rkey must fail (remote access error: each stream has its
+//                        own protection domain), then A carries "through A, untouched" and its end
 // The server (stream_peer server-expect-violation) must report a protocol violation: no crash, no
 // write outside its buffers (the writes here all stay inside the ring and mailbox it registered).
 #include <arpa/inet.h>
 #include <rdma/rdma_cma.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -66,12 +70,18 @@ bool connect(const sockaddr_in& addr, std::vector<uint8_t>& buf, const void* pri
     }
     // A request's tuple must name where it comes from (the listener checks it): filled in here,
     // unless the mode forges it.
+    // Each attempt stands for a new connection (a port of its own): the listener rejects a second
+    // request for a connection it already holds one for, and an earlier attempt may still be held.
     ConnectRequest patched{};
+    const void* data = private_data;
     if (len == sizeof patched) {
       std::memcpy(&patched, private_data, sizeof patched);
-      if (patched.magic == kSetupMagic && patched.tuple.client_addr[0] == 0) {
-        std::memcpy(patched.tuple.client_addr, &reinterpret_cast<sockaddr_in*>(rdma_get_local_addr(c->id))->sin_addr, 4);
-        private_data = &patched;
+      if (patched.magic == kSetupMagic) {
+        if (patched.tuple.client_addr[0] == 0) {
+          std::memcpy(patched.tuple.client_addr, &reinterpret_cast<sockaddr_in*>(rdma_get_local_addr(c->id))->sin_addr, 4);
+        }
+        patched.tuple.client_port = static_cast<uint16_t>(patched.tuple.client_port + attempt);
+        data = &patched;
       }
     }
     c->cq = ibv_create_cq(c->id->verbs, 64, nullptr, nullptr, 0);
@@ -83,11 +93,12 @@ bool connect(const sockaddr_in& addr, std::vector<uint8_t>& buf, const void* pri
     rdma_create_qp(c->id, nullptr, &attr);
     c->mr = ibv_reg_mr(c->id->pd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
     rdma_conn_param param{};
-    param.private_data = private_data;
+    param.private_data = data;
     param.private_data_len = len;
     param.retry_count = 7;
     if (rdma_connect(c->id, &param) != 0) return false;
     if (expect_event(c->channel, RDMA_CM_EVENT_ESTABLISHED, &c->peer)) return true;
+    std::printf("hostile: attempt %d ended with %s\n", attempt, rdma_event_str(last_event));
     ibv_dereg_mr(c->mr);
     rdma_destroy_qp(c->id);
     ibv_destroy_cq(c->cq);
@@ -133,6 +144,51 @@ int main(int argc, char** argv) {
                 established ? "was ACCEPTED (wrong)" : last_event == RDMA_CM_EVENT_REJECTED ? "rejected" : "failed");
     if (established || last_event != RDMA_CM_EVENT_REJECTED) return 1;
     c = Connection{};
+  }
+  if (mode == "cross-rkey") {
+    Connection b;
+    std::vector<uint8_t> buf_b(1 << 20);
+    ConnectRequest ra = good_request(addr, 0), rb = good_request(addr, 0);
+    ra.tuple.client_port = 40001;  // two connections: two tuples (the listener rejects a duplicate)
+    rb.tuple.client_port = 40002;
+    if (!connect(addr, buf, &ra, sizeof ra, &c) || !connect(addr, buf_b, &rb, sizeof rb, &b)) return 1;
+    auto write_via = [](Connection& conn, std::vector<uint8_t>& src, uint32_t length, uint32_t rkey, uint64_t offset,
+                        bool with_imm, uint32_t imm) {
+      ibv_sge sge{reinterpret_cast<uint64_t>(src.data()), length, conn.mr->lkey};
+      ibv_send_wr wr{}, *bad = nullptr;
+      wr.opcode = with_imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
+      wr.send_flags = IBV_SEND_SIGNALED;
+      wr.sg_list = length > 0 ? &sge : nullptr;
+      wr.num_sge = length > 0 ? 1 : 0;
+      wr.imm_data = htonl(imm);
+      wr.wr.rdma.remote_addr = offset;
+      wr.wr.rdma.rkey = rkey;
+      ibv_post_send(conn.id->qp, &wr, &bad);
+      ibv_wc wc{};
+      while (ibv_poll_cq(conn.cq, 1, &wc) == 0) {
+      }
+      return wc.status;
+    };
+    std::memset(buf_b.data(), 'X', 64);
+    ibv_wc_status cross = write_via(b, buf_b, 64, c.peer.rkey, 0, false, 0);
+    std::printf("hostile: a write into A's ring through B: %s\n", ibv_wc_status_str(cross));
+    if (cross == IBV_WC_SUCCESS) return 1;  // another connection's memory was reachable
+    const char text[] = "through A, untouched";
+    std::memcpy(buf.data(), text, sizeof text - 1);
+    // Where the server reads A's first byte: its cursor starts at a mix of both nonces (wire.h).
+    uint64_t ring_size = uint64_t{1} << c.peer.ring_size_log2;
+    uint64_t first = stream_cursor_origin(ra.client_nonce, c.peer.server_nonce, true) & (ring_size - 1);
+    uint32_t n = sizeof text - 1, head = static_cast<uint32_t>(std::min<uint64_t>(n, ring_size - first));
+    ibv_wc_status data = write_via(c, buf, head, c.peer.rkey, first, true, encode_imm(MessageType::kData, head));
+    if (head < n && data == IBV_WC_SUCCESS) {  // the ring wraps: the rest from its start
+      std::memmove(buf.data(), buf.data() + head, n - head);
+      data = write_via(c, buf, n - head, c.peer.rkey, 0, true, encode_imm(MessageType::kData, n - head));
+    }
+    ibv_wc_status end = write_via(c, buf, 0, c.peer.rkey, 0, true, encode_imm(MessageType::kEnd, kEndClose));
+    std::printf("hostile: A's bytes: %s, A's end: %s\n", ibv_wc_status_str(data), ibv_wc_status_str(end));
+    if (data != IBV_WC_SUCCESS || end != IBV_WC_SUCCESS) return 1;
+    std::this_thread::sleep_for(std::chrono::seconds(2));  // let the server read before we vanish
+    return 0;
   }
   ConnectRequest request = good_request(addr, 0);
   // The rkey is known only after registration, inside connect(); the server never writes to us in

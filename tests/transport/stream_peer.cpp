@@ -18,12 +18,17 @@
 //                                                 writes until killed
 //   stream_peer server-expect-violation PORT     exit 0 only if the stream failed as a protocol
 //                                                 violation (tests/transport/hostile_peer)
+//   stream_peer server-isolation PORT            accepts two streams (A, then B) of one client and
+//                                                 exits 0 only if A carried exactly "through A,
+//                                                 untouched" and then its end (hostile_peer cross-rkey
+//                                                 wrote into A's ring through B meanwhile)
 // Environment: PEER_RING_LOG2 and PEER_DEPTH set the ring size and receive queue depth (default 16
 // and 8: small, so that credits run out often); PEER_EXPECT_STALLS=1 makes the client fail unless it
 // ran out of credits at least once. Exit 0 only when every byte matched.
 #include <sys/mman.h>
 
 #include <atomic>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -278,6 +283,27 @@ int main(int argc, char** argv) {
       }).detach();
     }
     return read_until_failure(*s, std::strtoull(argv[3], nullptr, 10), Status::kReset, true);
+  }
+  if (argc == 3 && mode == "server-isolation") {
+    std::unique_ptr<StreamListener> listener = listen_on(argv[2], options);
+    std::unique_ptr<RdmaStream> a = listener ? accept_one(*listener) : nullptr;
+    std::unique_ptr<RdmaStream> b = listener ? accept_one(*listener) : nullptr;
+    if (!a || !b) return 1;
+    std::string got;
+    for (;;) {
+      char buf[256];
+      iovec iov{buf, sizeof buf};
+      size_t done = 0;
+      Status st = a->read(&iov, 1, 0, &done);
+      if (st != Status::kOk) {
+        std::printf("server: stream A failed: %s\n", to_string(st));
+        return 1;
+      }
+      if (done == 0) break;
+      got.append(buf, done);
+    }
+    std::printf("server: stream A carried \"%s\", then its end\n", got.c_str());
+    return got == "through A, untouched" ? 0 : 1;
   }
   if (argc == 3 && mode == "server-expect-violation") {
     std::unique_ptr<StreamListener> listener = listen_on(argv[2], options);
