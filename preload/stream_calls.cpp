@@ -73,7 +73,10 @@ StreamRef::~StreamRef() {
 StreamRef upgraded_stream(int fd) noexcept {
   TrackedSocket* socket = fd_table().find(fd);
   if (socket == nullptr) return {};
-  if (socket->upgrade_pending.load(std::memory_order_acquire)) finish_pending_upgrade(fd, socket);
+  if (socket->upgrade_pending.load(std::memory_order_acquire)) {
+    SocketHold hold(socket);  // the upgrade takes a while: a close meanwhile must not free it
+    finish_pending_upgrade(fd, socket);
+  }
   if (HandoverSession* session = socket->active_session(); session != nullptr) {
     if (session->phase() == HandoverSession::Phase::kOnTcp) return StreamRef(socket, nullptr, session);
     session->wait_over();  // the switch takes a few round trips; it never waits on the application

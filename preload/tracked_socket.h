@@ -150,6 +150,26 @@ class TrackedSocket {
   unsigned generation_ = 0;
 };
 
+// A reference to a socket held for the length of a call that may block or take long (an upgrade, the
+// wait of a listener's accept): another thread's close() then only takes the descriptor away, as the
+// kernel keeps a socket alive for a call in progress. (Left open: the instants between the table's
+// lookup and add_ref, which type-stable socket storage would close.)
+class SocketHold {
+ public:
+  explicit SocketHold(TrackedSocket* socket) noexcept : socket_(socket) {
+    if (socket_ != nullptr) socket_->add_ref();
+  }
+  ~SocketHold() {
+    if (socket_ != nullptr) socket_->release();
+  }
+  SocketHold(const SocketHold&) = delete;
+  SocketHold& operator=(const SocketHold&) = delete;
+  TrackedSocket* get() const noexcept { return socket_; }
+
+ private:
+  TrackedSocket* socket_;
+};
+
 // In a forked child: every inherited connection that had moved to RDMA is made to fail loudly (its
 // descriptor now names an unconnected socket: ENOTCONN, EPIPE) instead of silently reading the idle
 // TCP socket underneath; pre-fork servers and accept-then-fork are not supported yet.

@@ -585,6 +585,7 @@ bool stays_for_want_of_descriptors(HandoverSession* session) {
 bool upgrade_and_log(int fd, config::Role role, TrackedSocket* listener, const config::Decision& decision) {
   auto* socket = fd_table().find(fd);
   if (socket == nullptr) return true;
+  SocketHold hold(socket), hold_listener(listener);  // the whole upgrade: seconds, maybe
   HandoverSession* session = socket->start_session();
   if (session == nullptr) return true;  // decided and upgraded once already
   char label[kConnectionLabelSize];

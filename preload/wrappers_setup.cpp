@@ -26,6 +26,7 @@ using tcp2rdma::config::Transport;
 void before_accept(int fd) {
   auto* listener = fd_table().find(fd);
   if (listener == nullptr) return;
+  tcp2rdma::preload::SocketHold hold(listener);
   int saved_errno = errno;
   listener->accept_generation.store(tcp2rdma::preload::fork_generation());
   tcp2rdma::preload::claim_rdma_listener(fd, listener);
@@ -36,6 +37,7 @@ int accept_common(int fd, int accepted) {
   // The listener's state is reached through the table; the new socket's family comes from the kernel.
   tcp2rdma::preload::TrackedSocket* listener = fd_table().find(fd);
   if (accepted < 0 || listener == nullptr) return accepted;
+  tcp2rdma::preload::SocketHold hold(listener);  // through the upgrade, which may wait seconds
   int domain = 0;
   socklen_t len = sizeof domain;
   int saved_errno = errno;
@@ -77,6 +79,7 @@ T2R_INTERPOSE int bind(int fd, const struct sockaddr* addr, socklen_t len) { ret
 T2R_INTERPOSE int listen(int fd, int backlog) {
   auto* socket = fd_table().find(fd);
   if (socket == nullptr) return real().listen(fd, backlog);
+  tcp2rdma::preload::SocketHold hold(socket);
   int saved_errno = errno;
   bool first = socket->role() != SocketRole::kListener &&
                tcp2rdma::preload::process_rules().may_select_rdma(Role::kServer);
@@ -116,6 +119,7 @@ T2R_INTERPOSE int connect(int fd, const struct sockaddr* addr, socklen_t len) {
   if (rc != 0 && errno != EINPROGRESS) return rc;
   auto* socket = fd_table().find(fd);
   if (socket == nullptr) return rc;
+  tcp2rdma::preload::SocketHold hold(socket);
   // Linux answers a repeated connect() on a socket whose non-blocking connect has completed with 0,
   // once (hiredis, so redis-cli and redis-benchmark, learn of the completion that way): that connection
   // was decided at the first call, and is upgraded now if that is still pending, never a second time.
