@@ -441,6 +441,9 @@ void epoll_forget_fd(int fd) noexcept {
   }
 }
 
+void epoll_hold_for_fork() noexcept { g_mutex.lock(); }
+void epoll_release_after_fork() noexcept { g_mutex.unlock(); }
+
 void epoll_forget_set(int epfd) noexcept {
   if (g_prefixed_count.load(std::memory_order_acquire) != 0) {
     std::lock_guard lock(g_mutex);

@@ -41,5 +41,9 @@ void epoll_move_back(TrackedSocket* socket) noexcept;
 void epoll_forget_fd(int fd) noexcept;
 // epfd was closed.
 void epoll_forget_set(int epfd) noexcept;
+// Around the real fork: the lock of the epoll bookkeeping is held, so that no other thread is in the
+// middle of changing it when the child gets its copy (the child has none of those threads).
+void epoll_hold_for_fork() noexcept;
+void epoll_release_after_fork() noexcept;
 
 }  // namespace tcp2rdma::preload

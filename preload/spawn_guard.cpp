@@ -41,6 +41,9 @@ void note_spawn_dup2(const posix_spawn_file_actions_t* actions, int fd, int newf
   g_dup2s.push_back({actions, fd, newfd});
 }
 
+void spawn_hold_for_fork() noexcept { g_mutex.lock(); }
+void spawn_release_after_fork() noexcept { g_mutex.unlock(); }
+
 void forget_spawn_actions(const posix_spawn_file_actions_t* actions) noexcept {
   std::lock_guard lock(g_mutex);
   std::erase_if(g_dup2s, [&](const Dup2& d) { return d.actions == actions; });

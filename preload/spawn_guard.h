@@ -46,5 +46,9 @@ class SpawnGuard {
 // know which descriptors a spawn hands on.
 void note_spawn_dup2(const posix_spawn_file_actions_t* actions, int fd, int newfd) noexcept;
 void forget_spawn_actions(const posix_spawn_file_actions_t* actions) noexcept;
+// Around the real fork, as for epoll (epoll_sets.h): the record of file actions is not half-changed
+// in the child.
+void spawn_hold_for_fork() noexcept;
+void spawn_release_after_fork() noexcept;
 
 }  // namespace tcp2rdma::preload

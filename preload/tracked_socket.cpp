@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <mutex>
+#include <shared_mutex>
 #include <vector>
 
 #include "directory_service.h"
@@ -47,7 +48,27 @@ void note_forked_child() noexcept {
   forget_closing_after_fork();
 }
 
+namespace {
+// Sessions start under this gate's shared side; a fork holds its exclusive side from before it settles
+// every session until the real fork is done, so that no session starts in between (the child would
+// get a session under way whose switch thread it does not have).
+std::shared_mutex*& fork_gate_slot() {
+  static auto* gate = new std::shared_mutex;
+  return gate;
+}
+}  // namespace
+
+void close_fork_gate() noexcept { fork_gate_slot()->lock(); }
+void open_fork_gate(bool child) noexcept {
+  if (child) {
+    fork_gate_slot() = new std::shared_mutex;  // the lock of the parent's thread is not the child's
+  } else {
+    fork_gate_slot()->unlock();
+  }
+}
+
 HandoverSession* TrackedSocket::start_session() {
+  std::shared_lock gate(*fork_gate_slot());
   auto* fresh = new HandoverSession;
   HandoverSession* none = nullptr;
   if (!session_.compare_exchange_strong(none, fresh, std::memory_order_acq_rel)) {

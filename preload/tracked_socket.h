@@ -26,6 +26,10 @@ struct DirectoryService;
 // wrapper bumps it in each child). Cheaper than getpid() on every call.
 unsigned fork_generation() noexcept;
 void note_forked_child() noexcept;
+// The fork wrapper closes the gate before it settles the sessions and opens it after the real fork
+// (in the child: a gate of its own): no handover session starts in between (start_session waits).
+void close_fork_gate() noexcept;
+void open_fork_gate(bool child) noexcept;
 
 enum class SocketRole : uint8_t {
   kUnknown,   // created, neither connected nor listening yet

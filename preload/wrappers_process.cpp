@@ -8,6 +8,7 @@
 #include <cstdarg>
 #include <vector>
 
+#include "epoll_sets.h"
 #include "exec_handover.h"
 #include "interposed.h"
 #include "move_back.h"
@@ -21,10 +22,19 @@ using tcp2rdma::preload::real;
 T2R_INTERPOSE pid_t fork(void) {
   // A connection whose handover is still on TCP stays TCP, so that the child can use it too; one in
   // the middle of its switch is waited for (and is then the parent's, as every upgraded one).
+  // No session starts from here until the real fork is done: it could not be settled.
+  tcp2rdma::preload::close_fork_gate();
   tcp2rdma::preload::settle_all_sessions();
   tcp2rdma::preload::move_streams_back("fork");
   tcp2rdma::preload::mark_listeners_to_hand_on();
+  tcp2rdma::preload::epoll_hold_for_fork();
+  tcp2rdma::preload::spawn_hold_for_fork();
   pid_t pid = real().fork();
+  int saved = errno;
+  tcp2rdma::preload::spawn_release_after_fork();
+  tcp2rdma::preload::epoll_release_after_fork();
+  tcp2rdma::preload::open_fork_gate(pid == 0);
+  errno = saved;
   if (pid == 0) {
     tcp2rdma::preload::note_forked_child();  // inherited streams and listeners are not ours to use
     tcp2rdma::preload::renew_listener_locks();
