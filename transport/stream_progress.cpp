@@ -186,6 +186,7 @@ Status RdmaStream::handle_cm_events() {
         type == RDMA_CM_EVENT_TIMEWAIT_EXIT) {
       disconnect_seen_ = true;
     }
+    if (type == RDMA_CM_EVENT_DEVICE_REMOVAL && !peer_done()) note_failure("the RDMA device", "was removed");
   }
   return Status::kOk;
 }
