@@ -224,6 +224,7 @@ class RdmaStream {
   Status keepalive_locked();
   Status flush_locked(std::unique_lock<std::mutex>& lock, std::chrono::steady_clock::time_point deadline);
   void kick();
+  bool post_owed_end(uint32_t which, bool credit);  // kEndClose or kEndToTcp, when credit allows
   void send_move_marker();
   void send_owed_close();
   // Fails the stream for good and takes its queue pair to the error state, so that the adapter flushes

@@ -251,18 +251,24 @@ Status RdmaStream::progress() {
   return Status::kOk;
 }
 
-void RdmaStream::send_move_marker() {
-  // The marker takes a receive of the peer's, like a close; without one it waits for the peer's next
-  // update (a wakeup is asked for, so that one comes).
-  if (!flow_->may_send_move() || !send_queue_has_room(1)) {
+bool RdmaStream::post_owed_end(uint32_t which, bool credit) {
+  // An end message (close, "to TCP") takes a receive of the peer's; without one it waits for the
+  // peer's next update, and a wakeup is asked for so that one comes. Nothing of the application's
+  // waits for it.
+  if (!credit || !send_queue_has_room(1)) {
     request_wakeup();
-    return;
+    return false;
   }
-  if (Status s = post_write(nullptr, 0, 0, 0, encode_imm(MessageType::kEnd, kEndToTcp), true, 0, kWrSignal);
+  if (Status s = post_write(nullptr, 0, 0, 0, encode_imm(MessageType::kEnd, which), true, 0, kWrSignal);
       s != Status::kOk) {
     fail(s);
-    return;
+    return false;
   }
+  return true;
+}
+
+void RdmaStream::send_move_marker() {
+  if (!post_owed_end(kEndToTcp, flow_->may_send_move())) return;
   flow_->on_move_sent();
   move_owed_ = false;
   move_sent_ = true;
@@ -273,17 +279,7 @@ void RdmaStream::send_move_marker() {
 }
 
 void RdmaStream::send_owed_close() {
-  // Like the move marker: it takes a receive of the peer's; without one it waits for the peer's next
-  // update, and a wakeup is asked for so that one comes. Nothing of the application's waits for it.
-  if (!flow_->may_send_close() || !send_queue_has_room(1)) {
-    request_wakeup();
-    return;
-  }
-  if (Status s = post_write(nullptr, 0, 0, 0, encode_imm(MessageType::kEnd, kEndClose), true, 0, kWrSignal);
-      s != Status::kOk) {
-    fail(s);
-    return;
-  }
+  if (!post_owed_end(kEndClose, flow_->may_send_close())) return;
   flow_->on_close_sent();
   close_owed_ = false;
   cv_.notify_all();

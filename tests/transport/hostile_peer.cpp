@@ -108,6 +108,25 @@ bool connect(const sockaddr_in& addr, std::vector<uint8_t>& buf, const void* pri
   return false;
 }
 
+// One RDMA Write (with immediate or not) from `src` through `conn`, waited for: its completion status.
+ibv_wc_status post_and_wait(Connection& conn, std::vector<uint8_t>& src, uint32_t length, uint32_t rkey,
+                            uint64_t remote_offset, bool with_imm, uint32_t imm) {
+  ibv_sge sge{reinterpret_cast<uint64_t>(src.data()), length, conn.mr->lkey};
+  ibv_send_wr wr{}, *bad = nullptr;
+  wr.opcode = with_imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.sg_list = length > 0 ? &sge : nullptr;
+  wr.num_sge = length > 0 ? 1 : 0;
+  wr.imm_data = htonl(imm);
+  wr.wr.rdma.remote_addr = remote_offset;  // the server's ring is registered at iova 0
+  wr.wr.rdma.rkey = rkey;
+  ibv_post_send(conn.id->qp, &wr, &bad);
+  ibv_wc wc{};
+  while (ibv_poll_cq(conn.cq, 1, &wc) == 0) {
+  }
+  return wc.status;
+}
+
 ConnectRequest good_request(const sockaddr_in& addr, uint32_t rkey) {
   ConnectRequest r{};
   r.magic = kSetupMagic;
@@ -152,23 +171,7 @@ int main(int argc, char** argv) {
     ra.tuple.client_port = 40001;  // two connections: two tuples (the listener rejects a duplicate)
     rb.tuple.client_port = 40002;
     if (!connect(addr, buf, &ra, sizeof ra, &c) || !connect(addr, buf_b, &rb, sizeof rb, &b)) return 1;
-    auto write_via = [](Connection& conn, std::vector<uint8_t>& src, uint32_t length, uint32_t rkey, uint64_t offset,
-                        bool with_imm, uint32_t imm) {
-      ibv_sge sge{reinterpret_cast<uint64_t>(src.data()), length, conn.mr->lkey};
-      ibv_send_wr wr{}, *bad = nullptr;
-      wr.opcode = with_imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
-      wr.send_flags = IBV_SEND_SIGNALED;
-      wr.sg_list = length > 0 ? &sge : nullptr;
-      wr.num_sge = length > 0 ? 1 : 0;
-      wr.imm_data = htonl(imm);
-      wr.wr.rdma.remote_addr = offset;
-      wr.wr.rdma.rkey = rkey;
-      ibv_post_send(conn.id->qp, &wr, &bad);
-      ibv_wc wc{};
-      while (ibv_poll_cq(conn.cq, 1, &wc) == 0) {
-      }
-      return wc.status;
-    };
+    auto write_via = post_and_wait;
     std::memset(buf_b.data(), 'X', 64);
     ibv_wc_status cross = write_via(b, buf_b, 64, c.peer.rkey, 0, false, 0);
     std::printf("hostile: a write into A's ring through B: %s\n", ibv_wc_status_str(cross));
@@ -197,21 +200,10 @@ int main(int argc, char** argv) {
   uint64_t ring = uint64_t{1} << c.peer.ring_size_log2;
 
   auto write_imm = [&](uint32_t length, uint32_t imm, uint64_t remote_offset, bool with_imm = true) {
-    ibv_sge sge{reinterpret_cast<uint64_t>(buf.data()), length, c.mr->lkey};
-    ibv_send_wr wr{}, *bad = nullptr;
-    wr.opcode = with_imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.sg_list = length > 0 ? &sge : nullptr;
-    wr.num_sge = length > 0 ? 1 : 0;
-    wr.imm_data = htonl(imm);
-    wr.wr.rdma.remote_addr = remote_offset;  // the server's ring is registered at iova 0
-    wr.wr.rdma.rkey = c.peer.rkey;
-    ibv_post_send(c.id->qp, &wr, &bad);
-    ibv_wc wc{};
-    while (ibv_poll_cq(c.cq, 1, &wc) == 0) {
-    }
-    std::printf("hostile: posted %u bytes, immediate 0x%08x: %s\n", length, imm, ibv_wc_status_str(wc.status));
+    ibv_wc_status status = post_and_wait(c, buf, length, c.peer.rkey, remote_offset, with_imm, imm);
+    std::printf("hostile: posted %u bytes, immediate 0x%08x: %s\n", length, imm, ibv_wc_status_str(status));
   };
+
   if (mode == "length-mismatch") {
     write_imm(10, encode_imm(MessageType::kData, 100), 0);
   } else if (mode == "overrun") {
