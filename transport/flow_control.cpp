@@ -122,6 +122,10 @@ FlowError FlowControl::on_move_arrived() {
 
 bool FlowControl::update_due() const {
   if (armed_ != last_update_.armed) return true;
+  // After the peer's end (close, or "to TCP") it sends nothing that needs our credit (its marker after
+  // a close uses the receive it kept back): an update would only race its queue pair's destruction
+  // and fail its retries at a peer that is gone.
+  if (peer_closed_ || peer_moved_) return false;
   uint64_t freed_bytes = consumed_ - last_update_.consumed;
   uint64_t new_receives = posted_ - last_update_.posted;
   if (freed_bytes == 0 && new_receives == 0) return false;

@@ -101,7 +101,8 @@ class FlowControl {
   bool armed() const { return armed_ != answered_by_peer_; }
 
   // Whether our mailbox update to the peer is due: a quarter of our ring or receive queue freed since
-  // the last, or an arm the peer does not know of yet, or the peer is armed and anything was freed.
+  // the last, or an arm the peer does not know of yet, or the peer is armed and anything was freed;
+  // after the peer's end, only a new arm of ours.
   bool update_due() const;
   MailboxUpdate make_update();  // records it as sent
 
