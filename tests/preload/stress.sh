@@ -1,5 +1,6 @@
 #!/bin/sh
-# stress.sh SHIM RULES ROUNDS [MAX_BYTES]: the client guest's half of integration.stress.pair; the
+# stress.sh SHIM RULES ROUNDS [MAX_BYTES [BR_CONNS BR_ROUNDS]]: the client guest's half of
+# integration.stress.pair; the
 # server guest runs stress_echo.py's asyncio echo server under the module on ports 5030 (upgrade:
 # background) and 5031 (before-return), rules/stress.yaml.
 #  1. Descriptors: with a soft limit of 128, one process opens connections until one fails, without
@@ -7,10 +8,13 @@
 #     same number less at most two per RDMA device (librdmacm's own, docs/architecture.md). The
 #     module's descriptors (six per connection) must take none of the application's.
 #  2. Stress: ROUNDS rounds of 200 connections opened at once by one process, random sizes
-#     (log-uniform, 1 B to MAX_BYTES, default 4 MiB) echoed byte for byte, half-close, in each mode;
-#     rxe must carry traffic without an RNR or retry error, and the log must show upgrades.
+#     (log-uniform, 1 B to MAX_BYTES, default 4 MiB) echoed byte for byte, half-close, upgrading in
+#     the background; then BR_ROUNDS rounds (default ROUNDS) of BR_CONNS (default 200) with the client
+#     upgrading before connect() returns. rxe must carry traffic without an RNR or retry error, and
+#     the log must show upgrades. (Before-return costs an event-loop client one upgrade after the
+#     other: 200 of them take minutes a round on the emulated testbed; CI runs fewer.)
 set -eu
-shim=$1 rules=$2 rounds=$3 max=${4:-4194304}
+shim=$1 rules=$2 rounds=$3 max=${4:-4194304} br_conns=${5:-200} br_rounds=${6:-$3}
 here=$(cd "$(dirname "$0")" && pwd)
 guest=$here/../../integration/guest
 py="python3 $here/stress_echo.py"
@@ -34,11 +38,13 @@ fi
 : > "$log"
 
 seed=$(date +%s)
-for mode in 5030:stress-background 5031:stress-before-return; do
-  port=${mode%%:*} rule=${mode#*:}
-  echo "stress: $rule, port $port, seed $seed"
-  T2R_MIN_PKTS=1000 under sh "$guest/expect-rdma" $py client "$T2R_PEER" "$port" 200 "$rounds" "$seed" "$max"
-  echo "stress: $rule: $(upgrades "'$rule'") of $((200 * rounds)) connections upgraded; $(grep "'$rule'" "$log" | grep -c 'stays tcp') stayed tcp:"
+for mode in 5030:stress-background:200:$rounds 5031:stress-before-return:$br_conns:$br_rounds; do
+  port=${mode%%:*} rest=${mode#*:}
+  rule=${rest%%:*} rest=${rest#*:}
+  conns=${rest%%:*} n=${rest#*:}
+  echo "stress: $rule, port $port, $conns connections at once, $n rounds, seed $seed"
+  T2R_MIN_PKTS=1000 under sh "$guest/expect-rdma" $py client "$T2R_PEER" "$port" "$conns" "$n" "$seed" "$max"
+  echo "stress: $rule: $(upgrades "'$rule'") of $((conns * n)) connections upgraded; $(grep "'$rule'" "$log" | grep -c 'stays tcp') stayed tcp:"
   grep "'$rule'" "$log" | grep -o 'stays tcp (.*' | sed 's/ ([0-9]* ms)//' | sort | uniq -c | sed 's/^/stress:   /'
   [ "$(upgrades "'$rule'")" -ge 1 ] || { echo "stress: nothing upgraded"; exit 1; }
 done
