@@ -48,6 +48,7 @@ OwnDescriptors::OwnDescriptors() noexcept {
   rlimit now{};
   if (getrlimit(RLIMIT_NOFILE, &now) != 0) return;
   floor_ = now.rlim_cur;
+  hard_ = now.rlim_max;
   raised_ = raise_limit(floor_, kRoom);
 }
 
@@ -55,8 +56,8 @@ OwnDescriptors::~OwnDescriptors() {
   if (raised_ != 0) {
     rlimit now{};
     if (getrlimit(RLIMIT_NOFILE, &now) == 0 && now.rlim_cur == raised_) {
-      now.rlim_cur = floor_;
-      setrlimit(RLIMIT_NOFILE, &now);
+      rlimit theirs{floor_, hard_};  // both as the application had them (root's hard one may have risen)
+      setrlimit(RLIMIT_NOFILE, &theirs);
     }
   }
   mutex_slot()->unlock();

@@ -42,6 +42,7 @@ class OwnDescriptors {
   int move_up(int fd) noexcept;  // a copy of fd at or above the floor, or -1
 
   unsigned long floor_ = 0;  // the application's soft limit
+  unsigned long hard_ = 0;   // and its hard one
   unsigned long raised_ = 0;  // the soft limit during the window (0: not raised: no room)
 };
 
