@@ -2,8 +2,6 @@
 
 #include <arpa/inet.h>
 #include <poll.h>
-#include <pthread.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -12,6 +10,7 @@
 
 #include "listener_directory.h"
 #include "log.h"
+#include "quiet_thread.h"
 #include "real_calls.h"
 #include "stream_listener.h"
 #include "upgrade.h"
@@ -72,10 +71,7 @@ void start_directory_service(int fd, TrackedSocket* listener) noexcept {
   if (listener->directory_service != nullptr && listener->service_generation == here) return;
   // An ancestor's thread does not exist here: its object is only a copy, left alone.
   auto* service = new DirectoryService;
-  // The thread takes no signal meant for the application.
-  sigset_t all, previous;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &previous);
+  AllSignalsBlocked quiet;  // quiet_thread.h
   try {
     service->thread = std::thread(serve, fd, listener, service);
     listener->directory_service = service;
@@ -89,7 +85,6 @@ void start_directory_service(int fd, TrackedSocket* listener) noexcept {
              "other processes stay tcp",
              fd);
   }
-  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
 }
 
 void stop_directory_service(TrackedSocket* listener) noexcept {

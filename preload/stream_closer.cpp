@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -10,6 +11,7 @@
 #include <system_error>
 #include <thread>
 
+#include "quiet_thread.h"
 #include "rdma_stream.h"
 #include "tracked_socket.h"
 
@@ -58,31 +60,33 @@ void run(Closer* closer) {
   }
 }
 
-// The thread takes no signal meant for the application: it starts with every signal blocked.
 bool start_thread(Closer* closer) {
-  sigset_t all, previous;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &previous);
-  bool started = true;
+  AllSignalsBlocked quiet;  // quiet_thread.h
   try {
     std::thread(run, closer).detach();
+    return true;
   } catch (const std::system_error&) {
-    started = false;
+    return false;
   }
-  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
-  return started;
 }
 
 }  // namespace
 
 void close_later(transport::RdmaStream* stream, int linger_seconds) noexcept {
-  if (linger_seconds == 0 || stream->readiness().bytes_readable > 0) {
-    end_stream(stream, linger_seconds);  // a reset: nothing to wait for
+  if (ends_with_reset(stream, linger_seconds)) {
+    stream->abort();  // nothing to wait for
     delete stream;
     return;
   }
-  // The peer must be able to read everything, then the end: the stream's own timeout bounds it.
-  Closing c{stream, Clock::now() + std::chrono::milliseconds(stream->timeout_ms())};
+  // The peer must be able to read everything, then the end: the stream's own timeout bounds it, and
+  // a linger time above zero, as the kernel's, makes this call wait (up to that time) itself.
+  auto wait = std::chrono::milliseconds(stream->timeout_ms());
+  if (linger_seconds > 0) wait = std::min<std::chrono::milliseconds>(wait, std::chrono::seconds(linger_seconds));
+  Closing c{stream, Clock::now() + wait};
+  if (linger_seconds > 0) {
+    end_one(c);
+    return;
+  }
   stream->shutdown_write();  // queued now, in order after every byte written
   Closer* closer = closer_slot();
   {

@@ -15,7 +15,8 @@ class RdmaStream;
 namespace tcp2rdma::preload {
 
 // Takes the stream (and deletes it once it has ended). `linger_seconds` as SO_LINGER says: 0 resets
-// the connection at once, in the caller's thread.
+// the connection at once, above 0 waits here up to that long (as the kernel's close() does), -1 (off)
+// hands the end to the closer's thread.
 void close_later(transport::RdmaStream* stream, int linger_seconds) noexcept;
 // Waits for every stream handed over so far to have ended (bounded by their timeouts).
 void finish_closing() noexcept;

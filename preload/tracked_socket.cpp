@@ -114,8 +114,12 @@ void disown_parent_streams() noexcept {
   }
 }
 
+bool ends_with_reset(transport::RdmaStream* s, int linger_seconds) noexcept {
+  return linger_seconds == 0 || s->readiness().bytes_readable > 0;
+}
+
 void end_stream(transport::RdmaStream* s, int linger_seconds) noexcept {
-  if (linger_seconds == 0 || s->readiness().bytes_readable > 0) {
+  if (ends_with_reset(s, linger_seconds)) {
     s->abort();
   } else {
     s->close();
@@ -135,7 +139,7 @@ void close_streams_at_exit() noexcept {
     for (TrackedSocket* socket : live_sockets()) {
       transport::RdmaStream* s = socket->stream();
       if (s == nullptr) continue;
-      if (socket->linger_seconds.load() == 0 || s->readiness().bytes_readable > 0) {
+      if (ends_with_reset(s, socket->linger_seconds.load())) {
         s->abort();
         continue;
       }
@@ -161,16 +165,7 @@ TrackedSocket::~TrackedSocket() {
     live.erase(std::remove(live.begin(), live.end(), this), live.end());
   }
   if (transport::RdmaStream* s = own_stream()) {
-    // Ended and deleted off this thread (stream_closer.h): close() returns at once, as the kernel's.
-    // A linger time above zero asks close() to wait for the peer, as the kernel's does.
-    int linger = linger_seconds.load();
-    if (linger > 0 && s->readiness().bytes_readable == 0) {
-      long wait_ms = std::min<long>(linger * 1000L, s->timeout_ms());
-      s->close(std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms));
-      delete s;
-    } else {
-      close_later(s, linger);
-    }
+    close_later(s, linger_seconds.load());  // stream_closer.h: close() returns at once, as the kernel's
   }
   if (role() == SocketRole::kListener) forget_directory(this);
   if (listener_generation != fork_generation()) {

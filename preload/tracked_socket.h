@@ -168,7 +168,6 @@ class SocketHold {
   }
   SocketHold(const SocketHold&) = delete;
   SocketHold& operator=(const SocketHold&) = delete;
-  TrackedSocket* get() const noexcept { return socket_; }
 
  private:
   TrackedSocket* socket_;
@@ -194,6 +193,8 @@ void reset_connection(int fd) noexcept;
 // stream's timeout (else a reset). A stream that moved back to TCP only goes away. The last close()
 // runs this off the application's thread (stream_closer.h).
 void end_stream(transport::RdmaStream* s, int linger_seconds) noexcept;
+// Whether that end is a reset (SO_LINGER {on, 0 s}, or bytes the application never read).
+bool ends_with_reset(transport::RdmaStream* s, int linger_seconds) noexcept;
 
 // At exit: closes in order every stream this process made that is still open, as the kernel delivers
 // a socket's unsent bytes after its process exited.

@@ -4,8 +4,6 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <pthread.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,8 +23,10 @@
 #include "epoll_sets.h"
 #include "listener_directory.h"
 #include "log.h"
+#include "quiet_thread.h"
 #include "real_calls.h"
 #include "stream_listener.h"
+#include "tuple_address.h"
 
 namespace tcp2rdma::preload {
 namespace {
@@ -64,22 +64,9 @@ std::atomic<int> g_background_switches{0};
 
 // An IPv4 peer of a dual-stack IPv6 socket appears as ::ffff:a.b.c.d: both ends must name it alike.
 void put_address(const sockaddr_storage& s, uint8_t* addr, uint16_t* port, uint8_t* family) {
-  if (s.ss_family == AF_INET) {
-    const auto* v4 = reinterpret_cast<const sockaddr_in*>(&s);
-    std::memcpy(addr, &v4->sin_addr, 4);
-    *port = ntohs(v4->sin_port);
-    *family = AF_INET;
-    return;
-  }
-  const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&s);
-  *port = ntohs(v6->sin6_port);
-  if (IN6_IS_ADDR_V4MAPPED(&v6->sin6_addr)) {
-    std::memcpy(addr, v6->sin6_addr.s6_addr + 12, 4);
-    *family = AF_INET;
-  } else {
-    std::memcpy(addr, &v6->sin6_addr, 16);
-    *family = AF_INET6;
-  }
+  *family = transport::tuple_address(reinterpret_cast<const sockaddr*>(&s), addr);
+  *port = ntohs(s.ss_family == AF_INET ? reinterpret_cast<const sockaddr_in*>(&s)->sin_port
+                                       : reinterpret_cast<const sockaddr_in6*>(&s)->sin6_port);
 }
 
 // The TCP 4-tuple as the client sees it, and the server's address (where its rdma_cm listens).
@@ -635,10 +622,7 @@ void upgrade_in_background(int fd, config::Role role, TrackedSocket* listener, c
     if (c->listener != nullptr) c->listener->release();
     g_background_switches.fetch_sub(1);
   };
-  // The thread takes no signal meant for the application: it starts with every signal blocked.
-  sigset_t all, previous;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &previous);
+  AllSignalsBlocked quiet;  // quiet_thread.h
   try {
     std::thread([c, session, let_go] {
       conclude(*c, session, run_upgrade(*c, session), true);
@@ -649,7 +633,6 @@ void upgrade_in_background(int fd, config::Role role, TrackedSocket* listener, c
     epoll_move_pending(fd, false);
     let_go();
   }
-  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
 }
 
 }  // namespace tcp2rdma::preload

@@ -1,7 +1,6 @@
 #include "stream_listener.h"
 
 #include <arpa/inet.h>
-#include <netinet/in.h>
 #include <fcntl.h>
 #include <poll.h>
 
@@ -10,26 +9,15 @@
 
 #include "own_calls.h"
 #include "own_descriptors.h"
+#include "tuple_address.h"
 #include "setup_events.h"
 
 namespace tcp2rdma::transport {
 namespace {
 
-// An address as the tuple holds it: IPv4 (or IPv4-mapped IPv6) in the first 4 of 16 bytes.
 bool same_address(const uint8_t tuple_addr[16], uint8_t family, const sockaddr* real) {
-  if (real == nullptr) return false;
-  uint8_t bytes[16] = {};
-  uint8_t real_family = 0;
-  if (real->sa_family == AF_INET) {
-    std::memcpy(bytes, &reinterpret_cast<const sockaddr_in*>(real)->sin_addr, 4);
-    real_family = AF_INET;
-  } else if (real->sa_family == AF_INET6) {
-    const in6_addr& a = reinterpret_cast<const sockaddr_in6*>(real)->sin6_addr;
-    bool mapped = IN6_IS_ADDR_V4MAPPED(&a);
-    std::memcpy(bytes, mapped ? a.s6_addr + 12 : a.s6_addr, mapped ? 4 : 16);
-    real_family = mapped ? AF_INET : AF_INET6;
-  }
-  return real_family == family && std::memcmp(bytes, tuple_addr, 16) == 0;
+  uint8_t bytes[16];
+  return tuple_address(real, bytes) == family && std::memcmp(bytes, tuple_addr, 16) == 0;
 }
 
 }  // namespace

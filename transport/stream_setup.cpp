@@ -17,6 +17,7 @@
 #include "own_descriptors.h"
 #include "rdma_stream.h"
 #include "setup_events.h"
+#include "tuple_address.h"
 #include "stream_listener.h"
 
 namespace tcp2rdma::transport {
@@ -225,9 +226,7 @@ Status RdmaStream::connect_once(const sockaddr* address, const Pairing& pairing,
   // request will come from: the listener checks it (tuple_matches).
   if (std::all_of(std::begin(stream->tuple_.client_addr), std::end(stream->tuple_.client_addr),
                   [](uint8_t b) { return b == 0; })) {
-    const sockaddr* src = rdma_get_local_addr(id);
-    if (src->sa_family == AF_INET) std::memcpy(stream->tuple_.client_addr, &reinterpret_cast<const sockaddr_in*>(src)->sin_addr, 4);
-    if (src->sa_family == AF_INET6) std::memcpy(stream->tuple_.client_addr, &reinterpret_cast<const sockaddr_in6*>(src)->sin6_addr, 16);
+    tuple_address(rdma_get_local_addr(id), stream->tuple_.client_addr);
   }
   if (rdma_resolve_route(id, options.timeout_ms) != 0) return Status::kNoRoute;
   if (Status s = expect_cm_event(stream->cm_channel_, options.timeout_ms, RDMA_CM_EVENT_ROUTE_RESOLVED); s != Status::kOk) {
