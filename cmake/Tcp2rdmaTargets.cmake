@@ -13,12 +13,43 @@ function(tcp2rdma_target target)
   if(TCP2RDMA_WERROR)
     target_compile_options(${target} PRIVATE -Werror)
   endif()
-  if(TCP2RDMA_SANITIZE)
-    target_compile_options(${target} PRIVATE -fsanitize=address,undefined -fno-omit-frame-pointer
-                                             -fno-sanitize-recover=undefined)
-    target_link_options(${target} PRIVATE -fsanitize=address,undefined)
+  if(TCP2RDMA_SANITIZER_FLAGS)
+    target_compile_options(${target} PRIVATE ${TCP2RDMA_SANITIZER_FLAGS} -fno-omit-frame-pointer)
+    target_link_options(${target} PRIVATE ${TCP2RDMA_SANITIZER_FLAGS})
   endif()
 endfunction()
+
+# tcp2rdma_sanitizer_setup(): from TCP2RDMA_SANITIZE (empty, address or thread) sets
+#   TCP2RDMA_SANITIZER_FLAGS  the compile and link flags every target gets;
+#   TCP2RDMA_PRELOAD          what a test puts in LD_PRELOAD to run a program under the module. A
+#                             sanitized module preloaded into an uninstrumented program (nc, python3)
+#                             needs the sanitizer's runtime loaded first, so it leads the list.
+macro(tcp2rdma_sanitizer_setup)
+  set(TCP2RDMA_PRELOAD "$<TARGET_FILE:tcp2rdma>")
+  if(TCP2RDMA_SANITIZE STREQUAL "address")
+    # UBSan's findings abort like ASan's, so that no report can go unnoticed in a passing test. Not
+    # its vptr check: it needs a descriptor of its own (a pipe, to probe memory), and tests exhaust
+    # the descriptors on purpose, which it reports as an "invalid vptr" in std::thread.
+    set(TCP2RDMA_SANITIZER_FLAGS -fsanitize=address,undefined -fno-sanitize=vptr -fno-sanitize-recover=undefined)
+    set(runtime libasan.so)
+  elseif(TCP2RDMA_SANITIZE STREQUAL "thread")
+    set(TCP2RDMA_SANITIZER_FLAGS -fsanitize=thread)
+    set(runtime libtsan.so)
+  elseif(TCP2RDMA_SANITIZE STREQUAL "" OR NOT TCP2RDMA_SANITIZE)
+    set(TCP2RDMA_SANITIZER_FLAGS "")
+  else()
+    message(FATAL_ERROR "TCP2RDMA_SANITIZE='${TCP2RDMA_SANITIZE}': use address, thread or nothing")
+  endif()
+  if(TCP2RDMA_SANITIZER_FLAGS)
+    execute_process(COMMAND ${CMAKE_CXX_COMPILER} -print-file-name=${runtime}
+                    OUTPUT_VARIABLE runtime_path OUTPUT_STRIP_TRAILING_WHITESPACE)
+    file(REAL_PATH "${runtime_path}" runtime_path)
+    if(NOT EXISTS "${runtime_path}")
+      message(FATAL_ERROR "the compiler's ${runtime} was not found (${runtime_path})")
+    endif()
+    set(TCP2RDMA_PRELOAD "${runtime_path}:$<TARGET_FILE:tcp2rdma>")
+  endif()
+endmacro()
 
 # tcp2rdma_unit_test(<name> SOURCES ... [LIBS ...])
 # A GoogleTest binary that runs on the host (no RDMA), label "unit"; each TEST() becomes a ctest test.
@@ -30,17 +61,24 @@ function(tcp2rdma_unit_test name)
   gtest_discover_tests(${name} TEST_PREFIX "${name}." PROPERTIES LABELS unit DISCOVERY_TIMEOUT 30)
 endfunction()
 
-# tcp2rdma_vm_test(<name> LABEL rdma|integration TOPOLOGY loop|pair [TIMEOUT s]
+# tcp2rdma_vm_test(<name> LABEL rdma|integration TOPOLOGY loop|pair [TIMEOUT s] [SANITIZE]
 #                  GUEST "shell" | GUEST_A "shell" GUEST_B "shell")
 # Runs shell commands inside the Soft-RoCE testbed (integration/vm). In "loop" GUEST runs in one VM;
 # in "pair" GUEST_A runs on host A (10.77.0.1) and GUEST_B on host B (10.77.0.2). The guest sees the
 # host's filesystem read-only, so build outputs are reachable by their absolute paths. VM tests share
 # the two cores, so they never run at the same time (RESOURCE_LOCK).
+# In a sanitized build (TCP2RDMA_SANITIZE) only the tests marked SANITIZE are registered, with the
+# label "sanitize" too: each guest runs its command with the sanitizer's reports going to files in the
+# work directory, and fails when there is any (integration/guest/sanitizer-reports), whatever the
+# command's own status. Their timeouts grow with the sanitizer's slowdown.
 function(tcp2rdma_vm_test name)
   if(NOT TCP2RDMA_VM_TESTS)
     return()
   endif()
-  cmake_parse_arguments(ARG "" "LABEL;TOPOLOGY;TIMEOUT;GUEST;GUEST_A;GUEST_B" "" ${ARGN})
+  cmake_parse_arguments(ARG "SANITIZE" "LABEL;TOPOLOGY;TIMEOUT;GUEST;GUEST_A;GUEST_B" "" ${ARGN})
+  if(TCP2RDMA_SANITIZER_FLAGS AND NOT ARG_SANITIZE)
+    return()
+  endif()
   if(ARG_UNPARSED_ARGUMENTS)
     # A ';' inside a GUEST string splits it into a CMake list; the tail would be dropped silently.
     message(FATAL_ERROR "tcp2rdma_vm_test(${name}): stray arguments '${ARG_UNPARSED_ARGUMENTS}' "
@@ -48,6 +86,20 @@ function(tcp2rdma_vm_test name)
   endif()
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 120)
+  endif()
+  set(labels ${ARG_LABEL})
+  if(TCP2RDMA_SANITIZER_FLAGS)
+    if(TCP2RDMA_SANITIZE STREQUAL "thread")
+      math(EXPR ARG_TIMEOUT "4 * ${ARG_TIMEOUT}")
+    else()
+      math(EXPR ARG_TIMEOUT "2 * ${ARG_TIMEOUT}")
+    endif()
+    foreach(part GUEST GUEST_A GUEST_B)
+      if(ARG_${part})
+        tcp2rdma_sanitized_guest(ARG_${part} "${ARG_${part}}")
+      endif()
+    endforeach()
+    list(APPEND labels sanitize)
   endif()
   set(vm ${PROJECT_SOURCE_DIR}/integration/vm)
   set(work ${PROJECT_BINARY_DIR}/vm-work/${name})
@@ -65,6 +117,20 @@ function(tcp2rdma_vm_test name)
   else()
     math(EXPR ctest_timeout "${ARG_TIMEOUT} + 90")
   endif()
-  set_tests_properties(${name} PROPERTIES LABELS ${ARG_LABEL} RESOURCE_LOCK softroce_vm
+  set_tests_properties(${name} PROPERTIES LABELS "${labels}" RESOURCE_LOCK softroce_vm
                                           TIMEOUT ${ctest_timeout})
+endfunction()
+
+# tcp2rdma_sanitized_guest(<out-var> "shell"): the guest command with every sanitizer's reports sent to
+# $T2R_WORK/sanitizer-<host>.<pid> (a report on stderr could be swallowed by a redirection or by an
+# application that closes it), then checked: any report fails the guest.
+function(tcp2rdma_sanitized_guest out command)
+  set(reports "log_path=$T2R_WORK/sanitizer-$T2R_HOST")
+  set(${out} "export ASAN_OPTIONS=${reports}:detect_leaks=1 UBSAN_OPTIONS=${reports}:print_stacktrace=1:halt_on_error=1 TSAN_OPTIONS=${reports}:die_after_fork=0:second_deadlock_stack=1
+(
+${command}
+)
+status=$?
+sh ${PROJECT_SOURCE_DIR}/integration/guest/sanitizer-reports || status=1
+exit $status" PARENT_SCOPE)
 endfunction()

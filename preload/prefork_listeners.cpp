@@ -8,6 +8,7 @@
 
 #include "directory_service.h"
 #include "fd_table.h"
+#include "keep_forever.h"
 #include "listener_directory.h"
 #include "log.h"
 #include "stream_listener.h"
@@ -148,8 +149,8 @@ void claim_rdma_listener(int fd, TrackedSocket* listener) noexcept {
       if (listener->claim_generation == here) return;  // tried already in this process
       listener->claim_generation = here;
       // An ancestor's listeners, dropped there or still its own: this memory is only a copy of their state.
-      (void)listener->rdma_listener.release();
-      (void)listener->directory_listener.release();
+      transport::keep_forever(listener->rdma_listener.release());
+      transport::keep_forever(listener->directory_listener.release());
       listener->own_rdma_port = 0;
     }
   }

@@ -10,7 +10,9 @@
 #include <mutex>
 #include <system_error>
 #include <thread>
+#include <utility>
 
+#include "keep_forever.h"
 #include "quiet_thread.h"
 #include "rdma_stream.h"
 #include "tracked_socket.h"
@@ -109,6 +111,8 @@ void finish_closing() noexcept {
                           [&] { return closer->queue.empty() && closer->busy == 0; });
 }
 
-void forget_closing_after_fork() noexcept { closer_slot() = new Closer; }
+void forget_closing_after_fork() noexcept {
+  transport::keep_forever(std::exchange(closer_slot(), new Closer));  // the parent's streams, its lock
+}
 
 }  // namespace tcp2rdma::preload

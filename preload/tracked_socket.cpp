@@ -8,15 +8,17 @@
 #include <mutex>
 #include <shared_mutex>
 #include <vector>
+#include <utility>
 
 #include "directory_service.h"
 #include "fd_table.h"
-#include "own_descriptors.h"
 #include "handover_session.h"
+#include "keep_forever.h"
+#include "own_descriptors.h"
+#include "rdma_stream.h"
 #include "real_calls.h"
 #include "socket_registry.h"
 #include "stream_closer.h"
-#include "rdma_stream.h"
 #include "stream_listener.h"
 
 namespace tcp2rdma::preload {
@@ -43,7 +45,7 @@ unsigned fork_generation() noexcept { return g_fork_generation.load(std::memory_
 void note_forked_child() noexcept {
   g_fork_generation.fetch_add(1, std::memory_order_relaxed);
   // Another thread of the parent may have held the lock at the fork; the child has only this one.
-  live_mutex_slot() = new std::mutex;
+  transport::keep_forever(std::exchange(live_mutex_slot(), new std::mutex));
   transport::own_descriptors_after_fork();
   forget_closing_after_fork();
 }
@@ -61,7 +63,8 @@ std::shared_mutex*& fork_gate_slot() {
 void close_fork_gate() noexcept { fork_gate_slot()->lock(); }
 void open_fork_gate(bool child) noexcept {
   if (child) {
-    fork_gate_slot() = new std::shared_mutex;  // the lock of the parent's thread is not the child's
+    // The lock of the parent's thread is not the child's.
+    transport::keep_forever(std::exchange(fork_gate_slot(), new std::shared_mutex));
   } else {
     fork_gate_slot()->unlock();
   }
@@ -166,11 +169,13 @@ TrackedSocket::~TrackedSocket() {
   }
   if (transport::RdmaStream* s = own_stream()) {
     close_later(s, linger_seconds.load());  // stream_closer.h: close() returns at once, as the kernel's
+  } else {
+    transport::keep_forever(stream_.load());
   }
   if (role() == SocketRole::kListener) forget_directory(this);
   if (listener_generation != fork_generation()) {
-    (void)rdma_listener.release();
-    (void)directory_listener.release();
+    transport::keep_forever(rdma_listener.release());
+    transport::keep_forever(directory_listener.release());
   }
   delete session_.load();
 }

@@ -8,6 +8,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <mutex>
+#include <utility>
+
+#include "keep_forever.h"
 
 namespace tcp2rdma::transport {
 namespace {
@@ -92,6 +95,6 @@ int OwnDescriptors::place_if_room(int fd) noexcept {
   return high;
 }
 
-void own_descriptors_after_fork() noexcept { mutex_slot() = new std::mutex; }
+void own_descriptors_after_fork() noexcept { keep_forever(std::exchange(mutex_slot(), new std::mutex)); }
 
 }  // namespace tcp2rdma::transport

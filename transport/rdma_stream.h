@@ -64,6 +64,7 @@ struct StreamCounters {
   uint64_t wakeups_received = 0;
   uint64_t mailbox_updates_sent = 0;
   uint64_t keepalives_sent = 0;
+  uint64_t zcopy_in_flight = 0;  // now: zero-copy writes not yet completed (the adapter may read them)
   RegistrationCache::Counters registrations;
 };
 

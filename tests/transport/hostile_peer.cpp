@@ -15,6 +15,9 @@
 //       cross-rkey       two connections A and B to a stream_peer server-isolation: an RDMA Write
 //                        through B with A's rkey must fail (remote access error: each stream has its
 //                        own protection domain), then A carries "through A, untouched" and its end
+//       silent           connects with a 1 MiB ring, then takes its queue pair to the error state
+//                        without a word: nothing the server writes is acknowledged (stream_peer
+//                        server-zcopy-abort)
 // The server (stream_peer server-expect-violation) must report a protocol violation: no crash, no
 // write outside its buffers (the writes here all stay inside the ring and mailbox it registered).
 #include <arpa/inet.h>
@@ -191,6 +194,17 @@ int main(int argc, char** argv) {
     std::printf("hostile: A's bytes: %s, A's end: %s\n", ibv_wc_status_str(data), ibv_wc_status_str(end));
     if (data != IBV_WC_SUCCESS || end != IBV_WC_SUCCESS) return 1;
     std::this_thread::sleep_for(std::chrono::seconds(2));  // let the server read before we vanish
+    return 0;
+  }
+  if (mode == "silent") {
+    ConnectRequest request = good_request(addr, 0);
+    request.ring_size_log2 = 20;  // room for many zero-copy writes in flight at once
+    if (!connect(addr, buf, &request, sizeof request, &c)) return 1;
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_ERR;
+    if (ibv_modify_qp(c.id->qp, &attr, IBV_QP_STATE) != 0) return 1;
+    std::printf("hostile: connected, then silent\n");
+    std::this_thread::sleep_for(std::chrono::seconds(5));
     return 0;
   }
   ConnectRequest request = good_request(addr, 0);

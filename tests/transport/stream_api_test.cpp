@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include <future>
@@ -173,6 +174,51 @@ TEST(StreamApi, WritesBlockOnCreditsAndReadinessReportsWritableAgain) {
   }
   EXPECT_TRUE(writable);
   EXPECT_GE(p.client->counters().credit_stalls, 1u);
+}
+
+// Writes `piece` bytes at a time (a message each) without blocking until nothing more fits; returns
+// how many bytes were taken.
+size_t fill_until_blocked(RdmaStream& s, std::vector<uint8_t>& buf, size_t piece) {
+  size_t taken = 0;
+  for (;;) {
+    iovec iov{buf.data() + taken, std::min(piece, buf.size() - taken)};
+    size_t done = 0;
+    if (s.write(&iov, 1, kNonBlocking, &done) != Status::kOk) return taken;
+    taken += done;
+  }
+}
+
+TEST(StreamApi, ShutdownAndCloseReturnInTimeWhenThePeerMakesNoCall) {
+  Pair p = connect_pair(7614);
+  ASSERT_TRUE(p.client && p.server);
+  // The server makes no call at all: it neither reads nor reposts its receives, so neither ring
+  // space nor a receive credit comes back (a peer stopped, or busy elsewhere). The client spends what
+  // it has, one message per byte, then ends its side and closes with a deadline.
+  std::vector<uint8_t> out(1 << 20), in(1 << 20);
+  fill(out.data(), out.size(), 9, 0);
+  size_t taken = fill_until_blocked(*p.client, out, 1);
+  ASSERT_GT(taken, 0u);
+  using Clock = std::chrono::steady_clock;
+  auto started = Clock::now();
+  // The end is queued (as the kernel queues a FIN behind a full window), never waited for.
+  EXPECT_EQ(p.client->shutdown_write(), Status::kOk);
+  EXPECT_LT(Clock::now() - started, std::chrono::milliseconds(500));
+  started = Clock::now();
+  p.client->close(Clock::now() + std::chrono::milliseconds(300));
+  EXPECT_LT(Clock::now() - started, std::chrono::seconds(2));
+  // Every byte written arrives, nothing else; then the end if it got out in time, else a reset.
+  size_t got = 0;
+  Status st = Status::kOk;
+  for (;;) {
+    iovec iov{in.data() + got, in.size() - got};
+    size_t done = 0;
+    st = p.server->read(&iov, 1, 0, &done);
+    if (st != Status::kOk || done == 0) break;
+    got += done;
+  }
+  EXPECT_TRUE(st == Status::kOk || st == Status::kReset) << to_string(st);
+  EXPECT_EQ(got, taken);
+  EXPECT_EQ(first_difference(in.data(), got, 9, 0), got);
 }
 
 // A client connecting from another thread with `pairing` (a stream, or why not), and the wait until

@@ -22,6 +22,12 @@
 //                                                 exits 0 only if A carried exactly "through A,
 //                                                 untouched" and then its end (hostile_peer cross-rkey
 //                                                 wrote into A's ring through B meanwhile)
+//   stream_peer server-zcopy-abort PORT          accepts a stream from hostile_peer silent, writes
+//                                                 8 MiB by zero-copy in one call, which a reset stops
+//                                                 (abort from another thread) while its writes wait
+//                                                 for acknowledgements; exits 0 only if, when write
+//                                                 returned, no zero-copy write was in flight (the
+//                                                 caller's buffer is its own again)
 // Environment: PEER_RING_LOG2 and PEER_DEPTH set the ring size and receive queue depth (default 16
 // and 8: small, so that credits run out often); PEER_EXPECT_STALLS=1 makes the client fail unless it
 // ran out of credits at least once. Exit 0 only when every byte matched.
@@ -304,6 +310,27 @@ int main(int argc, char** argv) {
     }
     std::printf("server: stream A carried \"%s\", then its end\n", got.c_str());
     return got == "through A, untouched" ? 0 : 1;
+  }
+  if (argc == 3 && mode == "server-zcopy-abort") {
+    std::unique_ptr<StreamListener> listener = listen_on(argv[2], options);
+    std::unique_ptr<RdmaStream> s = listener ? accept_one(*listener) : nullptr;
+    if (!s) return 1;
+    std::vector<uint8_t> buf(8 << 20, 'z');
+    Status st = Status::kOk;
+    size_t done = 0;
+    StreamCounters at_return;
+    std::thread writer([&] {
+      iovec iov{buf.data(), buf.size()};
+      st = s->write(&iov, 1, 0, &done);  // kOk with a short count, or the reset
+      at_return = s->counters();
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // well before RDMA's retries end
+    s->abort();
+    writer.join();
+    std::printf("server: write ended with %s after %zu of %zu bytes (%llu by zero-copy); %llu zero-copy writes "
+                "in flight then\n", to_string(st), done, buf.size(), static_cast<unsigned long long>(at_return.zcopy_bytes),
+                static_cast<unsigned long long>(at_return.zcopy_in_flight));
+    return done < buf.size() && at_return.zcopy_bytes > 0 && at_return.zcopy_in_flight == 0 ? 0 : 1;
   }
   if (argc == 3 && mode == "server-expect-violation") {
     std::unique_ptr<StreamListener> listener = listen_on(argv[2], options);
