@@ -39,7 +39,7 @@ macro(tcp2rdma_sanitizer_setup)
   elseif(TCP2RDMA_SANITIZE STREQUAL "thread")
     set(TCP2RDMA_SANITIZER_FLAGS -fsanitize=thread)
     set(runtime libtsan.so)
-  elseif(TCP2RDMA_SANITIZE STREQUAL "" OR NOT TCP2RDMA_SANITIZE)
+  elseif(NOT TCP2RDMA_SANITIZE)  # empty or OFF
     set(TCP2RDMA_SANITIZER_FLAGS "")
   else()
     message(FATAL_ERROR "TCP2RDMA_SANITIZE='${TCP2RDMA_SANITIZE}': use address, thread or nothing")

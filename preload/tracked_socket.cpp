@@ -7,8 +7,8 @@
 #include <chrono>
 #include <mutex>
 #include <shared_mutex>
-#include <vector>
 #include <utility>
+#include <vector>
 
 #include "directory_service.h"
 #include "fd_table.h"
