@@ -1,5 +1,6 @@
 #include "own_descriptors.h"
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -30,7 +31,18 @@ std::mutex*& mutex_slot() {
 int dup_at_least(int fd, unsigned long floor) {
   return static_cast<int>(syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, floor));
 }
+#if defined(__SANITIZE_THREAD__)
+// Under ThreadSanitizer the low number is closed through the next close() in the lookup order (TSan's
+// interceptor, past the module's wrapper): TSan tracks a descriptor from its creation (it saw the
+// eventfd() or socket() that made it) to its close, and a close it did not see makes the kernel's
+// next use of the number (another thread's open()) look like an unsynchronised write.
+void close_raw(int fd) {
+  static const auto next_close = reinterpret_cast<int (*)(int)>(dlsym(RTLD_NEXT, "close"));
+  next_close(fd);
+}
+#else
 void close_raw(int fd) { syscall(SYS_close, fd); }
+#endif
 
 // Sets the soft limit to floor + room, or as far as the hard limit goes (root may raise the hard limit
 // too). The new soft limit, or 0 when nothing lies above the floor.
