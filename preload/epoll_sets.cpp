@@ -159,18 +159,18 @@ void move_back_locked(TrackedSocket* socket) {
 // without taking our lock twice). False when another thread of this process is moving it (a fork):
 // that thread sets the prefix, then moves the registrations itself, which needs our lock.
 bool move_back_now_locked(Entry* e) {
-  TrackedSocket* socket = fd_table().find(e->fd);
-  if (socket == nullptr) return true;
+  SocketHold socket = SocketHold::of(e->fd);
+  if (!socket) return true;
   if (socket->moving_back.load(std::memory_order_acquire)) return false;
-  settle_move_back(socket, e->fd);
-  move_back_locked(socket);
+  settle_move_back(socket.get(), e->fd);
+  move_back_locked(socket.get());
   return true;
 }
 
 // Whether descriptor fd's connection is being moved back by another thread.
 bool moving_back(int fd) {
-  TrackedSocket* socket = fd_table().find(fd);
-  return socket != nullptr && socket->moving_back.load(std::memory_order_acquire);
+  SocketHold socket = SocketHold::of(fd);
+  return socket && socket->moving_back.load(std::memory_order_acquire);
 }
 
 // The prefixed registrations of epfd whose prefix is there: reported into events[n...], up to
@@ -180,8 +180,8 @@ int report_prefixed_locked(int epfd, epoll_event* events, int n, int maxevents) 
   for (size_t i = g_prefixed.size(); i-- > 0 && n < maxevents;) {
     Prefixed p = g_prefixed[i];
     if (p.epfd != epfd) continue;
-    TrackedSocket* socket = fd_table().find(p.fd);
-    if (socket == nullptr || !socket->prefix.present()) {
+    SocketHold socket = SocketHold::of(p.fd);
+    if (!socket || !socket->prefix.present()) {
       erase_prefixed_locked(i);
       continue;
     }
@@ -367,8 +367,8 @@ bool epoll_wait_upgraded(int epfd, epoll_event* events, int maxevents, int timeo
 }
 
 void epoll_note_registration(int epfd, int op, int fd, const epoll_event* event) noexcept {
-  TrackedSocket* socket = fd_table().find(fd);
-  if (socket == nullptr) return;
+  SocketHold socket = SocketHold::of(fd);
+  if (!socket) return;
   if (socket->prefix.present() || g_prefixed_count.load(std::memory_order_acquire) != 0) {
     std::lock_guard lock(g_mutex);
     for (size_t i = g_prefixed.size(); i-- > 0;) {

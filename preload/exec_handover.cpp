@@ -49,20 +49,20 @@ void reset_and_disown(TrackedSocket* socket, int fd, int end) noexcept {
 // reset) where not.
 void settle_streams(int end) noexcept {
   for (int fd = 0; fd < end; ++fd) {
-    TrackedSocket* socket = fd_table().find(fd);
-    transport::RdmaStream* s = socket != nullptr ? socket->stream() : nullptr;
+    SocketHold socket = SocketHold::of(fd);
+    transport::RdmaStream* s = socket ? socket->stream() : nullptr;
     if (s == nullptr) continue;
-    if (!survives_exec(socket, end)) {
+    if (!survives_exec(socket.get(), end)) {
       // exec closes every descriptor of it: the last close, as close() does it.
       end_stream(s, socket->linger_seconds.load());
       continue;
     }
-    if (socket->follows_fork.load(std::memory_order_relaxed) && move_back(socket, s, fd, "exec")) continue;
+    if (socket->follows_fork.load(std::memory_order_relaxed) && move_back(socket.get(), s, fd, "exec")) continue;
     // Everything written so far still reaches the peer, then a reset: the new program's writes could
     // never arrive, and the peer must not read a clean end.
     (void)s->flush();
     s->abort();
-    reset_and_disown(socket, fd, end);
+    reset_and_disown(socket.get(), fd, end);
   }
 }
 
@@ -101,13 +101,13 @@ int prefix_in_memfd(const TrackedSocket* socket) noexcept {
 void hand_on_prefixes(PrefixHandOn* prefixes) noexcept {
   int end = fd_table().high_water();
   for (int fd = 0; fd < end; ++fd) {
-    TrackedSocket* socket = fd_table().find(fd);
-    if (socket == nullptr || !socket->prefix.present()) continue;
+    SocketHold socket = SocketHold::of(fd);
+    if (!socket || !socket->prefix.present()) continue;
     int flags = real().fcntl(fd, F_GETFD);
     if (flags < 0 || (flags & FD_CLOEXEC) != 0) continue;
-    if (!prefixes->add(socket, fd)) {
+    if (!prefixes->add(socket.get(), fd)) {
       log_line("fd %d: reset at exec: %zu bytes of the peer's could not go with it", fd, socket->prefix.size());
-      reset_and_disown(socket, fd, end);
+      reset_and_disown(socket.get(), fd, end);
     }
   }
 }
@@ -195,8 +195,8 @@ void adopt_exec_prefixes() noexcept {
     real().close(mfd);
     adopted.emplace_back(mfd, fd);
     if (usable) track_new_socket(fd, domain, SocketRole::kServer);
-    TrackedSocket* socket = usable ? fd_table().find(fd) : nullptr;
-    if (socket == nullptr || !socket->prefix.set(bytes, then_end != 0)) {
+    SocketHold socket = usable ? SocketHold::of(fd) : SocketHold{};
+    if (!socket || !socket->prefix.set(bytes, then_end != 0)) {
       // Unreadable, or no memory to keep them: a gap in the bytes must never pass unnoticed.
       log_always("fd %d: the %zu bytes handed on at exec cannot be kept; the connection is reset", fd, bytes.size());
       reset_connection(fd);

@@ -64,9 +64,10 @@ std::optional<ssize_t> when_stuck(int fd, int msg_flags, short events, const Han
   return std::nullopt;
 }
 
-// Where a call goes once the session no longer takes it: the same lookup as every call makes.
-ssize_t continue_elsewhere(int fd, const iovec* iov, int iovcnt, int msg_flags, bool receiving) {
-  StreamRef ref = upgraded_stream(fd);  // waits for the switch to end
+// Where a call goes once the session no longer takes it: where every call on the socket goes now.
+ssize_t continue_elsewhere(const StreamRef& began, int fd, const iovec* iov, int iovcnt, int msg_flags,
+                           bool receiving) {
+  StreamRef ref = upgraded_stream(SocketHold(began.socket()), fd);  // waits for the switch to end
   if (ref.ours()) {
     return receiving ? stream_recv(ref, fd, iov, iovcnt, msg_flags) : stream_send(ref, fd, iov, iovcnt, msg_flags);
   }
@@ -75,7 +76,8 @@ ssize_t continue_elsewhere(int fd, const iovec* iov, int iovcnt, int msg_flags, 
 
 }  // namespace
 
-ssize_t session_recv(HandoverSession* session, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept {
+ssize_t session_recv(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept {
+  HandoverSession* session = ref.session();
   const size_t want = iov_total(iov, iovcnt);
   const bool peek = msg_flags & MSG_PEEK;
   // MSG_WAITALL must not wait on TCP for bytes that will come over RDMA: this loop waits instead.
@@ -93,7 +95,7 @@ ssize_t session_recv(HandoverSession* session, int fd, const iovec* iov, int iov
     });
     if (!on_tcp) {
       if (done > 0 && !wait_all) return static_cast<ssize_t>(done);
-      ssize_t more = continue_elsewhere(fd, rest.iov(), rest.iovcnt(), msg_flags, true);
+      ssize_t more = continue_elsewhere(ref, fd, rest.iov(), rest.iovcnt(), msg_flags, true);
       if (more < 0) return done > 0 ? static_cast<ssize_t>(done) : -1;
       return static_cast<ssize_t>(done + static_cast<size_t>(more));
     }
@@ -108,7 +110,8 @@ ssize_t session_recv(HandoverSession* session, int fd, const iovec* iov, int iov
   }
 }
 
-ssize_t session_send(HandoverSession* session, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept {
+ssize_t session_send(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept {
+  HandoverSession* session = ref.session();
   const size_t want = iov_total(iov, iovcnt);
   const int kernel_flags = msg_flags | MSG_DONTWAIT;
   size_t done = 0;
@@ -122,7 +125,7 @@ ssize_t session_send(HandoverSession* session, int fd, const iovec* iov, int iov
       if (r > 0) sent += static_cast<uint64_t>(r);
     });
     if (!on_tcp) {
-      ssize_t more = continue_elsewhere(fd, rest.iov(), rest.iovcnt(), msg_flags, false);
+      ssize_t more = continue_elsewhere(ref, fd, rest.iov(), rest.iovcnt(), msg_flags, false);
       if (more < 0) return done > 0 ? static_cast<ssize_t>(done) : -1;
       return static_cast<ssize_t>(done + static_cast<size_t>(more));
     }

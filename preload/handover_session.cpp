@@ -85,8 +85,8 @@ uint64_t HandoverSession::received() const {
 }
 
 void settle_session(int fd) noexcept {
-  TrackedSocket* socket = fd_table().find(fd);
-  if (socket == nullptr) return;
+  SocketHold socket = SocketHold::of(fd);
+  if (!socket) return;
   if (HandoverSession* session = socket->active_session(); session != nullptr && session->settle()) {
     log_line("%s: stays tcp (closed, or the process forked, ran another program or exited, before the upgrade)",
              session->label());

@@ -61,27 +61,25 @@ void move_streams_back(const char* why) noexcept {
   // connections waits about one round trip, not one per connection. From the first step on, the
   // socket is marked as moving: another thread's call that meets the peer's marker waits for this
   // one to finish the move (held: the socket stays while we work on it, whatever other threads close).
-  std::vector<std::pair<int, TrackedSocket*>> moving;
+  std::vector<std::pair<int, SocketHold>> moving;
   int end = fd_table().high_water();
   for (int fd = 0; fd < end; ++fd) {
-    TrackedSocket* socket = fd_table().find(fd);
-    transport::RdmaStream* stream = socket != nullptr ? socket->stream() : nullptr;
+    SocketHold socket = SocketHold::of(fd);
+    transport::RdmaStream* stream = socket ? socket->stream() : nullptr;
     if (stream == nullptr || !socket->follows_fork.load(std::memory_order_relaxed)) continue;
-    socket->add_ref();
     socket->moving_back.store(true, std::memory_order_release);
     stream->start_move_to_tcp();
-    moving.emplace_back(fd, socket);
+    moving.emplace_back(fd, std::move(socket));
   }
-  for (auto [fd, socket] : moving) {
+  for (auto& [fd, socket] : moving) {
     // A dup'd descriptor finds its socket back on TCP already (stream() is null).
     transport::RdmaStream* stream = socket->stream();
-    if (stream != nullptr && fd_table().find(fd) == socket) {
-      move_back(socket, stream, fd, why);
+    if (stream != nullptr && fd_table().find(fd) == socket.get()) {
+      move_back(socket.get(), stream, fd, why);
     } else {
       socket->moving_back.store(false, std::memory_order_release);
     }
   }
-  for (auto [fd, socket] : moving) socket->release();
   errno = saved_errno;
 }
 

@@ -22,8 +22,8 @@ template <typename F>
 void for_each_listener(F f) {
   int end = fd_table().high_water();
   for (int fd = 0; fd < end; ++fd) {
-    TrackedSocket* socket = fd_table().find(fd);
-    if (socket != nullptr && socket->role() == SocketRole::kListener) f(fd, socket);
+    SocketHold socket = SocketHold::of(fd);
+    if (socket && socket->role() == SocketRole::kListener) f(fd, socket.get());
   }
 }
 

@@ -48,9 +48,7 @@ void track_new_socket(int fd, int domain, SocketRole role) noexcept {
 void track_duplicate(int old_fd, int new_fd) noexcept {
   if (old_fd == new_fd) return;
   ErrnoKeeper keep;
-  TrackedSocket* socket = fd_table().find(old_fd);
-  if (socket != nullptr) socket->add_ref();
-  replace(new_fd, socket);
+  replace(new_fd, fd_table().hold(old_fd));  // new_fd's reference
 }
 
 void track_close(int fd) noexcept {

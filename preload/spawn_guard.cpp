@@ -56,8 +56,8 @@ SpawnGuard::SpawnGuard(const posix_spawn_file_actions_t* actions, char* const* e
   if (actions != nullptr) hand_on_dup2_targets(actions);
   int end = fd_table().high_water();
   for (int fd = 0; fd < end && error_ == 0; ++fd) {
-    TrackedSocket* socket = fd_table().find(fd);
-    if (socket == nullptr || socket->stream() == nullptr) continue;
+    SocketHold socket = SocketHold::of(fd);
+    if (!socket || socket->stream() == nullptr) continue;
     int flags = real().fcntl(fd, F_GETFD);
     if (flags < 0 || (flags & FD_CLOEXEC) != 0) continue;
     if (real().fcntl(fd, F_SETFD, flags | FD_CLOEXEC) == 0) marked_.push_back(fd);
@@ -67,17 +67,17 @@ SpawnGuard::SpawnGuard(const posix_spawn_file_actions_t* actions, char* const* e
 
 void SpawnGuard::hand_on_dup2_targets(const posix_spawn_file_actions_t* actions) {
   for (const Dup2& d : dup2s_of(actions)) {
-    TrackedSocket* socket = fd_table().find(d.fd);
-    if (socket == nullptr) continue;
+    SocketHold socket = SocketHold::of(d.fd);
+    if (!socket) continue;
     if (transport::RdmaStream* stream = socket->stream()) {
-      if (!socket->follows_fork.load(std::memory_order_relaxed) || !move_back(socket, stream, d.fd, "spawn")) {
+      if (!socket->follows_fork.load(std::memory_order_relaxed) || !move_back(socket.get(), stream, d.fd, "spawn")) {
         log_line("fd %d: posix_spawn fails: its connection is on RDMA and cannot go back to TCP for the new program",
                  d.fd);
         error_ = ENOTSUP;
         return;
       }
     }
-    if (socket->prefix.present() && !prefixes_.add(socket, d.newfd)) {
+    if (socket->prefix.present() && !prefixes_.add(socket.get(), d.newfd)) {
       log_line("fd %d: posix_spawn fails: %zu bytes of the peer's cannot go with it to the new program", d.fd,
                socket->prefix.size());
       error_ = ENOTSUP;

@@ -24,10 +24,8 @@ namespace {
 
 using transport::Status;
 
-bool nonblocking(int fd, int msg_flags) {
-  if (msg_flags & MSG_DONTWAIT) return true;
-  TrackedSocket* socket = fd_table().find(fd);
-  return socket != nullptr && socket->nonblocking.load(std::memory_order_relaxed);
+bool nonblocking(const StreamRef& ref, int msg_flags) {
+  return (msg_flags & MSG_DONTWAIT) || ref.socket()->nonblocking.load(std::memory_order_relaxed);
 }
 
 // The one place a transport status becomes an errno.
@@ -46,51 +44,26 @@ int errno_of(Status s) {
 
 }  // namespace
 
-StreamRef::StreamRef(TrackedSocket* socket, transport::RdmaStream* stream, HandoverSession* session) noexcept
-    : socket_(socket), stream_(stream), session_(session) {
-  socket_->add_ref();
-}
+StreamRef upgraded_stream(int fd) noexcept { return upgraded_stream(SocketHold::of(fd), fd); }
 
-StreamRef& StreamRef::operator=(StreamRef&& other) noexcept {
-  if (this != &other) {
-    if (socket_ != nullptr) socket_->release();
-    socket_ = other.socket_;
-    stream_ = other.stream_;
-    session_ = other.session_;
-    prefixed_ = other.prefixed_;
-    other.socket_ = nullptr;
-    other.stream_ = nullptr;
-    other.session_ = nullptr;
-    other.prefixed_ = false;
-  }
-  return *this;
-}
-
-StreamRef::~StreamRef() {
-  if (socket_ != nullptr) socket_->release();
-}
-
-StreamRef upgraded_stream(int fd) noexcept {
-  TrackedSocket* socket = fd_table().find(fd);
-  if (socket == nullptr) return {};
-  if (socket->upgrade_pending.load(std::memory_order_acquire)) {
-    SocketHold hold(socket);  // the upgrade takes a while: a close meanwhile must not free it
-    finish_pending_upgrade(fd, socket);
-  }
+StreamRef upgraded_stream(SocketHold socket, int fd) noexcept {
+  // Held: an upgrade or a switch may take a while, and a close meanwhile must not free the socket.
+  if (!socket) return {};
+  if (socket->upgrade_pending.load(std::memory_order_acquire)) finish_pending_upgrade(fd, socket.get());
   if (HandoverSession* session = socket->active_session(); session != nullptr) {
-    if (session->phase() == HandoverSession::Phase::kOnTcp) return StreamRef(socket, nullptr, session);
+    if (session->phase() == HandoverSession::Phase::kOnTcp) return StreamRef(std::move(socket), nullptr, session);
     session->wait_over();  // the switch takes a few round trips; it never waits on the application
   }
   transport::RdmaStream* stream = socket->stream();
-  if (stream == nullptr) return socket->prefix.present() ? StreamRef::prefixed(socket) : StreamRef{};
-  return StreamRef(socket, stream);
+  if (stream == nullptr) return socket->prefix.present() ? StreamRef::prefixed(std::move(socket)) : StreamRef{};
+  return StreamRef(std::move(socket), stream);
 }
 
 StreamRef current_stream(int fd) noexcept {
-  TrackedSocket* socket = fd_table().find(fd);
-  transport::RdmaStream* stream = socket != nullptr ? socket->stream() : nullptr;
+  SocketHold socket = SocketHold::of(fd);
+  transport::RdmaStream* stream = socket ? socket->stream() : nullptr;
   if (stream == nullptr) return {};
-  return StreamRef(socket, stream);
+  return StreamRef(std::move(socket), stream);
 }
 
 bool finish_pending_upgrade(int fd, TrackedSocket* socket) noexcept {
@@ -145,7 +118,7 @@ ssize_t rest_on_tcp(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, 
 ssize_t recv_on_stream(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept {
   transport::RdmaStream* stream = ref;
   int flags = 0;
-  if (nonblocking(fd, msg_flags)) flags |= transport::kNonBlocking;
+  if (nonblocking(ref, msg_flags)) flags |= transport::kNonBlocking;
   if (msg_flags & MSG_PEEK) flags |= transport::kPeek;
   if (msg_flags & MSG_WAITALL) flags |= transport::kWaitAll;
   size_t done = 0;
@@ -168,7 +141,7 @@ ssize_t recv_on_stream(const StreamRef& ref, int fd, const iovec* iov, int iovcn
 ssize_t send_on_stream(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept {
   transport::RdmaStream* stream = ref;
   size_t done = 0;
-  int flags = nonblocking(fd, msg_flags) ? transport::kNonBlocking : 0;
+  int flags = nonblocking(ref, msg_flags) ? transport::kNonBlocking : 0;
   Status s = stream->write(iov, iovcnt, flags, &done);
   while (s == Status::kInterrupted && !interrupted_call_fails()) s = stream->write(iov, iovcnt, flags, &done);
   if (s == Status::kMovedToTcp) return tcp_after_move(ref, fd, iov, iovcnt, msg_flags, false);
@@ -190,7 +163,7 @@ ssize_t send_on_stream(const StreamRef& ref, int fd, const iovec* iov, int iovcn
 ssize_t stream_recv(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept {
   return keeping_errno_on_success([&] {
     if (ref.prefixed()) return prefix_recv(ref.socket(), fd, iov, iovcnt, msg_flags);
-    return ref.session() != nullptr ? session_recv(ref.session(), fd, iov, iovcnt, msg_flags)
+    return ref.session() != nullptr ? session_recv(ref, fd, iov, iovcnt, msg_flags)
                                     : recv_on_stream(ref, fd, iov, iovcnt, msg_flags);
   });
 }
@@ -198,7 +171,7 @@ ssize_t stream_recv(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, 
 ssize_t stream_send(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept {
   return keeping_errno_on_success([&] {
     if (ref.prefixed()) return kernel_io(fd, iov, iovcnt, msg_flags, false);
-    return ref.session() != nullptr ? session_send(ref.session(), fd, iov, iovcnt, msg_flags)
+    return ref.session() != nullptr ? session_send(ref, fd, iov, iovcnt, msg_flags)
                                     : send_on_stream(ref, fd, iov, iovcnt, msg_flags);
   });
 }

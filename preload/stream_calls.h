@@ -9,6 +9,9 @@
 #include <sys/uio.h>
 
 #include <cerrno>
+#include <utility>
+
+#include "tracked_socket.h"
 
 namespace tcp2rdma::transport {
 class RdmaStream;
@@ -16,50 +19,50 @@ class RdmaStream;
 
 namespace tcp2rdma::preload {
 
-class TrackedSocket;
 class HandoverSession;
 
 // An upgraded stream held for the length of one call: its socket (and so the stream) is not
 // destroyed meanwhile, even when another thread closes the last descriptor; the last holder ends it
-// then. The kernel keeps a socket alive the same way while a call is using it: a read blocked in
-// one thread goes on after another thread's close(). Converts to the stream, or null when the
-// connection is not on RDMA. While the connection's handover is under way and it is still on TCP, it
-// holds the session instead (session() is set, the stream is null): the call is then made on TCP and
-// counted (handover_calls.cpp).
-// (Left open: the few instructions between the table lookup and taking the reference.)
+// then (SocketHold). Converts to the stream, or null when the connection is not on RDMA. While the
+// connection's handover is under way and it is still on TCP, it holds the session instead (session()
+// is set, the stream is null): the call is then made on TCP and counted (handover_calls.cpp).
 class StreamRef {
  public:
   StreamRef() noexcept = default;
-  StreamRef(TrackedSocket* socket, transport::RdmaStream* stream, HandoverSession* session = nullptr) noexcept;
+  StreamRef(SocketHold socket, transport::RdmaStream* stream, HandoverSession* session = nullptr) noexcept
+      : socket_(std::move(socket)), stream_(stream), session_(session) {}
   // A socket back on TCP whose prefix is still to be read (move_back.h): reads serve it first.
-  static StreamRef prefixed(TrackedSocket* socket) noexcept {
-    StreamRef ref(socket, nullptr);
+  static StreamRef prefixed(SocketHold socket) noexcept {
+    StreamRef ref(std::move(socket), nullptr);
     ref.prefixed_ = true;
     return ref;
   }
   StreamRef(StreamRef&& other) noexcept
-      : socket_(other.socket_), stream_(other.stream_), session_(other.session_), prefixed_(other.prefixed_) {
-    other.socket_ = nullptr;
-    other.stream_ = nullptr;
-    other.session_ = nullptr;
-    other.prefixed_ = false;
+      : socket_(std::move(other.socket_)),
+        stream_(std::exchange(other.stream_, nullptr)),
+        session_(std::exchange(other.session_, nullptr)),
+        prefixed_(std::exchange(other.prefixed_, false)) {}
+  StreamRef& operator=(StreamRef&& other) noexcept {
+    socket_ = std::move(other.socket_);
+    stream_ = std::exchange(other.stream_, nullptr);
+    session_ = std::exchange(other.session_, nullptr);
+    prefixed_ = std::exchange(other.prefixed_, false);
+    return *this;
   }
-  StreamRef& operator=(StreamRef&& other) noexcept;
   StreamRef(const StreamRef&) = delete;
   StreamRef& operator=(const StreamRef&) = delete;
-  ~StreamRef();
 
   operator transport::RdmaStream*() const noexcept { return stream_; }
   transport::RdmaStream* operator->() const noexcept { return stream_; }
   HandoverSession* session() const noexcept { return session_; }
-  TrackedSocket* socket() const noexcept { return socket_; }
+  TrackedSocket* socket() const noexcept { return socket_.get(); }
   bool prefixed() const noexcept { return prefixed_; }
   // Whether the call is the module's to make: on the stream, on TCP counted for a handover, or on TCP
   // after a prefix.
   bool ours() const noexcept { return stream_ != nullptr || session_ != nullptr || prefixed_; }
 
  private:
-  TrackedSocket* socket_ = nullptr;
+  SocketHold socket_;
   transport::RdmaStream* stream_ = nullptr;
   HandoverSession* session_ = nullptr;
   bool prefixed_ = false;
@@ -71,6 +74,10 @@ class StreamRef {
 // read before the kernel's; else empty. One table lookup (and, once, the upgrade of a
 // non-blocking connect that has completed since).
 StreamRef upgraded_stream(int fd) noexcept;
+// The same for a socket the caller holds already: a call that goes on after a wait (the end of a
+// switch) follows the socket it began on, not whatever fd names by then (another thread may have
+// closed it and the number may be another socket's).
+StreamRef upgraded_stream(SocketHold socket, int fd) noexcept;
 // The stream of fd if it has one now, held; never waits and never starts anything (for epoll's
 // bookkeeping, which runs under its own lock).
 StreamRef current_stream(int fd) noexcept;
@@ -93,10 +100,10 @@ auto keeping_errno_on_success(Call&& call) noexcept {
 // Every receive and every send of an application call that is ours (StreamRef::ours()).
 ssize_t stream_recv(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept;
 ssize_t stream_send(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept;
-// The same on TCP while fd's handover is still on TCP: the kernel call, counted; when the connection
-// moves meanwhile, the call goes on on the stream (handover_calls.cpp).
-ssize_t session_recv(HandoverSession* session, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept;
-ssize_t session_send(HandoverSession* session, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept;
+// The same on TCP while fd's handover (ref.session()) is still on TCP: the kernel call, counted; when
+// the connection moves meanwhile, the call goes on on the stream (handover_calls.cpp).
+ssize_t session_recv(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept;
+ssize_t session_send(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept;
 int stream_shutdown(transport::RdmaStream* stream, int fd, int how) noexcept;
 // Bytes readable now (FIONREAD).
 int stream_readable_bytes(transport::RdmaStream* stream) noexcept;

@@ -25,6 +25,8 @@ namespace tcp2rdma::preload {
 
 TrackedSocket::TrackedSocket(int domain, SocketRole role) : domain_(domain), role_(role) {}
 
+SocketHold SocketHold::of(int fd) noexcept { return SocketHold(fd_table().hold(fd), Adopt{}); }
+
 namespace {
 std::atomic<unsigned> g_fork_generation{0};
 
@@ -44,6 +46,7 @@ std::vector<TrackedSocket*>& live_sockets() {
 unsigned fork_generation() noexcept { return g_fork_generation.load(std::memory_order_relaxed); }
 void note_forked_child() noexcept {
   g_fork_generation.fetch_add(1, std::memory_order_relaxed);
+  fd_table().forget_holders_after_fork();
   // Another thread of the parent may have held the lock at the fork; the child has only this one.
   transport::keep_forever(std::exchange(live_mutex_slot(), new std::mutex));
   transport::own_descriptors_after_fork();
@@ -112,8 +115,8 @@ void reset_connection(int fd) noexcept {
 void disown_parent_streams() noexcept {
   int end = fd_table().high_water();
   for (int fd = 0; fd < end; ++fd) {
-    TrackedSocket* socket = fd_table().find(fd);
-    if (socket != nullptr && socket->stream_of_parent()) replace_with_unconnected_socket(fd, socket->domain());
+    SocketHold socket = SocketHold::of(fd);
+    if (socket && socket->stream_of_parent()) replace_with_unconnected_socket(fd, socket->domain());
   }
 }
 

@@ -154,14 +154,27 @@ class TrackedSocket {
   unsigned generation_ = 0;
 };
 
-// A reference to a socket held for the length of a call that may block or take long (an upgrade, the
-// wait of a listener's accept): another thread's close() then only takes the descriptor away, as the
-// kernel keeps a socket alive for a call in progress. (Left open: the instants between the table's
-// lookup and add_ref, which type-stable socket storage would close.)
+// A reference to a socket held for the length of a call: another thread's close() then only takes the
+// descriptor away, as the kernel keeps a socket alive for a call in progress (a read blocked in one
+// thread goes on after another thread's close()). Every call that follows the socket's pointer holds
+// it; a bare fd_table().find() is for comparing.
 class SocketHold {
  public:
+  SocketHold() noexcept = default;
+  // The socket fd names now, held; empty when fd is not one of ours (FdTable::hold).
+  static SocketHold of(int fd) noexcept;
+  // Another reference to a socket the caller holds already.
   explicit SocketHold(TrackedSocket* socket) noexcept : socket_(socket) {
     if (socket_ != nullptr) socket_->add_ref();
+  }
+  SocketHold(SocketHold&& other) noexcept : socket_(other.socket_) { other.socket_ = nullptr; }
+  SocketHold& operator=(SocketHold&& other) noexcept {
+    if (this != &other) {
+      if (socket_ != nullptr) socket_->release();
+      socket_ = other.socket_;
+      other.socket_ = nullptr;
+    }
+    return *this;
   }
   ~SocketHold() {
     if (socket_ != nullptr) socket_->release();
@@ -169,8 +182,15 @@ class SocketHold {
   SocketHold(const SocketHold&) = delete;
   SocketHold& operator=(const SocketHold&) = delete;
 
+  TrackedSocket* get() const noexcept { return socket_; }
+  TrackedSocket* operator->() const noexcept { return socket_; }
+  explicit operator bool() const noexcept { return socket_ != nullptr; }
+
  private:
-  TrackedSocket* socket_;
+  struct Adopt {};
+  SocketHold(TrackedSocket* socket, Adopt) noexcept : socket_(socket) {}
+
+  TrackedSocket* socket_ = nullptr;
 };
 
 // In a forked child: every inherited connection that had moved to RDMA is made to fail loudly (its

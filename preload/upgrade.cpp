@@ -570,22 +570,21 @@ bool stays_for_want_of_descriptors(HandoverSession* session) {
 }  // namespace
 
 bool upgrade_and_log(int fd, config::Role role, TrackedSocket* listener, const config::Decision& decision) {
-  auto* socket = fd_table().find(fd);
-  if (socket == nullptr) return true;
-  SocketHold hold(socket), hold_listener(listener);  // the whole upgrade: seconds, maybe
+  SocketHold socket = SocketHold::of(fd), hold_listener(listener);  // the whole upgrade: seconds, maybe
+  if (!socket) return true;
   HandoverSession* session = socket->start_session();
   if (session == nullptr) return true;  // decided and upgraded once already
   char label[kConnectionLabelSize];
   describe_connection(fd, role, decision, label, sizeof label);
   session->set_label(label);
   if (stays_for_want_of_descriptors(session)) return decision.options->upgrade != config::UpgradeMode::kRequired;
-  Connection c = describe(fd, role, socket, listener, decision);
+  Connection c = describe(fd, role, socket.get(), listener, decision);
   return conclude(c, session, run_upgrade(c, session), false);
 }
 
 void upgrade_in_background(int fd, config::Role role, TrackedSocket* listener, const config::Decision& decision) {
-  auto* socket = fd_table().find(fd);
-  if (socket == nullptr) return;
+  SocketHold socket = SocketHold::of(fd);
+  if (!socket) return;
   if (g_background_switches.fetch_add(1) >= kMaxBackgroundSwitches) {
     g_background_switches.fetch_sub(1);
     log_connection(fd, role, decision, "stays tcp (too many upgrades under way in this process)");
@@ -608,7 +607,7 @@ void upgrade_in_background(int fd, config::Role role, TrackedSocket* listener, c
   }
   std::shared_ptr<Connection> c;
   try {
-    c = std::make_shared<Connection>(describe(fd, role, socket, listener, decision));
+    c = std::make_shared<Connection>(describe(fd, role, socket.get(), listener, decision));
   } catch (const std::bad_alloc&) {
     if (session->end_on_tcp()) log_line("%s: stays tcp (out of memory)", label);
     epoll_move_pending(fd, false);

@@ -28,7 +28,7 @@ int fcntl_common(int (*real_fcntl)(int, int, ...), int fd, int cmd, void* arg) {
   int rc = real_fcntl(fd, cmd, arg);
   if (rc >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)) tcp2rdma::preload::track_duplicate(fd, rc);
   if (rc >= 0 && cmd == F_SETFL) {
-    if (auto* socket = tcp2rdma::preload::fd_table().find(fd)) {
+    if (auto socket = tcp2rdma::preload::SocketHold::of(fd)) {
       socket->nonblocking.store((reinterpret_cast<intptr_t>(arg) & O_NONBLOCK) != 0, std::memory_order_relaxed);
     }
   }
@@ -148,7 +148,7 @@ T2R_INTERPOSE int ioctl(int fd, unsigned long request, ...) {
   }
   int rc = real().ioctl(fd, request, arg);
   if (rc == 0 && request == FIONBIO && arg != nullptr) {
-    if (auto* socket = tcp2rdma::preload::fd_table().find(fd)) {
+    if (auto socket = tcp2rdma::preload::SocketHold::of(fd)) {
       socket->nonblocking.store(*static_cast<int*>(arg) != 0, std::memory_order_relaxed);
     }
   }

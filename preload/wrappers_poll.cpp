@@ -232,7 +232,8 @@ T2R_INTERPOSE int epoll_ctl(int epfd, int op, int fd, struct epoll_event* event)
       errno = error;
       return rc;
     }
-    ref = upgraded_stream(fd);  // it moved meanwhile: waits for the switch to end
+    // It moved meanwhile: waits for the switch to end (the socket this call began on).
+    ref = upgraded_stream(tcp2rdma::preload::SocketHold(ref.socket()), fd);
   }
   if (ref != nullptr) return tcp2rdma::preload::epoll_ctl_upgraded(epfd, op, fd, event);
   int rc = real().epoll_ctl(epfd, op, fd, event);
@@ -240,10 +241,10 @@ T2R_INTERPOSE int epoll_ctl(int epfd, int op, int fd, struct epoll_event* event)
   // An event-driven worker of a pre-fork server adds the listener to its set before its first accept:
   // the moment to make the RDMA listener, before clients' requests arrive.
   if (rc == 0 && op == EPOLL_CTL_ADD) {
-    if (auto* socket = tcp2rdma::preload::fd_table().find(fd);
-        socket != nullptr && socket->role() == tcp2rdma::preload::SocketRole::kListener) {
+    if (auto socket = tcp2rdma::preload::SocketHold::of(fd);
+        socket && socket->role() == tcp2rdma::preload::SocketRole::kListener) {
       int saved_errno = errno;
-      tcp2rdma::preload::claim_rdma_listener(fd, socket);
+      tcp2rdma::preload::claim_rdma_listener(fd, socket.get());
       errno = saved_errno;
     }
   }

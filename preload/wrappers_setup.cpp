@@ -24,20 +24,19 @@ using tcp2rdma::config::Transport;
 // Before the real accept: this process now accepts on the listener (a fork will not hand its RDMA
 // listener on), and makes the RDMA listener here if an ancestor handed it on (pre-fork servers).
 void before_accept(int fd) {
-  auto* listener = fd_table().find(fd);
-  if (listener == nullptr) return;
-  tcp2rdma::preload::SocketHold hold(listener);
+  auto listener = tcp2rdma::preload::SocketHold::of(fd);
+  if (!listener) return;
   int saved_errno = errno;
   listener->accept_generation.store(tcp2rdma::preload::fork_generation());
-  tcp2rdma::preload::claim_rdma_listener(fd, listener);
+  tcp2rdma::preload::claim_rdma_listener(fd, listener.get());
   errno = saved_errno;
 }
 
 int accept_common(int fd, int accepted) {
   // The listener's state is reached through the table; the new socket's family comes from the kernel.
-  tcp2rdma::preload::TrackedSocket* listener = fd_table().find(fd);
-  if (accepted < 0 || listener == nullptr) return accepted;
-  tcp2rdma::preload::SocketHold hold(listener);  // through the upgrade, which may wait seconds
+  if (accepted < 0) return accepted;
+  auto listener = tcp2rdma::preload::SocketHold::of(fd);  // through the upgrade, which may wait seconds
+  if (!listener) return accepted;
   int domain = 0;
   socklen_t len = sizeof domain;
   int saved_errno = errno;
@@ -48,8 +47,8 @@ int accept_common(int fd, int accepted) {
       tcp2rdma::preload::log_connection(accepted, Role::kServer, decision, "stays tcp");
     } else if (decision.options->upgrade == tcp2rdma::config::UpgradeMode::kBackground) {
       // accept() returns at TCP speed; the connection moves to RDMA beside the application.
-      tcp2rdma::preload::upgrade_in_background(accepted, Role::kServer, listener, decision);
-    } else if (!tcp2rdma::preload::upgrade_and_log(accepted, Role::kServer, listener, decision)) {
+      tcp2rdma::preload::upgrade_in_background(accepted, Role::kServer, listener.get(), decision);
+    } else if (!tcp2rdma::preload::upgrade_and_log(accepted, Role::kServer, listener.get(), decision)) {
       // Broken half-way (records exchanged, then a mismatch), or RDMA was required and could not be
       // had: never hand out such a connection. The client reads a reset (linger 0), not an end.
       linger reset{1, 0};
@@ -77,9 +76,8 @@ T2R_INTERPOSE int socket(int domain, int type, int protocol) {
 T2R_INTERPOSE int bind(int fd, const struct sockaddr* addr, socklen_t len) { return real().bind(fd, addr, len); }
 
 T2R_INTERPOSE int listen(int fd, int backlog) {
-  auto* socket = fd_table().find(fd);
-  if (socket == nullptr) return real().listen(fd, backlog);
-  tcp2rdma::preload::SocketHold hold(socket);
+  auto socket = tcp2rdma::preload::SocketHold::of(fd);
+  if (!socket) return real().listen(fd, backlog);
   int saved_errno = errno;
   bool first = socket->role() != SocketRole::kListener &&
                tcp2rdma::preload::process_rules().may_select_rdma(Role::kServer);
@@ -89,15 +87,15 @@ T2R_INTERPOSE int listen(int fd, int backlog) {
   // stays TCP.) An unbound socket gets its port from listen() itself, and no client can know that
   // port before listen() has returned.
   bool early = first && tcp2rdma::preload::has_bound_port(fd);
-  if (early) tcp2rdma::preload::listen_rdma(fd, socket);
+  if (early) tcp2rdma::preload::listen_rdma(fd, socket.get());
   errno = saved_errno;
   int rc = real().listen(fd, backlog);
   saved_errno = errno;
   if (rc == 0) {
     socket->set_role(SocketRole::kListener);
-    if (first && !early) tcp2rdma::preload::listen_rdma(fd, socket);
+    if (first && !early) tcp2rdma::preload::listen_rdma(fd, socket.get());
   } else if (early) {
-    tcp2rdma::preload::drop_rdma_listener(socket);
+    tcp2rdma::preload::drop_rdma_listener(socket.get());
   }
   errno = saved_errno;
   return rc;
@@ -117,14 +115,13 @@ T2R_INTERPOSE int connect(int fd, const struct sockaddr* addr, socklen_t len) {
   int rc = real().connect(fd, addr, len);
   // A non-blocking connect that is under way (EINPROGRESS) still makes this socket a client.
   if (rc != 0 && errno != EINPROGRESS) return rc;
-  auto* socket = fd_table().find(fd);
-  if (socket == nullptr) return rc;
-  tcp2rdma::preload::SocketHold hold(socket);
+  auto socket = tcp2rdma::preload::SocketHold::of(fd);
+  if (!socket) return rc;
   // Linux answers a repeated connect() on a socket whose non-blocking connect has completed with 0,
   // once (hiredis, so redis-cli and redis-benchmark, learn of the completion that way): that connection
   // was decided at the first call, and is upgraded now if that is still pending, never a second time.
   if (rc == 0 && socket->connect_in_progress.exchange(false)) {
-    if (tcp2rdma::preload::finish_pending_upgrade(fd, socket)) return 0;
+    if (tcp2rdma::preload::finish_pending_upgrade(fd, socket.get())) return 0;
     socket->pending_error.store(0);  // reported here, as a blocking connect reports it
     errno = ECONNRESET;
     return -1;
@@ -155,7 +152,7 @@ T2R_INTERPOSE int connect(int fd, const struct sockaddr* addr, socklen_t len) {
 T2R_INTERPOSE int shutdown(int fd, int how) {
   // A server that ends its sending side while its connection's handover is still on TCP: the kernel
   // sends the end now, and the switch goes on (its HELLO says the TCP end marks its last byte).
-  if (auto* socket = fd_table().find(fd); socket != nullptr && how == SHUT_WR && socket->role() == SocketRole::kServer) {
+  if (auto socket = tcp2rdma::preload::SocketHold::of(fd); socket && how == SHUT_WR && socket->role() == SocketRole::kServer) {
     if (auto* session = socket->active_session()) {
       int rc = 0, error = 0;
       if (session->end_sending_on_tcp([&] {
@@ -178,10 +175,10 @@ T2R_INTERPOSE int shutdown(int fd, int how) {
 T2R_INTERPOSE int getsockopt(int fd, int level, int name, void* value, socklen_t* len) {
   // SO_ERROR is how a program learns that its non-blocking connect completed: the moment to upgrade.
   if (level == SOL_SOCKET && name == SO_ERROR) {
-    if (auto* socket = fd_table().find(fd); socket != nullptr) {
+    if (auto socket = tcp2rdma::preload::SocketHold::of(fd)) {
       int rc = real().getsockopt(fd, level, name, value, len);
       if (rc == 0 && *static_cast<int*>(value) == 0) {
-        if (socket->upgrade_pending.load()) tcp2rdma::preload::finish_pending_upgrade(fd, socket);
+        if (socket->upgrade_pending.load()) tcp2rdma::preload::finish_pending_upgrade(fd, socket.get());
         if (int error = socket->pending_error.exchange(0); error != 0) *static_cast<int*>(value) = error;
       }
       return rc;
@@ -195,7 +192,7 @@ T2R_INTERPOSE int setsockopt(int fd, int level, int name, const void* value, soc
   // The kernel socket takes SO_LINGER too (its own close then behaves alike); the stream's end follows
   // it at the last close.
   if (rc == 0 && level == SOL_SOCKET && name == SO_LINGER && len >= static_cast<socklen_t>(sizeof(linger))) {
-    if (auto* socket = fd_table().find(fd); socket != nullptr) {
+    if (auto socket = tcp2rdma::preload::SocketHold::of(fd)) {
       const auto* l = static_cast<const linger*>(value);
       socket->linger_seconds.store(l->l_onoff ? l->l_linger : -1);
     }

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <cstdint>
 #include <thread>
 #include <vector>
 
@@ -67,6 +70,39 @@ TEST_F(FdTableTest, ConcurrentWritersOnOnePageKeepEveryEntry) {
   for (auto& thread : threads) thread.join();
   for (int fd = 0; fd < kThreads * kPerThread; ++fd) ASSERT_EQ(table_.find(fd), socket_b_) << fd;
   EXPECT_EQ(table_.high_water(), kThreads * kPerThread);
+}
+
+// A lookup racing with another thread's close of the same descriptor (issue 13, item 8): the reference
+// is taken on the live socket or not at all, never on one the close has just freed (under ASan, a
+// lookup that adds its reference after the table's answer fails here with a heap-use-after-free).
+TEST_F(FdTableTest, HoldRacingWithCloseNeverTouchesAFreedSocket) {
+  // The two threads must overlap for long: the closer goes on until the reader has taken many
+  // references (or a generous bound passes, which the last check reports).
+  constexpr int kFd = 3, kCloses = 200000;
+  constexpr uint64_t kHolds = 20000;
+  std::atomic<uint64_t> held{0};
+  std::atomic<bool> done{false};
+  std::thread closer([&] {
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    for (int i = 0; (i < kCloses || held.load() < kHolds) && std::chrono::steady_clock::now() < until; ++i) {
+      TrackedSocket* previous = nullptr;
+      ASSERT_TRUE(table_.exchange(kFd, new TrackedSocket(2, SocketRole::kClient), &previous));
+      if (previous != nullptr) previous->release();
+      ASSERT_TRUE(table_.exchange(kFd, nullptr, &previous));  // what close() does before the real one
+      if (previous != nullptr) previous->release();
+    }
+    done = true;
+  });
+  while (!done) {
+    if (TrackedSocket* socket = table_.hold(kFd)) {
+      EXPECT_EQ(socket->role(), SocketRole::kClient);
+      socket->release();
+      held.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  closer.join();
+  EXPECT_GE(held.load(), kHolds);
+  EXPECT_EQ(table_.find(kFd), nullptr);
 }
 
 }  // namespace
