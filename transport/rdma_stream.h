@@ -65,6 +65,7 @@ struct StreamCounters {
   uint64_t mailbox_updates_sent = 0;
   uint64_t keepalives_sent = 0;
   uint64_t zcopy_in_flight = 0;  // now: zero-copy writes not yet completed (the adapter may read them)
+  uint64_t end_waiting = 0;      // now: 1 while our end waits for a receive the peer has not given us
   RegistrationCache::Counters registrations;
 };
 

@@ -488,6 +488,7 @@ StreamCounters RdmaStream::counters() const {
   std::unique_lock lock(mu_);
   StreamCounters c = counters_;
   c.zcopy_in_flight = zcopy_outstanding_;
+  c.end_waiting = close_owed_ ? 1 : 0;
   if (registrations_) c.registrations = registrations_->counters();
   return c;
 }

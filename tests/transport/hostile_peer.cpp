@@ -18,6 +18,10 @@
 //       silent           connects with a 1 MiB ring, then takes its queue pair to the error state
 //                        without a word: nothing the server writes is acknowledged (stream_peer
 //                        server-zcopy-abort)
+//       starve           connects with 8 receives posted and never posts another: the server's
+//                        small writes use six, its arm one; then an arm of ours (a mailbox update
+//                        and an arm message) makes it answer with a wakeup, its last receive. Its
+//                        end can then never be sent (stream_peer server-owed-close)
 // The server (stream_peer server-expect-violation) must report a protocol violation: no crash, no
 // write outside its buffers (the writes here all stay inside the ring and mailbox it registered).
 #include <arpa/inet.h>
@@ -42,6 +46,7 @@ struct Connection {
   rdma_cm_id* id = nullptr;
   ibv_cq* cq = nullptr;
   ibv_mr* mr = nullptr;
+  ibv_mr* ring_mr = nullptr;  // where the server writes (starve): at iova 0, as the protocol has it
   AcceptReply peer{};
 };
 
@@ -61,7 +66,8 @@ bool expect_event(rdma_event_channel* ch, rdma_cm_event_type want, AcceptReply* 
 // Connects with `private_data`; retries while the server is not listening yet, unless a rejection is
 // what the caller expects (`rejection_final`).
 bool connect(const sockaddr_in& addr, std::vector<uint8_t>& buf, const void* private_data, uint8_t len,
-             Connection* c, bool rejection_final = false) {
+             Connection* c, bool rejection_final = false, int receives = 0) {
+  // With receives, the server writes to us: the request then carries our buffer's real rkey.
   c->channel = rdma_create_event_channel();
   for (int attempt = 0; attempt < 50; ++attempt) {
     if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -94,7 +100,19 @@ bool connect(const sockaddr_in& addr, std::vector<uint8_t>& buf, const void* pri
     attr.cap.max_send_wr = attr.cap.max_recv_wr = 32;
     attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
     rdma_create_qp(c->id, nullptr, &attr);
+    for (int i = 0; i < receives; ++i) {  // before the connection: the server may write at once
+      ibv_recv_wr wr{}, *bad = nullptr;
+      ibv_post_recv(c->id->qp, &wr, &bad);
+    }
     c->mr = ibv_reg_mr(c->id->pd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    if (receives > 0 && data == &patched) {
+      // iova 0 needs a page-aligned start (the adapter maps whole pages from there).
+      auto base = (reinterpret_cast<uintptr_t>(buf.data()) + 4095) & ~uintptr_t{4095};
+      c->ring_mr = ibv_reg_mr_iova(c->id->pd, reinterpret_cast<void*>(base), buf.size() / 4, 0,
+                                   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+      if (c->ring_mr == nullptr) return false;
+      patched.rkey = c->ring_mr->rkey;
+    }
     rdma_conn_param param{};
     param.private_data = data;
     param.private_data_len = len;
@@ -113,8 +131,8 @@ bool connect(const sockaddr_in& addr, std::vector<uint8_t>& buf, const void* pri
 
 // One RDMA Write (with immediate or not) from `src` through `conn`, waited for: its completion status.
 ibv_wc_status post_and_wait(Connection& conn, std::vector<uint8_t>& src, uint32_t length, uint32_t rkey,
-                            uint64_t remote_offset, bool with_imm, uint32_t imm) {
-  ibv_sge sge{reinterpret_cast<uint64_t>(src.data()), length, conn.mr->lkey};
+                            uint64_t remote_offset, bool with_imm, uint32_t imm, size_t src_offset = 0) {
+  ibv_sge sge{reinterpret_cast<uint64_t>(src.data() + src_offset), length, conn.mr->lkey};
   ibv_send_wr wr{}, *bad = nullptr;
   wr.opcode = with_imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
   wr.send_flags = IBV_SEND_SIGNALED;
@@ -174,7 +192,8 @@ int main(int argc, char** argv) {
     ra.tuple.client_port = 40001;  // two connections: two tuples (the listener rejects a duplicate)
     rb.tuple.client_port = 40002;
     if (!connect(addr, buf, &ra, sizeof ra, &c) || !connect(addr, buf_b, &rb, sizeof rb, &b)) return 1;
-    auto write_via = post_and_wait;
+    auto write_via = [](Connection& conn, std::vector<uint8_t>& src, uint32_t length, uint32_t rkey, uint64_t offset,
+                        bool with_imm, uint32_t imm) { return post_and_wait(conn, src, length, rkey, offset, with_imm, imm); };
     std::memset(buf_b.data(), 'X', 64);
     ibv_wc_status cross = write_via(b, buf_b, 64, c.peer.rkey, 0, false, 0);
     std::printf("hostile: a write into A's ring through B: %s\n", ibv_wc_status_str(cross));
@@ -206,6 +225,27 @@ int main(int argc, char** argv) {
     std::printf("hostile: connected, then silent\n");
     std::this_thread::sleep_for(std::chrono::seconds(5));
     return 0;
+  }
+  if (mode == "starve") {
+    ConnectRequest request = good_request(addr, 0);  // queue_depth 8: the receives posted here
+    if (!connect(addr, buf, &request, sizeof request, &c, false, request.queue_depth)) return 1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // the server writes, blocks, arms
+    uint64_t ring = uint64_t{1} << c.peer.ring_size_log2;
+    // Our mailbox update, as the protocol has it: nothing consumed of the server's stream, no receive
+    // posted beyond the first 8, armed once, having seen none of the server's receives (so that the
+    // server has news for us and owes the wakeup at once).
+    uint64_t consumed = stream_cursor_origin(request.client_nonce, c.peer.server_nonce, false);
+    uint64_t seen_consumed = stream_cursor_origin(request.client_nonce, c.peer.server_nonce, true);
+    uint64_t words[7] = {1, consumed, request.queue_depth, 1, seen_consumed, 0, 1};
+    constexpr size_t kOutbox = 1 << 19;  // beyond the ring and mailbox the server writes into
+    std::memcpy(buf.data() + kOutbox, words, sizeof words);
+    ibv_wc_status update = post_and_wait(c, buf, sizeof words, c.peer.rkey, ring, false, 0, kOutbox);
+    ibv_wc_status arm = post_and_wait(c, buf, 0, c.peer.rkey, 0, true, encode_imm(MessageType::kArm, 1));
+    std::printf("hostile: armed (update %s, arm %s); no receive posted from now on\n", ibv_wc_status_str(update),
+                ibv_wc_status_str(arm));
+    std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::seconds(8));
+    return update == IBV_WC_SUCCESS && arm == IBV_WC_SUCCESS ? 0 : 1;
   }
   ConnectRequest request = good_request(addr, 0);
   // The rkey is known only after registration, inside connect(); the server never writes to us in

@@ -28,6 +28,12 @@
 //                                                 for acknowledgements; exits 0 only if, when write
 //                                                 returned, no zero-copy write was in flight (the
 //                                                 caller's buffer is its own again)
+//   stream_peer server-owed-close PORT           accepts a stream from hostile_peer starve, writes
+//                                                 until the peer's receives run out, then shuts down
+//                                                 and closes: exits 0 only if its end was owed (no
+//                                                 receive left for it), shutdown returned at once and
+//                                                 close by its deadline, with a failure (the peer
+//                                                 never had the end: a reset, never a clean end)
 // Environment: PEER_RING_LOG2 and PEER_DEPTH set the ring size and receive queue depth (default 16
 // and 8: small, so that credits run out often); PEER_EXPECT_STALLS=1 makes the client fail unless it
 // ran out of credits at least once. Exit 0 only when every byte matched.
@@ -331,6 +337,52 @@ int main(int argc, char** argv) {
                 "in flight then\n", to_string(st), done, buf.size(), static_cast<unsigned long long>(at_return.zcopy_bytes),
                 static_cast<unsigned long long>(at_return.zcopy_in_flight));
     return done < buf.size() && at_return.zcopy_bytes > 0 && at_return.zcopy_in_flight == 0 ? 0 : 1;
+  }
+  if (argc == 3 && mode == "server-owed-close") {
+    std::unique_ptr<StreamListener> listener = listen_on(argv[2], options);
+    std::unique_ptr<RdmaStream> s = listener ? accept_one(*listener) : nullptr;
+    if (!s) return 1;
+    // Small writes, one message each, until the data credits are gone (two receives stay back); a
+    // write may also wait for a completion of ours, so only a second of nothing taken ends the loop.
+    std::vector<uint8_t> small(100, 's');
+    iovec iov{small.data(), small.size()};
+    int writes = 0;
+    for (int idle = 0; idle < 20 && writes < 100;) {
+      size_t done = 0;
+      Status st = s->write(&iov, 1, kNonBlocking, &done);
+      if (st == Status::kOk && done > 0) {
+        ++writes;
+        idle = 0;
+      } else if (st == Status::kWouldBlock) {
+        ++idle;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      } else {
+        std::printf("server: a small write failed: %s\n", to_string(st));
+        return 1;
+      }
+    }
+    // A blocking write then arms (one receive) and sleeps; the peer's arm takes the last for our wakeup.
+    std::thread writer([&] {
+      size_t more = 0;
+      s->write(&iov, 1, 0, &more);
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(3000));
+    auto started = std::chrono::steady_clock::now();
+    Status shut = s->shutdown_write();
+    auto shut_ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count();
+    StreamCounters after_shutdown = s->counters();
+    started = std::chrono::steady_clock::now();
+    Status closed = s->close(started + std::chrono::milliseconds(1500));
+    auto close_ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count();
+    writer.join();
+    std::printf("server: %d small writes; shutdown %s in %lld ms (end waiting: %llu); close %s in %lld ms\n",
+                writes, to_string(shut), static_cast<long long>(shut_ms),
+                static_cast<unsigned long long>(after_shutdown.end_waiting), to_string(closed),
+                static_cast<long long>(close_ms));
+    return after_shutdown.end_waiting == 1 && shut == Status::kOk && shut_ms < 200 && closed != Status::kOk &&
+                   close_ms < 2500
+               ? 0
+               : 1;
   }
   if (argc == 3 && mode == "server-expect-violation") {
     std::unique_ptr<StreamListener> listener = listen_on(argv[2], options);
