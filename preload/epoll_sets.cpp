@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <chrono>
 #include <mutex>
+#include <new>
 #include <vector>
 
 #include "fd_table.h"
@@ -46,6 +47,17 @@ struct Prefixed {
 
 std::mutex g_mutex;
 std::vector<Entry*> g_entries;
+// Entries no longer registered, kept for reuse and never freed: a thread that was inside the real
+// epoll_wait when another thread erased an entry (a move back to TCP at fork, a close) may return
+// with that entry's readiness fd event, whose data is the entry's address. Such an event must be
+// recognised as ours and dropped, never handed to the application as one of its own registrations
+// (seen: a sleeper in epoll_wait got the old entry's address as its data after a fork). Never
+// destroyed, and made on first use (a wrapper may run before this file's constructors): the entries
+// stay reachable at exit (LeakSanitizer).
+std::vector<Entry*>& retired() {
+  static auto* entries = new std::vector<Entry*>;
+  return *entries;
+}
 std::atomic<int> g_count{0};
 std::vector<Pending> g_pending;
 std::atomic<int> g_pending_count{0};
@@ -67,6 +79,14 @@ bool alive_locked(const Entry* e) {
   return false;
 }
 
+void retire_locked(Entry* e) {
+  try {
+    retired().push_back(e);
+  } catch (const std::bad_alloc&) {
+    // No memory to keep it: leaked rather than freed, so that its address stays ours.
+  }
+}
+
 void erase_locked(Entry* e) {
   for (size_t i = 0; i < g_entries.size(); ++i) {
     if (g_entries[i] == e) {
@@ -76,7 +96,27 @@ void erase_locked(Entry* e) {
     }
   }
   g_count.fetch_sub(1, std::memory_order_release);
-  delete e;
+  retire_locked(e);
+}
+
+// A registration's entry, from the retired ones when there are (their addresses stay ours).
+Entry* new_entry_locked(const Entry& value) {
+  if (retired().empty()) return new (std::nothrow) Entry(value);
+  Entry* e = retired().back();
+  retired().pop_back();
+  *e = value;
+  return e;
+}
+
+// Whether an event's data is the address of one of our entries, registered or retired (in any set).
+bool ours_locked(const void* data) {
+  for (const Entry* e : g_entries) {
+    if (e == data) return true;
+  }
+  for (const Entry* e : retired()) {
+    if (e == data) return true;
+  }
+  return false;
 }
 
 int fail(int error) {
@@ -209,11 +249,12 @@ int epoll_ctl_upgraded(int epfd, int op, int fd, epoll_event* event) noexcept {
     case EPOLL_CTL_ADD: {
       if (e != nullptr) return fail(EEXIST);
       if (event == nullptr) return fail(EFAULT);
-      e = new Entry{epfd, fd, stream->readiness_fd(), event->events, event->data, false};
+      e = new_entry_locked(Entry{epfd, fd, stream->readiness_fd(), event->events, event->data, false});
+      if (e == nullptr) return fail(ENOMEM);
       epoll_event ev = proxy_event(e);
       if (real().epoll_ctl(epfd, EPOLL_CTL_ADD, e->readiness_fd, &ev) != 0) {
         int error = errno;
-        delete e;
+        retire_locked(e);
         return fail(error);
       }
       g_entries.push_back(e);
@@ -326,6 +367,7 @@ bool epoll_wait_upgraded(int epfd, epoll_event* events, int maxevents, int timeo
       for (Entry* candidate : mine) {
         if (candidate == got.data.ptr && alive_locked(candidate)) e = candidate;
       }
+      if (e == nullptr && ours_locked(got.data.ptr)) continue;  // a registration gone meanwhile (retired())
       if (e == nullptr) {
         // The application's own descriptor; one reported for its prefix already gets the kernel's
         // events added, not a second entry.
