@@ -2,8 +2,8 @@
 
 #include <sched.h>
 
-#include <cstdlib>
 #include <atomic>
+#include <cstdlib>
 #include <new>
 #include <utility>
 
@@ -55,7 +55,6 @@ bool FdTable::exchange(int fd, TrackedSocket* socket, TrackedSocket** previous) 
   }
   return true;
 }
-
 
 TrackedSocket* FdTable::hold(int fd) noexcept {
   if (find(fd) == nullptr) return nullptr;  // not ours: the common case stays two loads

@@ -48,9 +48,10 @@ class FdTable {
   TrackedSocket* hold(int fd) noexcept;
 
   // Stores `socket` for fd and returns what was there, for the caller to release: by then no hold() can
-  // still take a reference on it (called from a signal handler that interrupted this thread's own
-  // hold() on fd, *previous is null instead, and that hold() releases the socket once done). False when fd is out of range or
-  // the page could not be allocated: the caller then leaves the socket untracked (plain TCP).
+  // still take a reference on it. (Called from a signal handler that interrupted this thread's own
+  // hold() on fd, *previous is null instead, and that hold() releases the socket once done.) False
+  // when fd is out of range or the page could not be allocated: the caller then leaves the socket
+  // untracked (plain TCP).
   bool exchange(int fd, TrackedSocket* socket, TrackedSocket** previous) noexcept;
 
   // In a forked child, before anything else of the module runs: a thread of the parent that was inside
