@@ -1,9 +1,7 @@
 #include "own_descriptors.h"
 
-#include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/resource.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +10,7 @@
 #include <utility>
 
 #include "keep_forever.h"
+#include "os_calls.h"
 
 namespace tcp2rdma::transport {
 namespace {
@@ -26,23 +25,13 @@ std::mutex*& mutex_slot() {
   return mutex;
 }
 
-// Raw system calls: these descriptors are the module's, and its fcntl()/close() wrappers have nothing
-// to say about them.
-int dup_at_least(int fd, unsigned long floor) {
-  return static_cast<int>(syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, floor));
-}
-#if defined(__SANITIZE_THREAD__)
-// Under ThreadSanitizer the low number is closed through the next close() in the lookup order (TSan's
-// interceptor, past the module's wrapper): TSan tracks a descriptor from its creation (it saw the
-// eventfd() or socket() that made it) to its close, and a close it did not see makes the kernel's
-// next use of the number (another thread's open()) look like an unsynchronised write.
-void close_raw(int fd) {
-  static const auto next_close = reinterpret_cast<int (*)(int)>(dlsym(RTLD_NEXT, "close"));
-  next_close(fd);
-}
-#else
-void close_raw(int fd) { syscall(SYS_close, fd); }
-#endif
+// Through the OS-call table, past the module's fcntl()/close() wrappers, which have nothing to say
+// about the module's own descriptors. The table's close is the next one after the module: libc's, or
+// ThreadSanitizer's interceptor in a TSan build, which must see it: TSan tracks a descriptor from the
+// call that made it to its close, and a close it did not see makes the kernel's next use of the
+// number (another thread's open()) look like an unsynchronised write.
+int dup_at_least(int fd, unsigned long floor) { return os().fcntl(fd, F_DUPFD_CLOEXEC, floor); }
+void close_raw(int fd) { os().close(fd); }
 
 // Sets the soft limit to floor + room, or as far as the hard limit goes (root may raise the hard limit
 // too). The new soft limit, or 0 when nothing lies above the floor.

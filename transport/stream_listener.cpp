@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "os_calls.h"
 #include "own_calls.h"
 #include "own_descriptors.h"
 #include "tuple_address.h"
@@ -40,8 +41,8 @@ Status StreamListener::listen(const sockaddr* address, const StreamOptions& opti
     if (listener->channel_ == nullptr) return Status::kNoDevice;
     if ((listener->channel_->fd = window.place(listener->channel_->fd)) < 0) return Status::kDescriptors;
   }
-  int flags = ::fcntl(listener->channel_->fd, F_GETFL);
-  if (flags < 0 || ::fcntl(listener->channel_->fd, F_SETFL, flags | O_NONBLOCK) != 0) return Status::kResources;
+  int flags = os().fcntl(listener->channel_->fd, F_GETFL);
+  if (flags < 0 || os().fcntl(listener->channel_->fd, F_SETFL, flags | O_NONBLOCK) != 0) return Status::kResources;
   if (rdma_create_id(listener->channel_, &listener->id_, nullptr, RDMA_PS_TCP) != 0) return Status::kResources;
   if (rdma_bind_addr(listener->id_, const_cast<sockaddr*>(address)) != 0) {
     return errno == EADDRINUSE ? Status::kAddressInUse : Status::kNoDevice;
@@ -223,7 +224,7 @@ Status StreamListener::accept_any(std::chrono::milliseconds timeout, std::unique
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) return Status::kTimeout;
       pollfd p{channel_->fd, POLLIN, 0};
-      ::poll(&p, 1, static_cast<int>(left.count()));
+      os().poll(&p, 1, static_cast<int>(left.count()));
       collect(timeout);
     }
     // A request refused for its size is not the one to wait for: the next may be.

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "os_calls.h"
 #include "own_calls.h"
 #include "rdma_stream.h"
 
@@ -414,7 +415,7 @@ Status RdmaStream::wait(std::unique_lock<std::mutex>& lock, bool interruptible, 
   epoll_event ev[3];
   int sleep_ms = options_.keepalive_ms > 0 ? options_.keepalive_ms : -1;
   if (max_sleep_ms >= 0 && (sleep_ms < 0 || max_sleep_ms < sleep_ms)) sleep_ms = max_sleep_ms;
-  int ready = ::epoll_wait(epoll_fd_, ev, 3, sleep_ms);
+  int ready = os().epoll_wait(epoll_fd_, ev, 3, sleep_ms);
   bool interrupted = ready < 0 && errno == EINTR;
   lock.lock();
   poller_ = false;

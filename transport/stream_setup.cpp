@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "os_calls.h"
 #include "own_calls.h"
 #include "own_descriptors.h"
 #include "rdma_stream.h"
@@ -40,8 +41,8 @@ Status resolution_failure(Status what) {
 }
 
 bool set_nonblocking(int fd) {
-  int flags = ::fcntl(fd, F_GETFL);
-  return flags >= 0 && ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0;
+  int flags = os().fcntl(fd, F_GETFL);
+  return flags >= 0 && os().fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0;
 }
 
 // fd joins the epoll set `set`, readable when fd is.
@@ -49,7 +50,7 @@ bool watch(int set, int fd) {
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.fd = fd;
-  return ::epoll_ctl(set, EPOLL_CTL_ADD, fd, &ev) == 0;
+  return os().epoll_ctl(set, EPOLL_CTL_ADD, fd, &ev) == 0;
 }
 
 }  // namespace
@@ -151,8 +152,8 @@ Status RdmaStream::create_wait_set() {
     OwnDescriptors window;
     kick_fd_ = window.place(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
     look_fd_ = window.place(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-    epoll_fd_ = window.place(::epoll_create1(EPOLL_CLOEXEC));
-    readiness_fd_ = window.place(::epoll_create1(EPOLL_CLOEXEC));
+    epoll_fd_ = window.place(os().epoll_create1(EPOLL_CLOEXEC));
+    readiness_fd_ = window.place(os().epoll_create1(EPOLL_CLOEXEC));
   }
   if (kick_fd_ < 0 || look_fd_ < 0 || epoll_fd_ < 0 || readiness_fd_ < 0) return Status::kDescriptors;
   if (!watch(epoll_fd_, comp_channel_->fd) || !watch(epoll_fd_, kick_fd_) ||
@@ -269,7 +270,7 @@ RdmaStream::~RdmaStream() {
   if (id_ != nullptr) rdma_destroy_id(id_);
   if (cm_channel_ != nullptr) rdma_destroy_event_channel(cm_channel_);
   for (int fd : {epoll_fd_, kick_fd_, readiness_fd_, look_fd_}) {
-    if (fd >= 0) ::close(fd);
+    if (fd >= 0) os().close(fd);
   }
   std::free(ring_);
   std::free(bounce_);
