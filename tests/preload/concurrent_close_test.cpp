@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "fd_table.h"
+#include "registry/fd_table.h"
 
 namespace tcp2rdma::preload {
 namespace {

@@ -15,11 +15,11 @@
 #include <cstring>
 #include <string>
 
-#include "fd_table.h"
+#include "registry/fd_table.h"
 #include "own_calls.h"
-#include "real_calls.h"
+#include "libc/real_calls.h"
 #include "test_sockets.h"
-#include "tracked_socket.h"
+#include "registry/tracked_socket.h"
 
 namespace tcp2rdma::preload {
 namespace {

@@ -1,4 +1,4 @@
-#include "fd_table.h"
+#include "registry/fd_table.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "tracked_socket.h"
+#include "registry/tracked_socket.h"
 
 namespace tcp2rdma::preload {
 namespace {

@@ -7,7 +7,7 @@
 
 #include <cstring>
 
-#include "listener_directory.h"
+#include "prefork/listener_directory.h"
 
 namespace tcp2rdma::preload {
 namespace {

@@ -18,11 +18,11 @@
 #include <cstdlib>
 #include <string>
 
-#include "exec_handover.h"
-#include "fd_table.h"
-#include "socket_registry.h"
+#include "process/exec_guard.h"
+#include "registry/fd_table.h"
+#include "registry/socket_registry.h"
 #include "test_sockets.h"
-#include "tracked_socket.h"
+#include "registry/tracked_socket.h"
 
 namespace tcp2rdma::preload {
 namespace {

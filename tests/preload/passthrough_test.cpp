@@ -14,7 +14,7 @@
 #include <cstring>
 #include <string>
 
-#include "interposed.h"
+#include "interpose/interposed.h"
 
 namespace {
 

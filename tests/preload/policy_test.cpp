@@ -14,7 +14,7 @@
 #include <sstream>
 #include <string>
 
-#include "interposed.h"
+#include "interpose/interposed.h"
 #include "test_sockets.h"
 
 namespace {

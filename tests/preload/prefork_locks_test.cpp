@@ -9,9 +9,9 @@
 #include <atomic>
 #include <thread>
 
-#include "fd_table.h"
+#include "registry/fd_table.h"
 #include "test_sockets.h"
-#include "tracked_socket.h"
+#include "registry/tracked_socket.h"
 
 namespace tcp2rdma::preload {
 namespace {

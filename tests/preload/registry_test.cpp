@@ -10,10 +10,10 @@
 
 #include <gtest/gtest.h>
 
-#include "fd_table.h"
-#include "interposed.h"
+#include "registry/fd_table.h"
+#include "interpose/interposed.h"
 #include "test_sockets.h"
-#include "tracked_socket.h"
+#include "registry/tracked_socket.h"
 
 namespace tcp2rdma::preload {
 namespace {

@@ -1,0 +1,156 @@
+// Descriptor lifetime and flags: close, dup and friends change which descriptors name a tracked socket.
+#include <fcntl.h>
+#include <linux/close_range.h>
+#include <sys/ioctl.h>
+
+#include <cerrno>
+#include <cstdarg>
+
+#include "readiness/epoll_sets.h"
+#include "registry/fd_table.h"
+#include "upgrade/upgrade_session.h"
+#include "interpose/interposed.h"
+#include "own_calls.h"
+#include "route/stream_calls.h"
+#include "registry/socket_registry.h"
+
+using tcp2rdma::preload::real;
+
+namespace {
+
+// fcntl's third argument is an int, a pointer or absent depending on cmd. On x86-64 all of them travel
+// in one 64-bit register or stack slot, so reading a pointer and passing it on forwards every case.
+int fcntl_common(int (*real_fcntl)(int, int, ...), int fd, int cmd, void* arg) {
+  if (real_fcntl == nullptr) {
+    errno = ENOSYS;
+    return -1;
+  }
+  int rc = real_fcntl(fd, cmd, arg);
+  if (rc >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)) tcp2rdma::preload::track_duplicate(fd, rc);
+  if (rc >= 0 && cmd == F_SETFL) {
+    if (auto socket = tcp2rdma::preload::SocketHold::of(fd)) {
+      socket->nonblocking.store((reinterpret_cast<intptr_t>(arg) & O_NONBLOCK) != 0, std::memory_order_relaxed);
+    }
+  }
+  return rc;
+}
+
+}  // namespace
+
+T2R_INTERPOSE int close(int fd) {
+  if (tcp2rdma::transport::OwnCalls::active()) {
+    // The transport closing one of its own descriptors (own_calls.h): nothing of the application's.
+    tcp2rdma::preload::TrackedSocket* stale = tcp2rdma::preload::untrack(fd);
+    int rc = real().close(fd);
+    if (stale != nullptr) stale->release();
+    return rc;
+  }
+  {
+    // A connection whose handover is still on TCP stays there (its TCP end must follow its bytes);
+    // one in the middle of its switch is closed once the switch is over.
+    tcp2rdma::preload::settle_session(fd);
+    // The epoll registrations that stand in for an upgraded socket go with it (the kernel drops the
+    // socket's own); and a closed epoll set takes its entries along.
+    int saved_errno = errno;
+    tcp2rdma::preload::epoll_forget_fd(fd);
+    tcp2rdma::preload::epoll_forget_set(fd);
+    errno = saved_errno;
+  }
+  // Out of the table before the number is free (socket_registry.h, untrack). Linux releases the
+  // descriptor even when close reports an error (EINTR, EIO), so the entry goes either way.
+  tcp2rdma::preload::TrackedSocket* socket = tcp2rdma::preload::untrack(fd);
+  int rc = real().close(fd);
+  if (socket != nullptr) {
+    int saved_errno = errno;
+    socket->release();  // with the last descriptor, the stream ends here (as before, after the close)
+    errno = saved_errno;
+  }
+  return rc;
+}
+
+T2R_INTERPOSE int close_range(unsigned int first, unsigned int last, int flags) {
+  if (real().close_range == nullptr) {
+    errno = ENOSYS;
+    return -1;
+  }
+  // Only marking (CLOEXEC), or arguments the kernel refuses (EINVAL: nothing is closed).
+  if ((flags & CLOSE_RANGE_CLOEXEC) != 0 || first > last || (flags & ~(CLOSE_RANGE_CLOEXEC | CLOSE_RANGE_UNSHARE)) != 0) {
+    return real().close_range(first, last, flags);
+  }
+  int end = tcp2rdma::preload::fd_table().high_water();
+  for (unsigned fd = first; fd <= last && fd < static_cast<unsigned>(end); ++fd) {
+    tcp2rdma::preload::settle_session(static_cast<int>(fd));
+  }
+  auto sockets = tcp2rdma::preload::untrack_range(first, last);
+  int rc = real().close_range(first, last, flags);
+  int saved_errno = errno;
+  for (auto* socket : sockets) socket->release();
+  errno = saved_errno;
+  return rc;
+}
+
+T2R_INTERPOSE int dup(int fd) {
+  int rc = real().dup(fd);
+  if (rc >= 0) tcp2rdma::preload::track_duplicate(fd, rc);
+  return rc;
+}
+
+T2R_INTERPOSE int dup2(int fd, int fd2) {
+  if (fd != fd2) tcp2rdma::preload::settle_session(fd2);  // dup2 closes fd2 first
+  int rc = real().dup2(fd, fd2);
+  if (rc >= 0) tcp2rdma::preload::track_duplicate(fd, rc);
+  return rc;
+}
+
+T2R_INTERPOSE int dup3(int fd, int fd2, int flags) {
+  if (fd != fd2) tcp2rdma::preload::settle_session(fd2);
+  int rc = real().dup3(fd, fd2, flags);
+  if (rc >= 0) tcp2rdma::preload::track_duplicate(fd, rc);
+  return rc;
+}
+
+T2R_INTERPOSE int fcntl(int fd, int cmd, ...) {
+  va_list ap;
+  va_start(ap, cmd);
+  void* arg = va_arg(ap, void*);
+  va_end(ap);
+  return fcntl_common(real().fcntl, fd, cmd, arg);
+}
+
+T2R_INTERPOSE int fcntl64(int fd, int cmd, ...) {
+  va_list ap;
+  va_start(ap, cmd);
+  void* arg = va_arg(ap, void*);
+  va_end(ap);
+  return fcntl_common(real().fcntl64, fd, cmd, arg);
+}
+
+T2R_INTERPOSE int ioctl(int fd, unsigned long request, ...) {
+  va_list ap;
+  va_start(ap, request);
+  void* arg = va_arg(ap, void*);  // same register argument as for fcntl
+  va_end(ap);
+  // FIONREAD on an upgraded socket: the bytes waiting in its stream, not the (empty) kernel queue.
+  if (request == FIONREAD && arg != nullptr) {
+    auto s = tcp2rdma::preload::upgraded_stream(fd);
+    if (s != nullptr) {
+      *static_cast<int*>(arg) = tcp2rdma::preload::stream_readable_bytes(s);
+      return 0;
+    }
+    if (s.prefixed()) {
+      // Back on TCP: the bytes kept from the stream come before the kernel's.
+      int queued = 0;
+      if (real().ioctl(fd, FIONREAD, &queued) != 0) return -1;
+      size_t n = s.socket()->prefix.size() + static_cast<size_t>(queued);
+      *static_cast<int*>(arg) = n > INT32_MAX ? INT32_MAX : static_cast<int>(n);
+      return 0;
+    }
+  }
+  int rc = real().ioctl(fd, request, arg);
+  if (rc == 0 && request == FIONBIO && arg != nullptr) {
+    if (auto socket = tcp2rdma::preload::SocketHold::of(fd)) {
+      socket->nonblocking.store(*static_cast<int*>(arg) != 0, std::memory_order_relaxed);
+    }
+  }
+  return rc;
+}

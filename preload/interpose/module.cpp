@@ -1,0 +1,18 @@
+// The preload module's load and exit hooks: says the module is there when logging is on, takes the
+// prefixes an exec'ing process handed on, and at exit closes the process's RDMA streams in order.
+#include "process/exec_guard.h"
+#include "util/log.h"
+#include "registry/tracked_socket.h"
+
+namespace {
+
+// Runs in every process the module is preloaded into, before main().
+[[gnu::constructor]] void announce_load() {
+  if (tcp2rdma::preload::log_enabled()) tcp2rdma::preload::log_line("loaded");
+  tcp2rdma::preload::adopt_exec_prefixes();
+}
+
+// Runs at exit() (not at _exit): bytes written to upgraded connections still reach the peer.
+[[gnu::destructor]] void flush_at_exit() { tcp2rdma::preload::close_streams_at_exit(); }
+
+}  // namespace

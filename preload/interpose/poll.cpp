@@ -1,0 +1,283 @@
+// Readiness. A descriptor whose connection is on TCP is the kernel's to report, so without an
+// upgraded descriptor among them these calls go straight to libc. An upgraded one is ready when its
+// stream is (stream_poll_events); while none is, the call sleeps on the streams' readiness fds in
+// place of their sockets, next to every other descriptor, and looks again when one fires.
+#include <cerrno>
+#include <chrono>
+#include <vector>
+
+#include "readiness/epoll_sets.h"
+#include "registry/fd_table.h"
+#include "interpose/interposed.h"
+#include "prefork/prefork_listeners.h"
+#include "upgrade/upgrade_session.h"
+#include "back_to_tcp/move_back.h"
+#include "rdma_stream.h"
+#include "route/stream_calls.h"
+
+using tcp2rdma::preload::real;
+using tcp2rdma::preload::stream_poll_events;
+using tcp2rdma::preload::upgraded_stream;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+bool any_upgraded(const pollfd* fds, nfds_t nfds) {
+  for (nfds_t i = 0; i < nfds; ++i) {
+    if (upgraded_stream(fds[i].fd).ours()) return true;
+  }
+  return false;
+}
+
+// poll with upgraded descriptors among fds, or ones whose handover is under way. timeout: nullptr
+// waits for ever. A descriptor whose handover is still on TCP is polled on its socket, with the
+// session's wake fd beside it: when the connection moves, everything is looked at afresh.
+int poll_streams_once(pollfd* fds, nfds_t nfds, const timespec* timeout, const sigset_t* sigmask) {
+  // Scratch kept per thread: a poll loop should not allocate on every call.
+  static thread_local std::vector<pollfd> shadow;
+  // The streams are held until poll returns (another thread may close a descriptor meanwhile), and
+  // let go on every way out.
+  static thread_local std::vector<tcp2rdma::preload::StreamRef> streams;
+  struct LetGo {
+    ~LetGo() { streams.clear(); }
+  } let_go;
+  auto deadline = timeout == nullptr ? Clock::time_point::max()
+                                     : Clock::now() + std::chrono::seconds(timeout->tv_sec) +
+                                           std::chrono::nanoseconds(timeout->tv_nsec);
+  for (;;) {
+    streams.resize(nfds);
+    shadow.assign(fds, fds + nfds);
+    for (nfds_t i = 0; i < nfds; ++i) {
+      streams[i] = upgraded_stream(fds[i].fd);
+      if (auto* session = streams[i].session()) shadow.push_back({session->wake_fd(), POLLIN, 0});
+    }
+    bool moved = false;
+    // Descriptors we answer for: a stream, or a socket back on TCP with a prefix (ready at once).
+    auto ours = [&](nfds_t i) { return streams[i] != nullptr || streams[i].prefixed(); };
+    for (;;) {
+      int ready = 0;
+      for (nfds_t i = 0; i < nfds; ++i) {
+        if (!ours(i)) continue;
+        if (streams[i].prefixed()) {
+          // Readable at once; asked for something else only, the socket itself is slept on.
+          fds[i].revents = tcp2rdma::preload::prefixed_poll_events(fds[i].fd, fds[i].events);
+          ready += fds[i].revents != 0;
+          shadow[i] = {fds[i].revents != 0 ? -1 : fds[i].fd, fds[i].events, 0};
+          continue;
+        }
+        bool gone = false;
+        fds[i].revents = stream_poll_events(streams[i], fds[i].events, &gone);
+        if (gone) {
+          // Back on TCP: the socket is polled from now on.
+          tcp2rdma::preload::complete_move_back(streams[i].socket(), fds[i].fd);
+          fds[i].revents = 0;
+          moved = true;
+        }
+        ready += fds[i].revents != 0;
+        // A ready stream is not slept on; one that is not wakes us through its readiness fd.
+        shadow[i] = {fds[i].revents != 0 ? -1 : streams[i]->readiness_fd(), POLLIN, 0};
+      }
+      if (moved && ready == 0) break;
+      timespec left{0, 0};
+      if (ready == 0 && deadline != Clock::time_point::max()) {
+        auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - Clock::now()).count();
+        if (ns > 0) left = {static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+      }
+      bool forever = ready == 0 && deadline == Clock::time_point::max();
+      int rc = real().ppoll(shadow.data(), shadow.size(), forever ? nullptr : &left, sigmask);
+      if (rc < 0) return -1;
+      for (nfds_t i = 0; i < nfds; ++i) {
+        if (ours(i)) continue;
+        fds[i].revents = shadow[i].revents;
+        ready += fds[i].revents != 0;
+      }
+      for (size_t i = nfds; i < shadow.size(); ++i) moved |= shadow[i].revents != 0;
+      if (ready > 0) return ready;
+      if (rc == 0) return 0;  // timed out
+      if (deadline != Clock::time_point::max() && Clock::now() >= deadline) return 0;
+      if (moved) break;
+      // Only a stream's fd fired: look at the streams again.
+      for (nfds_t i = 0; i < nfds; ++i) shadow[i] = ours(i) ? shadow[i] : fds[i];
+    }
+  }
+}
+
+int poll_streams(pollfd* fds, nfds_t nfds, const timespec* timeout, const sigset_t* sigmask) {
+  return tcp2rdma::preload::keeping_errno_on_success([&] { return poll_streams_once(fds, nfds, timeout, sigmask); });
+}
+
+timespec from_ms(int ms) { return {ms / 1000, static_cast<long>(ms % 1000) * 1000000}; }
+
+int select_streams(int nfds, fd_set* rd, fd_set* wr, fd_set* ex, const timespec* timeout, const sigset_t* sigmask) {
+  std::vector<pollfd> fds;
+  for (int fd = 0; fd < nfds; ++fd) {
+    short events = 0;
+    if (rd != nullptr && FD_ISSET(fd, rd)) events |= POLLIN;
+    if (wr != nullptr && FD_ISSET(fd, wr)) events |= POLLOUT;
+    if (ex != nullptr && FD_ISSET(fd, ex)) events |= POLLPRI;
+    if (events != 0) fds.push_back({fd, events, 0});
+  }
+  int rc = poll_streams(fds.data(), fds.size(), timeout, sigmask);
+  if (rc < 0) return -1;
+  int count = 0;
+  for (const pollfd& p : fds) {
+    if (p.revents & POLLNVAL) {
+      errno = EBADF;
+      return -1;
+    }
+    bool r = (p.events & POLLIN) && (p.revents & (POLLIN | POLLHUP | POLLERR));
+    bool w = (p.events & POLLOUT) && (p.revents & (POLLOUT | POLLERR));
+    bool e = (p.events & POLLPRI) && (p.revents & POLLPRI);
+    if (rd != nullptr) r ? (void)++count : FD_CLR(p.fd, rd);
+    if (wr != nullptr) w ? (void)++count : FD_CLR(p.fd, wr);
+    if (ex != nullptr) e ? (void)++count : FD_CLR(p.fd, ex);
+  }
+  return count;
+}
+
+bool any_upgraded_in(int nfds, const fd_set* rd, const fd_set* wr, const fd_set* ex) {
+  for (int fd = 0; fd < nfds; ++fd) {
+    bool asked = (rd != nullptr && FD_ISSET(fd, rd)) || (wr != nullptr && FD_ISSET(fd, wr)) ||
+                 (ex != nullptr && FD_ISSET(fd, ex));
+    if (asked && upgraded_stream(fd).ours()) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+// glibc declares poll's array write-only (__attr_access), so GCC takes our reading of the events the
+// caller filled in for reading uninitialized memory.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+T2R_INTERPOSE int poll(struct pollfd* fds, nfds_t nfds, int timeout) {
+  if (any_upgraded(fds, nfds)) {
+    timespec t = from_ms(timeout);
+    return poll_streams(fds, nfds, timeout < 0 ? nullptr : &t, nullptr);
+  }
+  return real().poll(fds, nfds, timeout);
+}
+
+T2R_INTERPOSE int __poll_chk(struct pollfd* fds, nfds_t nfds, int timeout, size_t fdslen) {
+  if (any_upgraded(fds, nfds) && nfds * sizeof *fds <= fdslen) {
+    timespec t = from_ms(timeout);
+    return poll_streams(fds, nfds, timeout < 0 ? nullptr : &t, nullptr);
+  }
+  return real().__poll_chk(fds, nfds, timeout, fdslen);
+}
+
+T2R_INTERPOSE int ppoll(struct pollfd* fds, nfds_t nfds, const struct timespec* timeout, const sigset_t* sigmask) {
+  if (any_upgraded(fds, nfds)) return poll_streams(fds, nfds, timeout, sigmask);
+  return real().ppoll(fds, nfds, timeout, sigmask);
+}
+
+T2R_INTERPOSE int __ppoll_chk(struct pollfd* fds, nfds_t nfds, const struct timespec* timeout,
+                              const sigset_t* sigmask, size_t fdslen) {
+  if (any_upgraded(fds, nfds) && nfds * sizeof *fds <= fdslen) return poll_streams(fds, nfds, timeout, sigmask);
+  return real().__ppoll_chk(fds, nfds, timeout, sigmask, fdslen);
+}
+
+#pragma GCC diagnostic pop
+
+T2R_INTERPOSE int select(int nfds, fd_set* rd, fd_set* wr, fd_set* ex, struct timeval* timeout) {
+  if (any_upgraded_in(nfds, rd, wr, ex)) {
+    timespec t{};
+    if (timeout != nullptr) t = {timeout->tv_sec, timeout->tv_usec * 1000};
+    return select_streams(nfds, rd, wr, ex, timeout != nullptr ? &t : nullptr, nullptr);
+  }
+  return real().select(nfds, rd, wr, ex, timeout);
+}
+
+T2R_INTERPOSE int pselect(int nfds, fd_set* rd, fd_set* wr, fd_set* ex, const struct timespec* timeout,
+                          const sigset_t* sigmask) {
+  if (any_upgraded_in(nfds, rd, wr, ex)) return select_streams(nfds, rd, wr, ex, timeout, sigmask);
+  return real().pselect(nfds, rd, wr, ex, timeout, sigmask);
+}
+
+// epoll: upgraded descriptors are translated (epoll_sets.h); sets without them go straight to libc.
+namespace {
+
+int real_epoll_wait(int epfd, epoll_event* events, int maxevents, int timeout_ms, const void*) {
+  return real().epoll_wait(epfd, events, maxevents, timeout_ms);
+}
+
+int real_epoll_pwait(int epfd, epoll_event* events, int maxevents, int timeout_ms, const void* sigmask) {
+  return real().epoll_pwait(epfd, events, maxevents, timeout_ms, static_cast<const sigset_t*>(sigmask));
+}
+
+int timeout_ms_of(const timespec* t) {
+  if (t == nullptr) return -1;
+  return static_cast<int>(t->tv_sec * 1000 + (t->tv_nsec + 999999) / 1000000);
+}
+
+}  // namespace
+
+T2R_INTERPOSE int epoll_create(int size) { return real().epoll_create(size); }
+
+T2R_INTERPOSE int epoll_create1(int flags) { return real().epoll_create1(flags); }
+
+T2R_INTERPOSE int epoll_ctl(int epfd, int op, int fd, struct epoll_event* event) {
+  auto ref = upgraded_stream(fd);
+  if (auto* session = ref.session()) {
+    // Registered on the socket and remembered, in one step with respect to the switch, which moves
+    // the remembered registrations onto the stream.
+    int rc = 0, error = 0;
+    if (session->run_on_tcp([&](uint64_t&, uint64_t&) {
+          rc = real().epoll_ctl(epfd, op, fd, event);
+          error = errno;
+          if (rc == 0) tcp2rdma::preload::epoll_note_registration(epfd, op, fd, event);
+        })) {
+      errno = error;
+      return rc;
+    }
+    // It moved meanwhile: waits for the switch to end (the socket this call began on).
+    ref = upgraded_stream(tcp2rdma::preload::SocketHold(ref.socket()), fd);
+  }
+  if (ref != nullptr) return tcp2rdma::preload::epoll_ctl_upgraded(epfd, op, fd, event);
+  int rc = real().epoll_ctl(epfd, op, fd, event);
+  if (rc == 0) tcp2rdma::preload::epoll_note_registration(epfd, op, fd, event);
+  // An event-driven worker of a pre-fork server adds the listener to its set before its first accept:
+  // the moment to make the RDMA listener, before clients' requests arrive.
+  if (rc == 0 && op == EPOLL_CTL_ADD) {
+    if (auto socket = tcp2rdma::preload::SocketHold::of(fd);
+        socket && socket->role() == tcp2rdma::preload::SocketRole::kListener) {
+      int saved_errno = errno;
+      tcp2rdma::preload::claim_rdma_listener(fd, socket.get());
+      errno = saved_errno;
+    }
+  }
+  return rc;
+}
+
+T2R_INTERPOSE int epoll_wait(int epfd, struct epoll_event* events, int maxevents, int timeout) {
+  int result = 0;
+  if (tcp2rdma::preload::epoll_wait_upgraded(epfd, events, maxevents, timeout, real_epoll_wait, nullptr, &result)) {
+    return result;
+  }
+  return real().epoll_wait(epfd, events, maxevents, timeout);
+}
+
+T2R_INTERPOSE int epoll_pwait(int epfd, struct epoll_event* events, int maxevents, int timeout,
+                              const sigset_t* sigmask) {
+  int result = 0;
+  if (tcp2rdma::preload::epoll_wait_upgraded(epfd, events, maxevents, timeout, real_epoll_pwait, sigmask, &result)) {
+    return result;
+  }
+  return real().epoll_pwait(epfd, events, maxevents, timeout, sigmask);
+}
+
+T2R_INTERPOSE int epoll_pwait2(int epfd, struct epoll_event* events, int maxevents, const struct timespec* timeout,
+                               const sigset_t* sigmask) {
+  if (real().epoll_pwait2 == nullptr) {  // glibc older than 2.35
+    errno = ENOSYS;
+    return -1;
+  }
+  int result = 0;
+  if (tcp2rdma::preload::epoll_wait_upgraded(epfd, events, maxevents, timeout_ms_of(timeout), real_epoll_pwait,
+                                             sigmask, &result)) {
+    return result;
+  }
+  return real().epoll_pwait2(epfd, events, maxevents, timeout, sigmask);
+}

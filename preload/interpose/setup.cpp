@@ -1,0 +1,209 @@
+// Socket creation, naming and connection setup. The application's descriptor is always the real kernel
+// socket: these wrappers make the real call and then record what it did.
+#include <cerrno>
+#include <cstdio>
+
+#include "registry/connection_policy.h"
+#include "registry/fd_table.h"
+#include "upgrade/upgrade_session.h"
+#include "interpose/interposed.h"
+#include "prefork/prefork_listeners.h"
+#include "registry/socket_registry.h"
+#include "route/stream_calls.h"
+#include "upgrade/upgrade.h"
+
+using tcp2rdma::preload::fd_table;
+using tcp2rdma::preload::real;
+using tcp2rdma::preload::SocketRole;
+
+namespace {
+
+using tcp2rdma::config::Role;
+using tcp2rdma::config::Transport;
+
+// Before the real accept: this process now accepts on the listener (a fork will not hand its RDMA
+// listener on), and makes the RDMA listener here if an ancestor handed it on (pre-fork servers).
+void before_accept(int fd) {
+  auto listener = tcp2rdma::preload::SocketHold::of(fd);
+  if (!listener) return;
+  int saved_errno = errno;
+  listener->accept_generation.store(tcp2rdma::preload::fork_generation());
+  tcp2rdma::preload::claim_rdma_listener(fd, listener.get());
+  errno = saved_errno;
+}
+
+int accept_common(int fd, int accepted) {
+  // The listener's state is reached through the table; the new socket's family comes from the kernel.
+  if (accepted < 0) return accepted;
+  auto listener = tcp2rdma::preload::SocketHold::of(fd);  // through the upgrade, which may wait seconds
+  if (!listener) return accepted;
+  int domain = 0;
+  socklen_t len = sizeof domain;
+  int saved_errno = errno;
+  if (real().getsockopt(accepted, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0) {
+    tcp2rdma::preload::track_new_socket(accepted, domain, SocketRole::kServer);
+    auto decision = tcp2rdma::preload::decide_connection(accepted, Role::kServer);
+    if (decision.options->transport != Transport::kRdma) {
+      tcp2rdma::preload::log_connection(accepted, Role::kServer, decision, "stays tcp");
+    } else if (decision.options->upgrade == tcp2rdma::config::UpgradeMode::kBackground) {
+      // accept() returns at TCP speed; the connection moves to RDMA beside the application.
+      tcp2rdma::preload::upgrade_in_background(accepted, Role::kServer, listener.get(), decision);
+    } else if (!tcp2rdma::preload::upgrade_and_log(accepted, Role::kServer, listener.get(), decision)) {
+      // Broken half-way (records exchanged, then a mismatch), or RDMA was required and could not be
+      // had: never hand out such a connection. The client reads a reset (linger 0), not an end.
+      linger reset{1, 0};
+      real().setsockopt(accepted, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+      tcp2rdma::preload::track_close(accepted);
+      real().close(accepted);
+      errno = ECONNABORTED;
+      return -1;
+    }
+  }
+  errno = saved_errno;
+  return accepted;
+}
+
+}  // namespace
+
+T2R_INTERPOSE int socket(int domain, int type, int protocol) {
+  int fd = real().socket(domain, type, protocol);
+  if (fd >= 0 && tcp2rdma::preload::is_tcp_candidate(domain, type, protocol)) {
+    tcp2rdma::preload::track_new_socket(fd, domain, SocketRole::kUnknown);
+  }
+  return fd;
+}
+
+T2R_INTERPOSE int bind(int fd, const struct sockaddr* addr, socklen_t len) { return real().bind(fd, addr, len); }
+
+T2R_INTERPOSE int listen(int fd, int backlog) {
+  auto socket = tcp2rdma::preload::SocketHold::of(fd);
+  if (!socket) return real().listen(fd, backlog);
+  int saved_errno = errno;
+  bool first = socket->role() != SocketRole::kListener &&
+               tcp2rdma::preload::process_rules().may_select_rdma(Role::kServer);
+  // A tcp2rdma client asks for its RDMA connection right after its TCP connect completes, and that
+  // can happen the moment the real listen() returns: so the RDMA listener comes first whenever the
+  // port is already known. (A request that finds no RDMA listener is rejected, and that connection
+  // stays TCP.) An unbound socket gets its port from listen() itself, and no client can know that
+  // port before listen() has returned.
+  bool early = first && tcp2rdma::preload::has_bound_port(fd);
+  if (early) tcp2rdma::preload::listen_rdma(fd, socket.get());
+  errno = saved_errno;
+  int rc = real().listen(fd, backlog);
+  saved_errno = errno;
+  if (rc == 0) {
+    socket->set_role(SocketRole::kListener);
+    if (first && !early) tcp2rdma::preload::listen_rdma(fd, socket.get());
+  } else if (early) {
+    tcp2rdma::preload::drop_rdma_listener(socket.get());
+  }
+  errno = saved_errno;
+  return rc;
+}
+
+T2R_INTERPOSE int accept(int fd, struct sockaddr* addr, socklen_t* len) {
+  before_accept(fd);
+  return accept_common(fd, real().accept(fd, addr, len));
+}
+
+T2R_INTERPOSE int accept4(int fd, struct sockaddr* addr, socklen_t* len, int flags) {
+  before_accept(fd);
+  return accept_common(fd, real().accept4(fd, addr, len, flags));
+}
+
+T2R_INTERPOSE int connect(int fd, const struct sockaddr* addr, socklen_t len) {
+  int rc = real().connect(fd, addr, len);
+  // A non-blocking connect that is under way (EINPROGRESS) still makes this socket a client.
+  if (rc != 0 && errno != EINPROGRESS) return rc;
+  auto socket = tcp2rdma::preload::SocketHold::of(fd);
+  if (!socket) return rc;
+  // Linux answers a repeated connect() on a socket whose non-blocking connect has completed with 0,
+  // once (hiredis, so redis-cli and redis-benchmark, learn of the completion that way): that connection
+  // was decided at the first call, and is upgraded now if that is still pending, never a second time.
+  if (rc == 0 && socket->connect_in_progress.exchange(false)) {
+    if (tcp2rdma::preload::finish_pending_upgrade(fd, socket.get())) return 0;
+    socket->pending_error.store(0);  // reported here, as a blocking connect reports it
+    errno = ECONNRESET;
+    return -1;
+  }
+  int saved_errno = errno;
+  socket->set_role(SocketRole::kClient);
+  auto decision = tcp2rdma::preload::decide_connection(fd, Role::kClient, addr, len);
+  if (rc != 0) socket->connect_in_progress.store(true);
+  if (decision.options->transport != Transport::kRdma) {
+    tcp2rdma::preload::log_connection(fd, Role::kClient, decision, "stays tcp", addr, len);
+  } else if (rc != 0) {
+    // Under way (EINPROGRESS): the upgrade starts once the connection is up, at the application's next
+    // call on it (stream_calls.cpp).
+    socket->pending_decision = decision;
+    socket->upgrade_pending.store(true, std::memory_order_release);
+  } else if (decision.options->upgrade == tcp2rdma::config::UpgradeMode::kBackground) {
+    // connect() returns at TCP speed; the connection moves to RDMA beside the application.
+    tcp2rdma::preload::upgrade_in_background(fd, Role::kClient, nullptr, decision);
+  } else if (!tcp2rdma::preload::upgrade_and_log(fd, Role::kClient, nullptr, decision)) {
+    real().shutdown(fd, SHUT_RDWR);
+    errno = ECONNRESET;
+    return -1;
+  }
+  errno = saved_errno;
+  return rc;
+}
+
+T2R_INTERPOSE int shutdown(int fd, int how) {
+  // A server that ends its sending side while its connection's handover is still on TCP: the kernel
+  // sends the end now, and the switch goes on (its HELLO says the TCP end marks its last byte).
+  if (auto socket = tcp2rdma::preload::SocketHold::of(fd); socket && how == SHUT_WR && socket->role() == SocketRole::kServer) {
+    if (auto* session = socket->active_session()) {
+      int rc = 0, error = 0;
+      if (session->end_sending_on_tcp([&] {
+            rc = real().shutdown(fd, how);
+            error = errno;
+            return rc == 0;
+          })) {
+        errno = error;
+        return rc;
+      }
+    }
+  }
+  // Any other shutdown of a connection still on TCP keeps it there: a client could write no record
+  // after its end, and a read side shut down could not be drained.
+  tcp2rdma::preload::settle_session(fd);
+  if (auto s = tcp2rdma::preload::upgraded_stream(fd)) return tcp2rdma::preload::stream_shutdown(s, fd, how);
+  return real().shutdown(fd, how);
+}
+
+T2R_INTERPOSE int getsockopt(int fd, int level, int name, void* value, socklen_t* len) {
+  // SO_ERROR is how a program learns that its non-blocking connect completed: the moment to upgrade.
+  if (level == SOL_SOCKET && name == SO_ERROR) {
+    if (auto socket = tcp2rdma::preload::SocketHold::of(fd)) {
+      int rc = real().getsockopt(fd, level, name, value, len);
+      if (rc == 0 && *static_cast<int*>(value) == 0) {
+        if (socket->upgrade_pending.load()) tcp2rdma::preload::finish_pending_upgrade(fd, socket.get());
+        if (int error = socket->pending_error.exchange(0); error != 0) *static_cast<int*>(value) = error;
+      }
+      return rc;
+    }
+  }
+  return real().getsockopt(fd, level, name, value, len);
+}
+
+T2R_INTERPOSE int setsockopt(int fd, int level, int name, const void* value, socklen_t len) {
+  int rc = real().setsockopt(fd, level, name, value, len);
+  // The kernel socket takes SO_LINGER too (its own close then behaves alike); the stream's end follows
+  // it at the last close.
+  if (rc == 0 && level == SOL_SOCKET && name == SO_LINGER && len >= static_cast<socklen_t>(sizeof(linger))) {
+    if (auto socket = tcp2rdma::preload::SocketHold::of(fd)) {
+      const auto* l = static_cast<const linger*>(value);
+      socket->linger_seconds.store(l->l_onoff ? l->l_linger : -1);
+    }
+  }
+  return rc;
+}
+
+T2R_INTERPOSE int getsockname(int fd, struct sockaddr* addr, socklen_t* len) {
+  return real().getsockname(fd, addr, len);
+}
+
+T2R_INTERPOSE int getpeername(int fd, struct sockaddr* addr, socklen_t* len) {
+  return real().getpeername(fd, addr, len);
+}

@@ -1,0 +1,209 @@
+#include "process/exec_guard.h"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "registry/fd_table.h"
+#include "upgrade/upgrade_session.h"
+#include "util/log.h"
+#include "back_to_tcp/move_back.h"
+#include "rdma_stream.h"
+#include "libc/real_calls.h"
+#include "registry/socket_registry.h"
+#include "registry/stream_closer.h"
+#include "registry/tracked_socket.h"
+
+namespace tcp2rdma::preload {
+namespace {
+
+// Whether exec keeps some descriptor of `socket` open (one without FD_CLOEXEC).
+bool survives_exec(const TrackedSocket* socket, int end) noexcept {
+  for (int fd = 0; fd < end; ++fd) {
+    if (fd_table().find(fd) != socket) continue;
+    int flags = real().fcntl(fd, F_GETFD);
+    if (flags >= 0 && (flags & FD_CLOEXEC) == 0) return true;
+  }
+  return false;
+}
+
+// Every descriptor of `socket` from `fd` on names an unconnected socket; the connection itself is
+// reset if these were its last references (SO_LINGER {on, 0}).
+void reset_and_disown(TrackedSocket* socket, int fd, int end) noexcept {
+  linger hard{1, 0};
+  real().setsockopt(fd, SOL_SOCKET, SO_LINGER, &hard, sizeof hard);
+  int domain = socket->domain();  // the last track_close below may free `socket`
+  for (int other = fd; other < end; ++other) {
+    if (fd_table().find(other) == socket) replace_with_unconnected_socket(other, domain);
+  }
+}
+
+// Streams: back to TCP where a descriptor goes on and the rule allows it; ended (or, carried on,
+// reset) where not.
+void settle_streams(int end) noexcept {
+  for (int fd = 0; fd < end; ++fd) {
+    SocketHold socket = SocketHold::of(fd);
+    transport::RdmaStream* s = socket ? socket->stream() : nullptr;
+    if (s == nullptr) continue;
+    if (!survives_exec(socket.get(), end)) {
+      // exec closes every descriptor of it: the last close, as close() does it.
+      end_stream(s, socket->linger_seconds.load());
+      continue;
+    }
+    if (socket->follows_fork.load(std::memory_order_relaxed) && move_back(socket.get(), s, fd, "exec")) continue;
+    // Everything written so far still reaches the peer, then a reset: the new program's writes could
+    // never arrive, and the peer must not read a clean end.
+    (void)s->flush();
+    s->abort();
+    reset_and_disown(socket.get(), fd, end);
+  }
+}
+
+// Whether the environment `envp` preloads this module (the new program will then read the prefixes).
+bool preloads_this_module(char* const* envp) noexcept {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&adopt_exec_prefixes), &info) == 0 || info.dli_fname == nullptr) return false;
+  const char* name = std::strrchr(info.dli_fname, '/');
+  name = name != nullptr ? name + 1 : info.dli_fname;
+  for (char* const* e = envp; e != nullptr && *e != nullptr; ++e) {
+    if (std::strncmp(*e, "LD_PRELOAD=", 11) == 0 && std::strstr(*e + 11, name) != nullptr) return true;
+  }
+  return false;
+}
+
+// The prefix's bytes in a new memfd that exec keeps open, or -1.
+int prefix_in_memfd(const TrackedSocket* socket) noexcept {
+  int mfd = static_cast<int>(memfd_create("tcp2rdma-prefix", 0));
+  if (mfd < 0) return -1;
+  std::vector<uint8_t> bytes(socket->prefix.size());
+  iovec whole{bytes.data(), bytes.size()};
+  bool at_end = false;
+  const_cast<TcpPrefix&>(socket->prefix).take(&whole, 1, /*peek=*/true, &at_end);
+  for (size_t done = 0; done < bytes.size();) {
+    ssize_t n = real().write(mfd, bytes.data() + done, bytes.size() - done);
+    if (n <= 0) {
+      real().close(mfd);
+      return -1;
+    }
+    done += static_cast<size_t>(n);
+  }
+  return mfd;
+}
+
+// Every descriptor that exec keeps, of a socket with a prefix: handed on, or reset.
+void hand_on_prefixes(PrefixHandOn* prefixes) noexcept {
+  int end = fd_table().high_water();
+  for (int fd = 0; fd < end; ++fd) {
+    SocketHold socket = SocketHold::of(fd);
+    if (!socket || !socket->prefix.present()) continue;
+    int flags = real().fcntl(fd, F_GETFD);
+    if (flags < 0 || (flags & FD_CLOEXEC) != 0) continue;
+    if (!prefixes->add(socket.get(), fd)) {
+      log_line("fd %d: reset at exec: %zu bytes of the peer's could not go with it", fd, socket->prefix.size());
+      reset_and_disown(socket.get(), fd, end);
+    }
+  }
+}
+
+}  // namespace
+
+PrefixHandOn::PrefixHandOn(char* const* envp) noexcept
+    : original_(envp), module_follows_(preloads_this_module(envp)) {}
+
+PrefixHandOn::~PrefixHandOn() {
+  int saved_errno = errno;
+  for (const auto& entry : memfds_) real().close(entry.second);
+  errno = saved_errno;
+}
+
+bool PrefixHandOn::add(const TrackedSocket* socket, int target) noexcept {
+  if (!module_follows_) return false;
+  int mfd = -1;
+  for (const auto& [s, m] : memfds_) mfd = s == socket ? m : mfd;
+  if (mfd < 0) {
+    if ((mfd = prefix_in_memfd(socket)) < 0) return false;
+    memfds_.emplace_back(socket, mfd);
+  }
+  char entry[48];
+  std::snprintf(entry, sizeof entry, "%s%d:%d:%d", variable_.empty() ? "" : ",", target, mfd,
+                socket->prefix.then_end() ? 1 : 0);
+  variable_ += entry;
+  return true;
+}
+
+char* const* PrefixHandOn::envp() noexcept {
+  if (variable_.empty()) return original_;
+  if (!envp_.empty()) return envp_.data();
+  variable_ = std::string(kExecPrefixVariable) + "=" + variable_;
+  const size_t name_len = std::strlen(kExecPrefixVariable);
+  for (char* const* e = original_; e != nullptr && *e != nullptr; ++e) {
+    if (std::strncmp(*e, kExecPrefixVariable, name_len) == 0 && (*e)[name_len] == '=') continue;
+    envp_.push_back(*e);
+  }
+  envp_.push_back(variable_.data());
+  envp_.push_back(nullptr);
+  return envp_.data();
+}
+
+ExecGuard::ExecGuard(char* const* envp) noexcept : prefixes_(envp) {
+  int saved_errno = errno;
+  // Connections whose handover is still on TCP stay there, and the new program can use them.
+  settle_all_sessions();
+  settle_streams(fd_table().high_water());
+  hand_on_prefixes(&prefixes_);
+  finish_closing();  // streams closed before exec end before the image that holds them goes
+  errno = saved_errno;
+}
+
+void adopt_exec_prefixes() noexcept {
+  const char* value = std::getenv(kExecPrefixVariable);
+  if (value == nullptr) return;
+  std::string entries = value;
+  unsetenv(kExecPrefixVariable);
+  std::vector<std::pair<int, int>> adopted;  // memfd, the first descriptor that took its prefix
+  size_t pos = 0;
+  while (pos < entries.size()) {
+    size_t comma = entries.find(',', pos);
+    std::string entry = entries.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    pos = comma == std::string::npos ? entries.size() : comma + 1;
+    int fd = -1, mfd = -1, then_end = 0;
+    if (std::sscanf(entry.c_str(), "%d:%d:%d", &fd, &mfd, &then_end) != 3 || fd < 0 || mfd < 0) continue;
+    // Descriptors of one socket (dup'd) name one memfd: they share the socket, and so its prefix.
+    int first = -1;
+    for (const auto& [m, f] : adopted) first = m == mfd ? f : first;
+    if (first >= 0) {
+      track_duplicate(first, fd);
+      continue;
+    }
+    struct stat st{};
+    int domain = 0;
+    socklen_t len = sizeof domain;
+    bool usable = fstat(mfd, &st) == 0 && real().getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0;
+    std::vector<uint8_t> bytes(usable ? static_cast<size_t>(st.st_size) : 0);
+    for (size_t done = 0; usable && done < bytes.size();) {
+      ssize_t n = pread(mfd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(done));
+      if (n <= 0) usable = false;
+      done += n > 0 ? static_cast<size_t>(n) : 0;
+    }
+    real().close(mfd);
+    adopted.emplace_back(mfd, fd);
+    if (usable) track_new_socket(fd, domain, SocketRole::kServer);
+    SocketHold socket = usable ? SocketHold::of(fd) : SocketHold{};
+    if (!socket || !socket->prefix.set(bytes, then_end != 0)) {
+      // Unreadable, or no memory to keep them: a gap in the bytes must never pass unnoticed.
+      log_always("fd %d: the %zu bytes handed on at exec cannot be kept; the connection is reset", fd, bytes.size());
+      reset_connection(fd);
+      continue;
+    }
+    log_line("fd %d: %zu bytes of the peer's handed on at exec, to read first", fd, socket->prefix.size());
+  }
+}
+
+}  // namespace tcp2rdma::preload

@@ -1,0 +1,67 @@
+// exec and the connections this process holds (docs/architecture.md, "fork and exec"). The new
+// program gets the descriptors without FD_CLOEXEC, but nothing of this image's memory: no stream, no
+// prefix. So before the real exec:
+//  - a connection on RDMA that a descriptor carries into the new program goes back to TCP (the rule's
+//    on_fork: tcp), and the new program uses the TCP socket;
+//  - a stream whose every descriptor is close-on-exec ends as its last close() would end it;
+//  - one carried on that could not go back (on_fork: parent, or a peer that did not answer) is
+//    flushed and reset, and its descriptors name an unconnected socket: the new program fails loudly;
+//  - a carried socket back on TCP with a prefix (the peer's bytes kept from the stream) hands the
+//    prefix on in a memfd that TCP2RDMA_TCP_PREFIX in the new environment names, and the module reads
+//    it at load (adopt_exec_prefixes). If the new environment does not preload the module, the
+//    connection is reset instead: a gap in the bytes must never pass unnoticed.
+// If exec fails, this process goes on with its connections as they now are (back on TCP).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace tcp2rdma::preload {
+
+inline constexpr char kExecPrefixVariable[] = "TCP2RDMA_TCP_PREFIX";
+
+class TrackedSocket;
+
+// The prefixes a new program is to get, each in a memfd (one per socket) that it inherits, named in
+// the environment it is given. Used by exec and by posix_spawn (spawn_guard.h).
+class PrefixHandOn {
+ public:
+  // envp: the environment the caller gives the new program.
+  explicit PrefixHandOn(char* const* envp) noexcept;
+  ~PrefixHandOn();  // the memfds go (the new program has its own descriptors of them)
+  PrefixHandOn(const PrefixHandOn&) = delete;
+  PrefixHandOn& operator=(const PrefixHandOn&) = delete;
+
+  // The new program's descriptor `target` will name `socket`, which has a prefix. False when the
+  // prefix cannot go along (the new environment does not preload the module, or no memfd).
+  bool add(const TrackedSocket* socket, int target) noexcept;
+  // The environment to start the new program with: the caller's, plus the variable if anything was added.
+  char* const* envp() noexcept;
+
+ private:
+  char* const* original_;
+  bool module_follows_;
+  std::vector<std::pair<const TrackedSocket*, int>> memfds_;  // one per socket, dup'd or not
+  std::string variable_;
+  std::vector<char*> envp_;
+};
+
+class ExecGuard {
+ public:
+  // envp: the environment the caller gives the new program.
+  explicit ExecGuard(char* const* envp) noexcept;
+  ExecGuard(const ExecGuard&) = delete;
+  ExecGuard& operator=(const ExecGuard&) = delete;
+
+  // The environment to exec with: the caller's, plus the prefixes' variable when there are any.
+  char* const* envp() noexcept { return prefixes_.envp(); }
+
+ private:
+  PrefixHandOn prefixes_;
+};
+
+// At load: the prefixes an exec'ing process handed on (TCP2RDMA_TCP_PREFIX) become the prefixes of
+// the inherited sockets; the variable is then removed, so that a later exec starts afresh.
+void adopt_exec_prefixes() noexcept;
+
+}  // namespace tcp2rdma::preload

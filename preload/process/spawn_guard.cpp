@@ -1,0 +1,98 @@
+#include "process/spawn_guard.h"
+
+#include <fcntl.h>
+
+#include <cerrno>
+#include <mutex>
+
+#include "registry/fd_table.h"
+#include "upgrade/upgrade_session.h"
+#include "util/log.h"
+#include "back_to_tcp/move_back.h"
+#include "libc/real_calls.h"
+#include "registry/tracked_socket.h"
+
+namespace tcp2rdma::preload {
+namespace {
+
+struct Dup2 {
+  const posix_spawn_file_actions_t* actions;
+  int fd;
+  int newfd;
+};
+
+std::mutex g_mutex;
+std::vector<Dup2> g_dup2s;
+
+std::vector<Dup2> dup2s_of(const posix_spawn_file_actions_t* actions) {
+  std::vector<Dup2> mine;
+  std::lock_guard lock(g_mutex);
+  for (const Dup2& d : g_dup2s) {
+    if (d.actions == actions) mine.push_back(d);
+  }
+  return mine;
+}
+
+}  // namespace
+
+void note_spawn_dup2(const posix_spawn_file_actions_t* actions, int fd, int newfd) noexcept {
+  if (fd_table().find(fd) == nullptr) return;  // only TCP sockets matter
+  std::lock_guard lock(g_mutex);
+  g_dup2s.push_back({actions, fd, newfd});
+}
+
+void spawn_hold_for_fork() noexcept { g_mutex.lock(); }
+void spawn_release_after_fork() noexcept { g_mutex.unlock(); }
+
+void forget_spawn_actions(const posix_spawn_file_actions_t* actions) noexcept {
+  std::lock_guard lock(g_mutex);
+  std::erase_if(g_dup2s, [&](const Dup2& d) { return d.actions == actions; });
+}
+
+SpawnGuard::SpawnGuard(const posix_spawn_file_actions_t* actions, char* const* envp)
+    : prefixes_(envp) {
+  int saved_errno = errno;
+  settle_all_sessions();
+  if (actions != nullptr) hand_on_dup2_targets(actions);
+  int end = fd_table().high_water();
+  for (int fd = 0; fd < end && error_ == 0; ++fd) {
+    SocketHold socket = SocketHold::of(fd);
+    if (!socket || socket->stream() == nullptr) continue;
+    int flags = real().fcntl(fd, F_GETFD);
+    if (flags < 0 || (flags & FD_CLOEXEC) != 0) continue;
+    if (real().fcntl(fd, F_SETFD, flags | FD_CLOEXEC) == 0) marked_.push_back(fd);
+  }
+  errno = saved_errno;
+}
+
+void SpawnGuard::hand_on_dup2_targets(const posix_spawn_file_actions_t* actions) {
+  for (const Dup2& d : dup2s_of(actions)) {
+    SocketHold socket = SocketHold::of(d.fd);
+    if (!socket) continue;
+    if (transport::RdmaStream* stream = socket->stream()) {
+      if (!socket->follows_fork.load(std::memory_order_relaxed) || !move_back(socket.get(), stream, d.fd, "spawn")) {
+        log_line("fd %d: posix_spawn fails: its connection is on RDMA and cannot go back to TCP for the new program",
+                 d.fd);
+        error_ = ENOTSUP;
+        return;
+      }
+    }
+    if (socket->prefix.present() && !prefixes_.add(socket.get(), d.newfd)) {
+      log_line("fd %d: posix_spawn fails: %zu bytes of the peer's cannot go with it to the new program", d.fd,
+               socket->prefix.size());
+      error_ = ENOTSUP;
+      return;
+    }
+  }
+}
+
+SpawnGuard::~SpawnGuard() {
+  int saved_errno = errno;
+  for (int fd : marked_) {
+    int flags = real().fcntl(fd, F_GETFD);
+    if (flags >= 0) real().fcntl(fd, F_SETFD, flags & ~FD_CLOEXEC);
+  }
+  errno = saved_errno;
+}
+
+}  // namespace tcp2rdma::preload

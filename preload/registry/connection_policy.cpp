@@ -1,0 +1,132 @@
+#include "registry/connection_policy.h"
+
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+
+#include "util/log.h"
+#include "libc/real_calls.h"
+#include "rule_loader.h"
+
+namespace tcp2rdma::preload {
+namespace {
+
+// Built on first use and kept for the life of the process (fork children inherit it; exec'd programs
+// load their own). Never destroyed: wrappers may still run during exit.
+struct ProcessPolicy {
+  std::string program_path;
+  std::string program_name;
+  config::LoadResult loaded;
+  config::ProcessRuleSet* bound = nullptr;
+};
+
+ProcessPolicy* g_policy = nullptr;
+std::once_flag g_policy_once;
+
+std::string own_executable() {
+  char path[4096];
+  ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+  return n > 0 ? std::string(path, static_cast<size_t>(n)) : std::string();
+}
+
+void build_policy() {
+  auto* policy = new ProcessPolicy;
+  policy->program_path = own_executable();
+  policy->program_name = policy->program_path.substr(policy->program_path.rfind('/') + 1);
+  policy->loaded = config::load_effective_rules(&std::getenv);
+  if (!policy->loaded.ok()) {
+    const auto& errors = policy->loaded.errors;
+    std::string extra = errors.size() > 1 ? " (and " + std::to_string(errors.size() - 1) + " more)" : "";
+    log_always("rules: %s%s; every connection stays TCP", errors.front().to_string().c_str(), extra.c_str());
+  }
+  config::ProcessFacts facts{policy->program_name, policy->program_path, static_cast<uint32_t>(getuid())};
+  policy->bound = new config::ProcessRuleSet(policy->loaded.rules, facts);
+  g_policy = policy;
+}
+
+// "10.77.0.2:5201" or "[fd00::1]:5201"; "?" when the kernel has no address for that side.
+void format_endpoint(const sockaddr_storage& s, bool valid, char* out, size_t size) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  if (!valid) {
+    snprintf(out, size, "?");
+  } else if (s.ss_family == AF_INET) {
+    const auto* v4 = reinterpret_cast<const sockaddr_in*>(&s);
+    inet_ntop(AF_INET, &v4->sin_addr, host, sizeof host);
+    snprintf(out, size, "%s:%u", host, ntohs(v4->sin_port));
+  } else {
+    const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&s);
+    inet_ntop(AF_INET6, &v6->sin6_addr, host, sizeof host);
+    snprintf(out, size, "[%s]:%u", host, ntohs(v6->sin6_port));
+  }
+}
+
+}  // namespace
+
+const config::ProcessRuleSet& process_rules() {
+  std::call_once(g_policy_once, build_policy);
+  return *g_policy->bound;
+}
+
+namespace {
+
+void endpoints(int fd, const sockaddr* remote_hint, socklen_t remote_hint_len, sockaddr_storage* local,
+               bool* has_local, sockaddr_storage* remote, bool* has_remote) {
+  socklen_t remote_len = sizeof *remote, local_len = sizeof *local;
+  *has_remote = real().getpeername(fd, reinterpret_cast<sockaddr*>(remote), &remote_len) == 0;
+  if (!*has_remote && remote_hint != nullptr && remote_hint_len > 0 && remote_hint_len <= sizeof *remote &&
+      (remote_hint->sa_family == AF_INET || remote_hint->sa_family == AF_INET6)) {
+    std::memcpy(remote, remote_hint, remote_hint_len);
+    *has_remote = true;
+  }
+  *has_local = real().getsockname(fd, reinterpret_cast<sockaddr*>(local), &local_len) == 0;
+}
+
+}  // namespace
+
+config::Decision decide_connection(int fd, config::Role role, const sockaddr* remote_hint,
+                                   socklen_t remote_hint_len) {
+  int saved_errno = errno;
+  sockaddr_storage remote{}, local{};
+  bool has_remote = false, has_local = false;
+  endpoints(fd, remote_hint, remote_hint_len, &local, &has_local, &remote, &has_remote);
+  config::ConnectionFacts facts{role, has_remote ? reinterpret_cast<sockaddr*>(&remote) : nullptr,
+                                has_local ? reinterpret_cast<sockaddr*>(&local) : nullptr};
+  config::Decision decision = process_rules().match(facts);
+  errno = saved_errno;
+  return decision;
+}
+
+void describe_connection(int fd, config::Role role, const config::Decision& decision, char* out, size_t size,
+                         const sockaddr* remote_hint, socklen_t remote_hint_len) {
+  int saved_errno = errno;
+  sockaddr_storage remote{}, local{};
+  bool has_remote = false, has_local = false;
+  endpoints(fd, remote_hint, remote_hint_len, &local, &has_local, &remote, &has_remote);
+  char from[64], to[64];
+  format_endpoint(local, has_local, from, sizeof from);
+  format_endpoint(remote, has_remote, to, sizeof to);
+  const char* who = role == config::Role::kClient ? "client" : "server";
+  if (decision.rule == nullptr) {
+    snprintf(out, size, "fd %d %s %s -> %s: no rule matched", fd, who, from, to);
+  } else {
+    snprintf(out, size, "fd %d %s %s -> %s: rule '%s' says %s", fd, who, from, to, decision.rule->name.c_str(),
+             config::to_string(decision.options->transport));
+  }
+  errno = saved_errno;
+}
+
+void log_connection(int fd, config::Role role, const config::Decision& decision, const char* path,
+                    const sockaddr* remote_hint, socklen_t remote_hint_len) {
+  if (!log_enabled()) return;
+  char label[kConnectionLabelSize];
+  describe_connection(fd, role, decision, label, sizeof label, remote_hint, remote_hint_len);
+  log_line("%s: %s", label, path);
+}
+
+}  // namespace tcp2rdma::preload

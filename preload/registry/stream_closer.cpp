@@ -1,0 +1,118 @@
+#include "registry/stream_closer.h"
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <system_error>
+#include <thread>
+#include <utility>
+
+#include "keep_forever.h"
+#include "util/quiet_thread.h"
+#include "rdma_stream.h"
+#include "registry/tracked_socket.h"
+
+namespace tcp2rdma::preload {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Closing {
+  transport::RdmaStream* stream;
+  Clock::time_point deadline;
+};
+
+// Made on first use and never destroyed (exit handlers use them), anew in a forked child.
+struct Closer {
+  std::mutex mutex;
+  std::condition_variable work;  // a stream was handed over
+  std::condition_variable idle;  // everything handed over has ended
+  std::deque<Closing> queue;
+  int busy = 0;  // streams taken off the queue and not yet ended
+  bool running = false;
+  Clock::time_point latest{};  // the last deadline of any stream handed over
+};
+Closer*& closer_slot() {
+  static Closer* closer = new Closer;
+  return closer;
+}
+
+void end_one(const Closing& c) {
+  c.stream->close(c.deadline);  // in order within the deadline, else a reset (rdma_stream.h)
+  delete c.stream;
+}
+
+void run(Closer* closer) {
+  std::unique_lock lock(closer->mutex);
+  for (;;) {
+    closer->work.wait(lock, [&] { return !closer->queue.empty(); });
+    Closing c = closer->queue.front();
+    closer->queue.pop_front();
+    ++closer->busy;
+    lock.unlock();
+    end_one(c);
+    lock.lock();
+    --closer->busy;
+    if (closer->queue.empty() && closer->busy == 0) closer->idle.notify_all();
+  }
+}
+
+bool start_thread(Closer* closer) {
+  AllSignalsBlocked quiet;  // quiet_thread.h
+  try {
+    std::thread(run, closer).detach();
+    return true;
+  } catch (const std::system_error&) {
+    return false;
+  }
+}
+
+}  // namespace
+
+void close_later(transport::RdmaStream* stream, int linger_seconds) noexcept {
+  if (ends_with_reset(stream, linger_seconds)) {
+    stream->abort();  // nothing to wait for
+    delete stream;
+    return;
+  }
+  // The peer must be able to read everything, then the end: the stream's own timeout bounds it, and
+  // a linger time above zero, as the kernel's, makes this call wait (up to that time) itself.
+  auto wait = std::chrono::milliseconds(stream->timeout_ms());
+  if (linger_seconds > 0) wait = std::min<std::chrono::milliseconds>(wait, std::chrono::seconds(linger_seconds));
+  Closing c{stream, Clock::now() + wait};
+  if (linger_seconds > 0) {
+    end_one(c);
+    return;
+  }
+  stream->shutdown_write();  // queued now, in order after every byte written
+  Closer* closer = closer_slot();
+  {
+    std::lock_guard lock(closer->mutex);
+    if (closer->running || (closer->running = start_thread(closer))) {
+      closer->queue.push_back(c);
+      closer->latest = std::max(closer->latest, c.deadline);
+      closer->work.notify_one();
+      return;
+    }
+  }
+  end_one(c);  // no thread to be had: here, bounded all the same
+}
+
+void finish_closing() noexcept {
+  Closer* closer = closer_slot();
+  std::unique_lock lock(closer->mutex);
+  // Each stream has its own deadline; the last of them bounds the wait (plus a little for the thread).
+  closer->idle.wait_until(lock, closer->latest + std::chrono::milliseconds(100),
+                          [&] { return closer->queue.empty() && closer->busy == 0; });
+}
+
+void forget_closing_after_fork() noexcept {
+  transport::keep_forever(std::exchange(closer_slot(), new Closer));  // the parent's streams, its lock
+}
+
+}  // namespace tcp2rdma::preload

@@ -1,0 +1,84 @@
+#include "registry/tcp_prefix.h"
+
+#include <pthread.h>
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "util/robust_mutex.h"
+
+namespace tcp2rdma::preload {
+
+// The mapping: this header, then the bytes (bytes()). Its members are touched only with `mutex`
+// held, except `present`, which says without the lock whether anything is left to report.
+struct TcpPrefix::Shared {
+  pthread_mutex_t mutex;  // process-shared, robust: a reader that died holding it does not stop the others
+  std::atomic<bool> present;
+  bool then_end;
+  size_t size;
+  size_t pos;
+  uint8_t* bytes() { return reinterpret_cast<uint8_t*>(this + 1); }
+};
+
+TcpPrefix::~TcpPrefix() {
+  if (Shared* s = shared_.load(std::memory_order_acquire)) munmap(s, mapped_);
+}
+
+bool TcpPrefix::set(const std::vector<uint8_t>& bytes, bool then_end) {
+  if (shared_.load(std::memory_order_acquire) != nullptr) return false;
+  size_t length = sizeof(Shared) + bytes.size();
+  void* memory = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (memory == MAP_FAILED) return false;
+  auto* s = static_cast<Shared*>(memory);
+  if (init_robust_mutex(&s->mutex) != 0) {
+    munmap(memory, length);
+    return false;
+  }
+  s->then_end = then_end;
+  s->size = bytes.size();
+  s->pos = 0;
+  if (!bytes.empty()) std::memcpy(s->bytes(), bytes.data(), bytes.size());
+  s->present.store(then_end || !bytes.empty(), std::memory_order_release);
+  mapped_ = length;
+  shared_.store(s, std::memory_order_release);
+  return true;
+}
+
+bool TcpPrefix::present() const noexcept {
+  Shared* s = shared_.load(std::memory_order_acquire);
+  return s != nullptr && s->present.load(std::memory_order_acquire);
+}
+
+size_t TcpPrefix::take(const iovec* iov, int iovcnt, bool peek, bool* at_end) {
+  *at_end = false;
+  Shared* s = shared_.load(std::memory_order_acquire);
+  if (s == nullptr) return 0;
+  RobustLock lock(&s->mutex);
+  size_t copied = 0;
+  for (int i = 0; i < iovcnt && s->pos + copied < s->size; ++i) {
+    size_t n = std::min(iov[i].iov_len, s->size - s->pos - copied);
+    std::memcpy(iov[i].iov_base, s->bytes() + s->pos + copied, n);
+    copied += n;
+  }
+  if (!peek) s->pos += copied;
+  if (s->pos == s->size) {
+    s->present.store(s->then_end, std::memory_order_release);
+    *at_end = s->then_end;
+  }
+  return copied;
+}
+
+size_t TcpPrefix::size() const {
+  Shared* s = shared_.load(std::memory_order_acquire);
+  if (s == nullptr) return 0;
+  RobustLock lock(&s->mutex);
+  return s->size - s->pos;
+}
+
+bool TcpPrefix::then_end() const {
+  Shared* s = shared_.load(std::memory_order_acquire);
+  return s != nullptr && s->then_end;  // set once, before the mapping is published
+}
+
+}  // namespace tcp2rdma::preload

@@ -1,0 +1,186 @@
+#include "registry/tracked_socket.h"
+
+#include <fcntl.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <chrono>
+#include <mutex>
+#include <shared_mutex>
+#include <utility>
+#include <vector>
+
+#include "prefork/directory_service.h"
+#include "registry/fd_table.h"
+#include "upgrade/upgrade_session.h"
+#include "keep_forever.h"
+#include "own_descriptors.h"
+#include "rdma_stream.h"
+#include "libc/real_calls.h"
+#include "registry/socket_registry.h"
+#include "registry/stream_closer.h"
+#include "stream_listener.h"
+
+namespace tcp2rdma::preload {
+
+TrackedSocket::TrackedSocket(int domain, SocketRole role) : domain_(domain), role_(role) {}
+
+SocketHold SocketHold::of(int fd) noexcept { return SocketHold(fd_table().hold(fd), Adopt{}); }
+
+namespace {
+std::atomic<unsigned> g_fork_generation{0};
+
+// Every socket with a stream, descriptor or not: one whose last descriptor was closed while a call
+// still held it (StreamRef) is still to be ended at exit. Never destroyed: exit hooks use it.
+std::mutex*& live_mutex_slot() {
+  static auto* mutex = new std::mutex;
+  return mutex;
+}
+std::mutex& live_mutex() { return *live_mutex_slot(); }
+std::vector<TrackedSocket*>& live_sockets() {
+  static auto* sockets = new std::vector<TrackedSocket*>;
+  return *sockets;
+}
+}  // namespace
+
+unsigned fork_generation() noexcept { return g_fork_generation.load(std::memory_order_relaxed); }
+void note_forked_child() noexcept {
+  g_fork_generation.fetch_add(1, std::memory_order_relaxed);
+  fd_table().forget_holders_after_fork();
+  // Another thread of the parent may have held the lock at the fork; the child has only this one.
+  transport::keep_forever(std::exchange(live_mutex_slot(), new std::mutex));
+  transport::own_descriptors_after_fork();
+  forget_closing_after_fork();
+}
+
+namespace {
+// Sessions start under this gate's shared side; a fork holds its exclusive side from before it settles
+// every session until the real fork is done, so that no session starts in between (the child would
+// get a session under way whose switch thread it does not have).
+std::shared_mutex*& fork_gate_slot() {
+  static auto* gate = new std::shared_mutex;
+  return gate;
+}
+}  // namespace
+
+void close_fork_gate() noexcept { fork_gate_slot()->lock(); }
+void open_fork_gate(bool child) noexcept {
+  if (child) {
+    // The lock of the parent's thread is not the child's.
+    transport::keep_forever(std::exchange(fork_gate_slot(), new std::shared_mutex));
+  } else {
+    fork_gate_slot()->unlock();
+  }
+}
+
+UpgradeSession* TrackedSocket::start_session() {
+  std::shared_lock gate(*fork_gate_slot());
+  auto* fresh = new UpgradeSession;
+  UpgradeSession* none = nullptr;
+  if (!session_.compare_exchange_strong(none, fresh, std::memory_order_acq_rel)) {
+    delete fresh;  // the connection has one already: it is never upgraded twice
+    return nullptr;
+  }
+  return fresh;
+}
+
+UpgradeSession* TrackedSocket::active_session() const noexcept {
+  UpgradeSession* s = session();
+  return s != nullptr && s->phase() != UpgradeSession::Phase::kOver ? s : nullptr;
+}
+
+void TrackedSocket::set_stream(std::unique_ptr<transport::RdmaStream> stream) noexcept {
+  generation_ = fork_generation();
+  stream_.store(stream.release(), std::memory_order_release);
+  std::lock_guard lock(live_mutex());
+  live_sockets().push_back(this);
+}
+
+void replace_with_unconnected_socket(int fd, int domain) noexcept {
+  int placeholder = real().socket(domain, SOCK_STREAM, 0);
+  if (placeholder >= 0) {
+    int fd_flags = real().fcntl(fd, F_GETFD);
+    real().dup3(placeholder, fd, fd_flags > 0 && (fd_flags & FD_CLOEXEC) ? O_CLOEXEC : 0);
+    real().close(placeholder);
+  }
+  track_close(fd);
+}
+
+void reset_connection(int fd) noexcept {
+  sockaddr unspec{};
+  unspec.sa_family = AF_UNSPEC;
+  real().connect(fd, &unspec, sizeof unspec);
+}
+
+void disown_parent_streams() noexcept {
+  int end = fd_table().high_water();
+  for (int fd = 0; fd < end; ++fd) {
+    SocketHold socket = SocketHold::of(fd);
+    if (socket && socket->stream_of_parent()) replace_with_unconnected_socket(fd, socket->domain());
+  }
+}
+
+bool ends_with_reset(transport::RdmaStream* s, int linger_seconds) noexcept {
+  return linger_seconds == 0 || s->readiness().bytes_readable > 0;
+}
+
+void end_stream(transport::RdmaStream* s, int linger_seconds) noexcept {
+  if (ends_with_reset(s, linger_seconds)) {
+    s->abort();
+  } else {
+    s->close();
+  }
+}
+
+void close_streams_at_exit() noexcept {
+  // Handovers still on TCP stay there: their thread will not outlive the process.
+  settle_all_sessions();
+  {
+    // Held for the whole pass: a thread that lets go of the last reference meanwhile waits in the
+    // destructor. Idempotent with the destructor's end later. Sockets copied from a parent by fork
+    // have no stream here (stream() is null). Every end is queued first, then all are waited for
+    // together, within one timeout: many streams cost no more than one.
+    std::lock_guard lock(live_mutex());
+    auto deadline = std::chrono::steady_clock::now();
+    for (TrackedSocket* socket : live_sockets()) {
+      transport::RdmaStream* s = socket->stream();
+      if (s == nullptr) continue;
+      if (ends_with_reset(s, socket->linger_seconds.load())) {
+        s->abort();
+        continue;
+      }
+      s->shutdown_write();
+      deadline = std::max(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(s->timeout_ms()));
+    }
+    for (TrackedSocket* socket : live_sockets()) {
+      if (transport::RdmaStream* s = socket->stream()) s->close(deadline);
+    }
+  }
+  finish_closing();  // streams whose descriptors were closed before exit
+}
+
+TrackedSocket::~TrackedSocket() {
+  // The last descriptor is closed: like the kernel, deliver what was written before ending the
+  // stream, even if the process exits right after close() (close() waits for the acknowledgements),
+  // or reset it where the kernel would.
+  // In a forked child the stream and the listener are the parent's: destroying them here would end
+  // the parent's connection or listener (they share the rdma_cm descriptor). They are left alone.
+  if (stream_.load() != nullptr) {
+    std::lock_guard lock(live_mutex());
+    auto& live = live_sockets();
+    live.erase(std::remove(live.begin(), live.end(), this), live.end());
+  }
+  if (transport::RdmaStream* s = own_stream()) {
+    close_later(s, linger_seconds.load());  // stream_closer.h: close() returns at once, as the kernel's
+  } else {
+    transport::keep_forever(stream_.load());
+  }
+  if (role() == SocketRole::kListener) forget_directory(this);
+  if (listener_generation != fork_generation()) {
+    transport::keep_forever(rdma_listener.release());
+    transport::keep_forever(directory_listener.release());
+  }
+  delete session_.load();
+}
+
+}  // namespace tcp2rdma::preload

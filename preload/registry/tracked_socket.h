@@ -1,0 +1,223 @@
+// The module's state for one kernel TCP socket that a rule could move onto RDMA. dup'd descriptors
+// share one TrackedSocket, as they share one kernel socket; it lives until the last of them is closed.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "rule_set.h"
+#include "registry/tcp_prefix.h"
+
+namespace tcp2rdma::transport {
+class RdmaStream;
+class StreamListener;
+}  // namespace tcp2rdma::transport
+
+namespace tcp2rdma::preload {
+
+class UpgradeSession;
+class ListenerDirectory;
+struct DirectoryService;
+
+// Counts the forks on the way to this process (0 in the process the module was loaded into; the fork
+// wrapper bumps it in each child). Cheaper than getpid() on every call.
+unsigned fork_generation() noexcept;
+void note_forked_child() noexcept;
+// The fork wrapper closes the gate before it settles the sessions and opens it after the real fork
+// (in the child: a gate of its own): no handover session starts in between (start_session waits).
+void close_fork_gate() noexcept;
+void open_fork_gate(bool child) noexcept;
+
+enum class SocketRole : uint8_t {
+  kUnknown,   // created, neither connected nor listening yet
+  kListener,  // listen() succeeded
+  kClient,    // this program called connect()
+  kServer,    // returned by accept() on a listener
+};
+
+class TrackedSocket {
+ public:
+  TrackedSocket(int domain, SocketRole role);  // out of line: the stream types are incomplete here
+  TrackedSocket(const TrackedSocket&) = delete;
+  TrackedSocket& operator=(const TrackedSocket&) = delete;
+
+  int domain() const noexcept { return domain_; }
+  SocketRole role() const noexcept { return role_.load(std::memory_order_acquire); }
+  void set_role(SocketRole role) noexcept { role_.store(role, std::memory_order_release); }
+
+  // One reference per descriptor that maps to this socket.
+  void add_ref() noexcept { refs_.fetch_add(1, std::memory_order_relaxed); }
+  // Drops one reference; with the last one an upgraded stream is closed in order (its bytes are
+  // delivered first) and the socket deleted.
+  void release() noexcept {
+    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+
+  // The RDMA stream this connection moved onto, or null while it is on TCP. Set once, before the
+  // descriptor is handed to the application (upgrade.cpp), so readers need no lock.
+  // Null in a forked child: the stream's verbs resources belong to the process that made it
+  // (fork_generation()), and a child must never touch them. Null too once the connection is back on
+  // TCP (move_back.h).
+  transport::RdmaStream* stream() const noexcept {
+    return back_on_tcp() ? nullptr : own_stream();
+  }
+  // The stream this process made, moved back or not (for its end).
+  transport::RdmaStream* own_stream() const noexcept {
+    return generation_ == fork_generation() ? stream_.load(std::memory_order_acquire) : nullptr;
+  }
+  // Whether this socket moved to RDMA in an ancestor process and is still there (a forked child's
+  // inherited connection that did not go back to TCP before the fork).
+  bool stream_of_parent() const noexcept {
+    return generation_ != fork_generation() && stream_.load(std::memory_order_acquire) != nullptr && !back_on_tcp();
+  }
+  void set_stream(std::unique_ptr<transport::RdmaStream> stream) noexcept;
+
+  // Back to TCP (move_back.h). The connection went onto RDMA and came back: its calls are the
+  // kernel's again, after `prefix`. mark_back_on_tcp() is true for the one call that made it so.
+  bool back_on_tcp() const noexcept { return back_on_tcp_.load(std::memory_order_acquire); }
+  bool mark_back_on_tcp() noexcept { return !back_on_tcp_.exchange(true, std::memory_order_acq_rel); }
+  // The rule's on_fork: whether a fork (or exec) moves the connection back to TCP first.
+  std::atomic<bool> follows_fork{true};
+  // A thread of this process is moving the connection back: a call that found the stream moved waits
+  // for the prefix before it reads on TCP.
+  std::atomic<bool> moving_back{false};
+  // The peer's bytes that had arrived on the stream unread when the connection moved back, served
+  // before the kernel's (copied into a forked child with the rest of this memory).
+  TcpPrefix prefix;
+
+  // The connection's handover (upgrade_session.h), from the moment it starts; owned by the socket.
+  // Null for a connection no rule moves. start_session() makes it, or returns null when it exists.
+  UpgradeSession* session() const noexcept { return session_.load(std::memory_order_acquire); }
+  UpgradeSession* start_session();
+  // The session while it is under way (its phase is not over), else null: one load on the fast path.
+  UpgradeSession* active_session() const noexcept;
+
+  // O_NONBLOCK of the socket's file description, kept so that an upgraded read or write needs no
+  // fcntl(F_GETFL): read once at the upgrade, then followed through fcntl(F_SETFL) and
+  // ioctl(FIONBIO) (interpose/fd.cpp).
+  std::atomic<bool> nonblocking{false};
+
+  // A client whose non-blocking connect was decided for RDMA while it was still under way: the upgrade
+  // runs once the connection is up, at the application's next call on it (stream_calls.cpp).
+  std::atomic<bool> upgrade_pending{false};
+  // connect() returned EINPROGRESS and no later connect() has reported the completion yet.
+  std::atomic<bool> connect_in_progress{false};
+  config::Decision pending_decision{};
+  // Set when that upgrade failed such that the connection must not be used (required, or broken
+  // half-way): getsockopt(SO_ERROR) reports it once, as the kernel reports a failed connect.
+  std::atomic<int> pending_error{0};
+
+  // SO_LINGER as the application last set it: -1 off, else the linger time in seconds. Followed by
+  // the setsockopt wrapper, read at the last close (end_stream()).
+  std::atomic<int> linger_seconds{-1};
+  // The log said once why this connection's stream failed (stream_calls.cpp).
+  std::atomic<bool> failure_logged{false};
+
+  // A listener's rdma_cm listener on the same address and port (listeners only), and the lock that
+  // serialises accepts through it.
+  std::mutex listener_mutex;
+  std::unique_ptr<transport::StreamListener> rdma_listener;
+  unsigned listener_generation = 0;  // fork_generation() of the process that made rdma_listener
+  // Pre-fork servers (prefork_listeners.cpp): the fork_generation() of the last process that accepted
+  // on this listener; whether an ancestor handed the RDMA listener on to whichever process of the
+  // family accepts; whether this fork drops it in the parent; the process that last tried to make it
+  // again (with listener_mutex).
+  std::atomic<unsigned> accept_generation{~0u};
+  std::atomic<bool> rdma_handed_on{false};
+  std::atomic<bool> drop_after_fork{false};
+  unsigned claim_generation = ~0u;
+  // Pre-fork servers whose several processes accept (listener_directory.h): the family's directory,
+  // made before the first fork; the port of this process's own rdma_cm listener when another process
+  // holds the listener's port (0: rdma_listener is on the listener's port; with listener_mutex); the
+  // holder's thread that sends the others' requests on (directory_service.h), and the process that
+  // runs it (fork_generation()).
+  std::atomic<ListenerDirectory*> directory{nullptr};
+  uint16_t own_rdma_port = 0;
+  // In a process with its own port that took the listener's port over after the process holding it
+  // exited: the rdma_cm listener there, which only sends requests on (with listener_mutex).
+  std::unique_ptr<transport::StreamListener> directory_listener;
+  DirectoryService* directory_service = nullptr;
+  unsigned service_generation = ~0u;
+
+ private:
+  ~TrackedSocket();
+
+  const int domain_;
+  std::atomic<SocketRole> role_;
+  std::atomic<int> refs_{1};
+  std::atomic<transport::RdmaStream*> stream_{nullptr};
+  std::atomic<UpgradeSession*> session_{nullptr};
+  std::atomic<bool> back_on_tcp_{false};
+  unsigned generation_ = 0;
+};
+
+// A reference to a socket held for the length of a call: another thread's close() then only takes the
+// descriptor away, as the kernel keeps a socket alive for a call in progress (a read blocked in one
+// thread goes on after another thread's close()). Every call that follows the socket's pointer holds
+// it; a bare fd_table().find() is for comparing.
+class SocketHold {
+ public:
+  SocketHold() noexcept = default;
+  // The socket fd names now, held; empty when fd is not one of ours (FdTable::hold).
+  static SocketHold of(int fd) noexcept;
+  // Another reference to a socket the caller holds already.
+  explicit SocketHold(TrackedSocket* socket) noexcept : socket_(socket) {
+    if (socket_ != nullptr) socket_->add_ref();
+  }
+  SocketHold(SocketHold&& other) noexcept : socket_(other.socket_) { other.socket_ = nullptr; }
+  SocketHold& operator=(SocketHold&& other) noexcept {
+    if (this != &other) {
+      if (socket_ != nullptr) socket_->release();
+      socket_ = other.socket_;
+      other.socket_ = nullptr;
+    }
+    return *this;
+  }
+  ~SocketHold() {
+    if (socket_ != nullptr) socket_->release();
+  }
+  SocketHold(const SocketHold&) = delete;
+  SocketHold& operator=(const SocketHold&) = delete;
+
+  TrackedSocket* get() const noexcept { return socket_; }
+  TrackedSocket* operator->() const noexcept { return socket_; }
+  explicit operator bool() const noexcept { return socket_ != nullptr; }
+
+ private:
+  struct Adopt {};
+  SocketHold(TrackedSocket* socket, Adopt) noexcept : socket_(socket) {}
+
+  TrackedSocket* socket_ = nullptr;
+};
+
+// In a forked child: every inherited connection that had moved to RDMA is made to fail loudly (its
+// descriptor now names an unconnected socket: ENOTCONN, EPIPE) instead of silently reading the idle
+// TCP socket underneath; pre-fork servers and accept-then-fork are not supported yet.
+void disown_parent_streams() noexcept;
+
+// Makes fd name a fresh unconnected socket (same number, same close-on-exec flag) and forgets it: a
+// stream that cannot be used here then fails loudly (ENOTCONN, EPIPE) instead of leaving the idle
+// TCP socket underneath to be read or written as if it were the connection.
+void replace_with_unconnected_socket(int fd, int domain) noexcept;
+
+// Resets fd's TCP connection (connect to AF_UNSPEC disconnects with a reset): the peer reads
+// ECONNRESET, never a clean end, and this side reads errors from then on.
+void reset_connection(int fd) noexcept;
+
+// The end of a stream whose last descriptor goes, as kernel TCP ends a socket: a close that discards
+// bytes the application never read, or one with SO_LINGER {on, 0 s}, resets the connection (the peer
+// reads ECONNRESET); otherwise every byte written is delivered, then the peer reads EOF, within the
+// stream's timeout (else a reset). A stream that moved back to TCP only goes away. The last close()
+// runs this off the application's thread (stream_closer.h).
+void end_stream(transport::RdmaStream* s, int linger_seconds) noexcept;
+// Whether that end is a reset (SO_LINGER {on, 0 s}, or bytes the application never read).
+bool ends_with_reset(transport::RdmaStream* s, int linger_seconds) noexcept;
+
+// At exit: closes in order every stream this process made that is still open, as the kernel delivers
+// a socket's unsent bytes after its process exited.
+void close_streams_at_exit() noexcept;
+
+}  // namespace tcp2rdma::preload

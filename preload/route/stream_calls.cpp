@@ -1,0 +1,223 @@
+#include "route/stream_calls.h"
+
+#include <signal.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <vector>
+
+#include "readiness/epoll_sets.h"
+#include "registry/fd_table.h"
+#include "upgrade/upgrade_session.h"
+#include "util/iovecs.h"
+#include "util/log.h"
+#include "back_to_tcp/move_back.h"
+#include "rdma_stream.h"
+#include "libc/real_calls.h"
+#include "util/signal_restart.h"
+#include "registry/tracked_socket.h"
+#include "upgrade/upgrade.h"
+
+namespace tcp2rdma::preload {
+namespace {
+
+using transport::Status;
+
+bool nonblocking(const StreamRef& ref, int msg_flags) {
+  return (msg_flags & MSG_DONTWAIT) || ref.socket()->nonblocking.load(std::memory_order_relaxed);
+}
+
+// The one place a transport status becomes an errno.
+int errno_of(Status s) {
+  switch (s) {
+    case Status::kWouldBlock: return EAGAIN;
+    case Status::kShutDown: return EPIPE;
+    case Status::kTimeout: return ETIMEDOUT;
+    case Status::kReset:
+    case Status::kProtocolError: return ECONNRESET;
+    case Status::kInvalid: return EINVAL;
+    case Status::kInterrupted: return EINTR;
+    default: return EIO;
+  }
+}
+
+}  // namespace
+
+StreamRef upgraded_stream(int fd) noexcept { return upgraded_stream(SocketHold::of(fd), fd); }
+
+StreamRef upgraded_stream(SocketHold socket, int fd) noexcept {
+  // Held: an upgrade or a switch may take a while, and a close meanwhile must not free the socket.
+  if (!socket) return {};
+  if (socket->upgrade_pending.load(std::memory_order_acquire)) finish_pending_upgrade(fd, socket.get());
+  if (UpgradeSession* session = socket->active_session(); session != nullptr) {
+    if (session->phase() == UpgradeSession::Phase::kOnTcp) return StreamRef(std::move(socket), nullptr, session);
+    session->wait_over();  // the switch takes a few round trips; it never waits on the application
+  }
+  transport::RdmaStream* stream = socket->stream();
+  if (stream == nullptr) return socket->prefix.present() ? StreamRef::prefixed(std::move(socket)) : StreamRef{};
+  return StreamRef(std::move(socket), stream);
+}
+
+StreamRef current_stream(int fd) noexcept {
+  SocketHold socket = SocketHold::of(fd);
+  transport::RdmaStream* stream = socket ? socket->stream() : nullptr;
+  if (stream == nullptr) return {};
+  return StreamRef(std::move(socket), stream);
+}
+
+bool finish_pending_upgrade(int fd, TrackedSocket* socket) noexcept {
+  // One thread runs it; the others see it pending no longer.
+  if (!socket->upgrade_pending.exchange(false, std::memory_order_acq_rel)) return true;
+  int saved_errno = errno;
+  sockaddr_storage peer{};
+  socklen_t len = sizeof peer;
+  if (real().getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0) {
+    // Not connected yet (or the connect failed): look again at the next call.
+    socket->upgrade_pending.store(true, std::memory_order_release);
+    errno = saved_errno;
+    return true;
+  }
+  if (socket->pending_decision.options->upgrade == config::UpgradeMode::kBackground) {
+    upgrade_in_background(fd, config::Role::kClient, nullptr, socket->pending_decision);
+    errno = saved_errno;
+    return true;
+  }
+  // epoll sets the application added the connecting socket to move onto the stream with the upgrade
+  // (or, when it stays TCP, go on watching the socket).
+  bool usable = upgrade_and_log(fd, config::Role::kClient, nullptr, socket->pending_decision);
+  if (!usable) {
+    // Whichever call ran the upgrade, the application learns of it like a failed connect: SO_ERROR
+    // says ECONNRESET, and the socket carries nothing more (shut down both ways).
+    socket->pending_error.store(ECONNRESET, std::memory_order_release);
+    real().shutdown(fd, SHUT_RDWR);
+  }
+  errno = saved_errno;
+  return usable;
+}
+
+namespace {
+
+// The first time a connection's stream fails, the log says why (once per connection).
+void log_failure(const StreamRef& ref, int fd, Status s) {
+  if (s != Status::kReset && s != Status::kProtocolError && s != Status::kTimeout) return;
+  if (ref.socket()->failure_logged.exchange(true, std::memory_order_relaxed)) return;
+  transport::RdmaStream* stream = ref;
+  log_line("fd %d: the rdma stream failed (%s): %s", fd, transport::to_string(s), stream->failure_detail().c_str());
+}
+
+// A call that moved `done` bytes on the stream and goes on on TCP for the rest (move_back.h).
+ssize_t rest_on_tcp(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags, size_t done,
+                    bool receiving) {
+  std::vector<iovec> rest = iov_after(iov, iovcnt, done);
+  ssize_t more = tcp_after_move(ref, fd, rest.data(), static_cast<int>(rest.size()), msg_flags, receiving);
+  if (more < 0) return done > 0 ? static_cast<ssize_t>(done) : -1;
+  return static_cast<ssize_t>(done + static_cast<size_t>(more));
+}
+
+ssize_t recv_on_stream(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept {
+  transport::RdmaStream* stream = ref;
+  int flags = 0;
+  if (nonblocking(ref, msg_flags)) flags |= transport::kNonBlocking;
+  if (msg_flags & MSG_PEEK) flags |= transport::kPeek;
+  if (msg_flags & MSG_WAITALL) flags |= transport::kWaitAll;
+  size_t done = 0;
+  Status s = stream->read(iov, iovcnt, flags, &done);
+  while (s == Status::kInterrupted && !interrupted_call_fails()) s = stream->read(iov, iovcnt, flags, &done);
+  if (s == Status::kMovedToTcp) return tcp_after_move(ref, fd, iov, iovcnt, msg_flags, true);
+  // MSG_WAITALL stopped at the peer's marker: the rest comes on TCP.
+  if (s == Status::kOk && (flags & transport::kWaitAll) && done > 0 && done < iov_total(iov, iovcnt) &&
+      stream->reads_moved()) {
+    return rest_on_tcp(ref, fd, iov, iovcnt, msg_flags, done, true);
+  }
+  if (s != Status::kOk) {
+    log_failure(ref, fd, s);
+    errno = errno_of(s);
+    return -1;
+  }
+  return static_cast<ssize_t>(done);
+}
+
+ssize_t send_on_stream(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept {
+  transport::RdmaStream* stream = ref;
+  size_t done = 0;
+  int flags = nonblocking(ref, msg_flags) ? transport::kNonBlocking : 0;
+  Status s = stream->write(iov, iovcnt, flags, &done);
+  while (s == Status::kInterrupted && !interrupted_call_fails()) s = stream->write(iov, iovcnt, flags, &done);
+  if (s == Status::kMovedToTcp) return tcp_after_move(ref, fd, iov, iovcnt, msg_flags, false);
+  // A blocking write cut short at our marker: the rest goes on TCP, right after it.
+  if (s == Status::kOk && flags == 0 && done < iov_total(iov, iovcnt) && stream->writes_moved()) {
+    return rest_on_tcp(ref, fd, iov, iovcnt, msg_flags, done, false);
+  }
+  if (s == Status::kOk) return static_cast<ssize_t>(done);
+  log_failure(ref, fd, s);
+  // Writing to a connection that is shut down or reset raises SIGPIPE, as the kernel does, unless the
+  // caller said MSG_NOSIGNAL.
+  if ((s == Status::kShutDown || s == Status::kReset) && !(msg_flags & MSG_NOSIGNAL)) raise(SIGPIPE);
+  errno = s == Status::kReset ? EPIPE : errno_of(s);
+  return -1;
+}
+
+}  // namespace
+
+ssize_t stream_recv(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept {
+  return keeping_errno_on_success([&] {
+    if (ref.prefixed()) return prefix_recv(ref.socket(), fd, iov, iovcnt, msg_flags);
+    return ref.session() != nullptr ? session_recv(ref, fd, iov, iovcnt, msg_flags)
+                                    : recv_on_stream(ref, fd, iov, iovcnt, msg_flags);
+  });
+}
+
+ssize_t stream_send(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept {
+  return keeping_errno_on_success([&] {
+    if (ref.prefixed()) return kernel_io(fd, iov, iovcnt, msg_flags, false);
+    return ref.session() != nullptr ? session_send(ref, fd, iov, iovcnt, msg_flags)
+                                    : send_on_stream(ref, fd, iov, iovcnt, msg_flags);
+  });
+}
+
+int stream_shutdown(transport::RdmaStream* stream, int fd, int how) noexcept {
+  // Only the sending side has something to tell the peer; the TCP connection stays whole as the
+  // control channel.
+  if (how != SHUT_WR && how != SHUT_RDWR) return 0;
+  return keeping_errno_on_success([&] {
+    Status s = stream->shutdown_write();
+    if (s == Status::kMovedToTcp) return real().shutdown(fd, SHUT_WR);  // our bytes go on TCP now
+    if (s == Status::kOk) return 0;
+    errno = s == Status::kReset ? ENOTCONN : errno_of(s);
+    return -1;
+  });
+}
+
+int stream_readable_bytes(transport::RdmaStream* stream) noexcept {
+  return keeping_errno_on_success([&] {
+    uint64_t n = stream->readiness().bytes_readable;
+    return n > INT32_MAX ? INT32_MAX : static_cast<int>(n);
+  });
+}
+
+short stream_poll_events(transport::RdmaStream* stream, short requested, bool* moved) noexcept {
+  transport::Readiness r = stream->readiness();
+  if (moved != nullptr) *moved = r.moved;
+  short events = 0;
+  if (r.readable) events |= static_cast<short>(requested & (POLLIN | POLLRDNORM));
+  if (r.writable) events |= static_cast<short>(requested & (POLLOUT | POLLWRNORM));
+  if (r.failed) events |= POLLERR | POLLHUP;
+  else if (r.peer_closed) events |= static_cast<short>(requested & POLLRDHUP);
+  return events;
+}
+
+short prefixed_poll_events(int fd, short requested) noexcept {
+  pollfd p{fd, static_cast<short>(requested & ~(POLLIN | POLLRDNORM)), 0};
+  short events = real().poll(&p, 1, 0) > 0 ? p.revents : 0;
+  return static_cast<short>(events | (requested & (POLLIN | POLLRDNORM)));
+}
+
+ssize_t kernel_io(int fd, const iovec* iov, int iovcnt, int flags, bool receiving) noexcept {
+  msghdr m{};
+  m.msg_iov = const_cast<iovec*>(iov);
+  m.msg_iovlen = static_cast<size_t>(iovcnt);
+  return receiving ? real().recvmsg(fd, &m, flags) : real().sendmsg(fd, &m, flags);
+}
+
+}  // namespace tcp2rdma::preload

@@ -1,0 +1,101 @@
+#include "upgrade/upgrade_session.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "registry/fd_table.h"
+#include "util/log.h"
+#include "own_descriptors.h"
+#include "libc/real_calls.h"
+#include "registry/tracked_socket.h"
+
+namespace tcp2rdma::preload {
+
+// The wake fd is one of the module's own descriptors: above the application's limit
+// (own_descriptors.h); -1 when there is none, and the connection then stays TCP (upgrade.cpp).
+UpgradeSession::UpgradeSession() {
+  transport::OwnDescriptors window;
+  wake_fd_ = window.place(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+}
+
+UpgradeSession::~UpgradeSession() {
+  if (wake_fd_ >= 0) real().close(wake_fd_);
+}
+
+void UpgradeSession::signal_locked() {
+  // Written once and never read: it stays readable for every later poll.
+  // eventfd_write is libc's own, never our write() wrapper.
+  if (wake_fd_ >= 0) (void)eventfd_write(wake_fd_, 1);
+  cv_.notify_all();
+}
+
+void UpgradeSession::wait_over() {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return phase() == Phase::kOver; });
+}
+
+bool UpgradeSession::end_on_tcp_locked() {
+  if (phase() != Phase::kOnTcp) return false;
+  phase_.store(Phase::kOver, std::memory_order_release);
+  signal_locked();
+  return true;
+}
+
+bool UpgradeSession::settle() {
+  std::unique_lock lock(mu_);
+  if (end_on_tcp_locked()) return true;
+  cv_.wait(lock, [&] { return phase() == Phase::kOver; });
+  return false;
+}
+
+bool UpgradeSession::end_on_tcp() {
+  std::lock_guard lock(mu_);
+  return end_on_tcp_locked();
+}
+
+void UpgradeSession::set_label(const char* label) { snprintf(label_, sizeof label_, "%s", label); }
+
+bool UpgradeSession::freeze(uint64_t* sent, uint64_t* received, bool* sending_ended) {
+  std::lock_guard lock(mu_);
+  if (phase() != Phase::kOnTcp) return false;
+  phase_.store(Phase::kSwitching, std::memory_order_release);
+  *sent = sent_;
+  *received = received_;
+  *sending_ended = sending_ended_;
+  signal_locked();
+  return true;
+}
+
+void UpgradeSession::finish() {
+  std::lock_guard lock(mu_);
+  phase_.store(Phase::kOver, std::memory_order_release);
+  signal_locked();
+}
+
+uint64_t UpgradeSession::sent() const {
+  std::lock_guard lock(mu_);
+  return sent_;
+}
+
+uint64_t UpgradeSession::received() const {
+  std::lock_guard lock(mu_);
+  return received_;
+}
+
+void settle_session(int fd) noexcept {
+  SocketHold socket = SocketHold::of(fd);
+  if (!socket) return;
+  if (UpgradeSession* session = socket->active_session(); session != nullptr && session->settle()) {
+    log_line("%s: stays tcp (closed, or the process forked, ran another program or exited, before the upgrade)",
+             session->label());
+  }
+}
+
+void settle_all_sessions() noexcept {
+  int end = fd_table().high_water();
+  for (int fd = 0; fd < end; ++fd) settle_session(fd);
+}
+
+}  // namespace tcp2rdma::preload

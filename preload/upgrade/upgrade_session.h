@@ -1,0 +1,99 @@
+// One connection's move from TCP onto an RDMA stream while the application goes on using the TCP
+// connection (docs/architecture.md, "The byte-exact handover"). The session is what the application's
+// calls and the thread that runs the switch share: the phase, and the counts of application bytes
+// that went each way on TCP, which the switch freezes.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+
+namespace tcp2rdma::preload {
+
+class UpgradeSession {
+ public:
+  enum class Phase : uint8_t {
+    kOnTcp,      // the application's calls go to the kernel socket, never blocking inside the gate,
+                 // and are counted; the RDMA connection is being set up beside it
+    kSwitching,  // the counts are frozen and the switch owns the socket; the application's calls wait
+    kOver,       // the socket has its stream, or stays TCP for good
+  };
+
+  UpgradeSession();
+  ~UpgradeSession();
+  UpgradeSession(const UpgradeSession&) = delete;
+  UpgradeSession& operator=(const UpgradeSession&) = delete;
+
+  Phase phase() const noexcept { return phase_.load(std::memory_order_acquire); }
+  // Readable once the phase has left kOnTcp, and from then on: a poller that watches the socket
+  // during kOnTcp watches this beside it, so that it looks again when the connection moves.
+  int wake_fd() const noexcept { return wake_fd_; }
+
+  // The application's side. `io(sent, received)` makes one kernel call that does not block and adds
+  // what it moved to the counts, with the gate held; false, with nothing done, once the phase is no
+  // longer kOnTcp (the caller then waits for kOver and looks at the socket again).
+  template <typename Io>
+  bool run_on_tcp(Io&& io) {
+    std::lock_guard lock(mu_);
+    if (phase() != Phase::kOnTcp) return false;
+    io(sent_, received_);
+    return true;
+  }
+  // The application of a server shuts its sending side down while the connection is on TCP:
+  // `shut()` makes the kernel call with the gate held, and the session remembers that this side's
+  // TCP ended (its HELLO will say so, and no record follows). False, with nothing done, once the
+  // phase is no longer kOnTcp.
+  template <typename Shut>
+  bool end_sending_on_tcp(Shut&& shut) {
+    std::lock_guard lock(mu_);
+    if (phase() != Phase::kOnTcp) return false;
+    if (shut()) sending_ended_ = true;
+    return true;
+  }
+  void wait_over();
+  // A descriptor of the socket is closed, or the process forks, execs or exits: a session still on
+  // TCP ends there (the connection stays TCP: a child or a new program can go on using it; true, and
+  // the caller writes the log line), one that is switching is waited for. Afterwards the phase is
+  // kOver.
+  bool settle();
+
+  // The switch's side. kOnTcp -> kSwitching, the counts as they are now and whether this side's TCP
+  // sending side ended; false when the session was settled first (the connection stays TCP, and
+  // nothing may be written to it).
+  bool freeze(uint64_t* sent, uint64_t* received, bool* sending_ended);
+  // kOnTcp -> kOver: the upgrade failed before the switch and the connection stays TCP; false when
+  // the session was settled first.
+  bool end_on_tcp();
+  // kSwitching -> kOver, and every waiter goes on.
+  void finish();
+
+  // The connection's log label (describe_connection), taken when the session starts: the log line of a
+  // session that ends later may be written after its descriptor is gone.
+  void set_label(const char* label);
+  const char* label() const noexcept { return label_; }
+  // The bytes moved on TCP before the freeze (for the log line).
+  uint64_t sent() const;
+  uint64_t received() const;
+
+ private:
+  void signal_locked();
+  bool end_on_tcp_locked();
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::atomic<Phase> phase_{Phase::kOnTcp};
+  uint64_t sent_ = 0;
+  uint64_t received_ = 0;
+  bool sending_ended_ = false;
+  int wake_fd_ = -1;
+  char label_[256] = "";
+};
+
+// Settles (UpgradeSession::settle) the session of every descriptor of this process: before fork and
+// exec, whose child or new program will use the connection on TCP.
+void settle_all_sessions() noexcept;
+// Settles the session of fd's socket, if it has one under way: before fd is closed.
+void settle_session(int fd) noexcept;
+
+}  // namespace tcp2rdma::preload
