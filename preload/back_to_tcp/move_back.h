@@ -6,20 +6,13 @@
 // to TCP when they reach it (tcp_after_move).
 #pragma once
 
-#include <sys/types.h>
-#include <sys/uio.h>
-
-namespace tcp2rdma::preload {
-
-class StreamRef;
-class TrackedSocket;
-}  // namespace tcp2rdma::preload
-
 namespace tcp2rdma::transport {
 class RdmaStream;
 }
 
 namespace tcp2rdma::preload {
+
+class TrackedSocket;
 
 // Before fork (why: "fork") or exec ("exec"): every connection of this process on RDMA whose rule
 // says on_fork: tcp goes back to TCP. One that cannot (the peer does not answer in the stream's
@@ -30,21 +23,8 @@ void move_streams_back(const char* why) noexcept;
 bool move_back(TrackedSocket* socket, transport::RdmaStream* stream, int fd, const char* why) noexcept;
 
 // The socket's stream has moved both ways (RdmaStream::moved()): the socket is the kernel's again.
-// Its TCP sending side is shut down if the stream's was, and epoll registrations go back onto it.
-// Idempotent; not under epoll's lock (epoll_sets.cpp does its part itself, then calls
-// settle_move_back). Does nothing while another thread is moving the connection (TrackedSocket::
-// moving_back: a fork), unless called by that thread (`by_mover`): it finishes once the prefix is set.
+// settle_back_on_tcp (registry/connection_path.h), then the epoll registrations go back onto the
+// socket. Idempotent; not under epoll's lock (epoll_sets.cpp does its part itself).
 void complete_move_back(TrackedSocket* socket, int fd, bool by_mover = false) noexcept;
-// complete_move_back without the epoll part. True for the one call that did it.
-bool settle_move_back(TrackedSocket* socket, int fd, bool by_mover = false) noexcept;
-
-// An application's call on a stream found this direction moved to TCP (kMovedToTcp, or a blocking
-// call cut short at the marker): it goes on on the socket, after the socket's prefix for a read.
-ssize_t tcp_after_move(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags,
-                       bool receiving) noexcept;
-
-// A read on a socket back on TCP with a prefix (TcpPrefix::present()): the prefix first; MSG_WAITALL
-// goes on into the kernel for the rest.
-ssize_t prefix_recv(TrackedSocket* socket, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept;
 
 }  // namespace tcp2rdma::preload

@@ -6,13 +6,13 @@
 #include <cerrno>
 #include <cstdarg>
 
+#include "data/stream_calls.h"
+#include "libc/interposed.h"
+#include "own_calls.h"
 #include "readiness/epoll_sets.h"
 #include "registry/fd_table.h"
-#include "upgrade/upgrade_session.h"
-#include "interpose/interposed.h"
-#include "own_calls.h"
-#include "route/stream_calls.h"
 #include "registry/socket_registry.h"
+#include "registry/upgrade_session.h"
 
 using tcp2rdma::preload::real;
 

@@ -8,8 +8,8 @@
 #include <cstdlib>
 #include <vector>
 
-#include "interpose/interposed.h"
-#include "route/stream_calls.h"
+#include "data/stream_calls.h"
+#include "libc/interposed.h"
 
 using tcp2rdma::preload::real;
 using tcp2rdma::preload::stream_recv;

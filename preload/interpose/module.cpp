@@ -1,8 +1,8 @@
 // The preload module's load and exit hooks: says the module is there when logging is on, takes the
 // prefixes an exec'ing process handed on, and at exit closes the process's RDMA streams in order.
 #include "process/exec_guard.h"
-#include "util/log.h"
 #include "registry/tracked_socket.h"
+#include "util/log.h"
 
 namespace {
 

@@ -6,14 +6,15 @@
 #include <chrono>
 #include <vector>
 
-#include "readiness/epoll_sets.h"
-#include "registry/fd_table.h"
-#include "interpose/interposed.h"
-#include "prefork/prefork_listeners.h"
-#include "upgrade/upgrade_session.h"
 #include "back_to_tcp/move_back.h"
+#include "data/stream_calls.h"
+#include "libc/interposed.h"
+#include "listener/prefork_listeners.h"
 #include "rdma_stream.h"
-#include "route/stream_calls.h"
+#include "readiness/epoll_sets.h"
+#include "readiness/stream_events.h"
+#include "registry/fd_table.h"
+#include "registry/upgrade_session.h"
 
 using tcp2rdma::preload::real;
 using tcp2rdma::preload::stream_poll_events;

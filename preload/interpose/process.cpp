@@ -8,14 +8,14 @@
 #include <cstdarg>
 #include <vector>
 
-#include "readiness/epoll_sets.h"
-#include "process/exec_guard.h"
-#include "interpose/interposed.h"
 #include "back_to_tcp/move_back.h"
-#include "prefork/prefork_listeners.h"
-#include "upgrade/upgrade_session.h"
+#include "libc/interposed.h"
+#include "listener/prefork_listeners.h"
+#include "process/exec_guard.h"
 #include "process/spawn_guard.h"
+#include "readiness/epoll_sets.h"
 #include "registry/tracked_socket.h"
+#include "registry/upgrade_session.h"
 
 using tcp2rdma::preload::real;
 

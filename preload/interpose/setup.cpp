@@ -3,13 +3,14 @@
 #include <cerrno>
 #include <cstdio>
 
+#include "data/stream_calls.h"
+#include "libc/interposed.h"
+#include "listener/prefork_listeners.h"
+#include "listener/rdma_listener.h"
 #include "registry/connection_policy.h"
 #include "registry/fd_table.h"
-#include "upgrade/upgrade_session.h"
-#include "interpose/interposed.h"
-#include "prefork/prefork_listeners.h"
 #include "registry/socket_registry.h"
-#include "route/stream_calls.h"
+#include "registry/upgrade_session.h"
 #include "upgrade/upgrade.h"
 
 using tcp2rdma::preload::fd_table;
@@ -43,12 +44,9 @@ int accept_common(int fd, int accepted) {
   if (real().getsockopt(accepted, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0) {
     tcp2rdma::preload::track_new_socket(accepted, domain, SocketRole::kServer);
     auto decision = tcp2rdma::preload::decide_connection(accepted, Role::kServer);
-    if (decision.options->transport != Transport::kRdma) {
-      tcp2rdma::preload::log_connection(accepted, Role::kServer, decision, "stays tcp");
-    } else if (decision.options->upgrade == tcp2rdma::config::UpgradeMode::kBackground) {
-      // accept() returns at TCP speed; the connection moves to RDMA beside the application.
-      tcp2rdma::preload::upgrade_in_background(accepted, Role::kServer, listener.get(), decision);
-    } else if (!tcp2rdma::preload::upgrade_and_log(accepted, Role::kServer, listener.get(), decision)) {
+    // accept() returns at TCP speed with upgrade: background; the connection moves to RDMA beside
+    // the application.
+    if (!tcp2rdma::preload::upgrade_connection(accepted, Role::kServer, listener.get(), decision)) {
       // Broken half-way (records exchanged, then a mismatch), or RDMA was required and could not be
       // had: never hand out such a connection. The client reads a reset (linger 0), not an end.
       linger reset{1, 0};
@@ -130,17 +128,12 @@ T2R_INTERPOSE int connect(int fd, const struct sockaddr* addr, socklen_t len) {
   socket->set_role(SocketRole::kClient);
   auto decision = tcp2rdma::preload::decide_connection(fd, Role::kClient, addr, len);
   if (rc != 0) socket->connect_in_progress.store(true);
-  if (decision.options->transport != Transport::kRdma) {
-    tcp2rdma::preload::log_connection(fd, Role::kClient, decision, "stays tcp", addr, len);
-  } else if (rc != 0) {
+  if (rc != 0 && decision.options->transport == Transport::kRdma) {
     // Under way (EINPROGRESS): the upgrade starts once the connection is up, at the application's next
-    // call on it (stream_calls.cpp).
+    // call on it (finish_pending_upgrade).
     socket->pending_decision = decision;
     socket->upgrade_pending.store(true, std::memory_order_release);
-  } else if (decision.options->upgrade == tcp2rdma::config::UpgradeMode::kBackground) {
-    // connect() returns at TCP speed; the connection moves to RDMA beside the application.
-    tcp2rdma::preload::upgrade_in_background(fd, Role::kClient, nullptr, decision);
-  } else if (!tcp2rdma::preload::upgrade_and_log(fd, Role::kClient, nullptr, decision)) {
+  } else if (!tcp2rdma::preload::upgrade_connection(fd, Role::kClient, nullptr, decision, addr, len)) {
     real().shutdown(fd, SHUT_RDWR);
     errno = ECONNRESET;
     return -1;

@@ -1,6 +1,6 @@
 #include "libc/real_calls.h"
 
-#include "interpose/interposed.h"
+#include "libc/interposed.h"
 
 #include <dlfcn.h>
 

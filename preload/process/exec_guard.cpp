@@ -11,15 +11,15 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "registry/fd_table.h"
-#include "upgrade/upgrade_session.h"
-#include "util/log.h"
 #include "back_to_tcp/move_back.h"
-#include "rdma_stream.h"
 #include "libc/real_calls.h"
+#include "rdma_stream.h"
+#include "registry/fd_table.h"
 #include "registry/socket_registry.h"
 #include "registry/stream_closer.h"
 #include "registry/tracked_socket.h"
+#include "registry/upgrade_session.h"
+#include "util/log.h"
 
 namespace tcp2rdma::preload {
 namespace {

@@ -5,12 +5,12 @@
 #include <cerrno>
 #include <mutex>
 
-#include "registry/fd_table.h"
-#include "upgrade/upgrade_session.h"
-#include "util/log.h"
 #include "back_to_tcp/move_back.h"
 #include "libc/real_calls.h"
+#include "registry/fd_table.h"
 #include "registry/tracked_socket.h"
+#include "registry/upgrade_session.h"
+#include "util/log.h"
 
 namespace tcp2rdma::preload {
 namespace {

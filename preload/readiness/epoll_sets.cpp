@@ -6,13 +6,14 @@
 #include <new>
 #include <vector>
 
-#include "registry/fd_table.h"
-#include "own_calls.h"
-#include "back_to_tcp/move_back.h"
-#include "rdma_stream.h"
 #include "libc/real_calls.h"
-#include "route/stream_calls.h"
+#include "own_calls.h"
+#include "rdma_stream.h"
+#include "readiness/stream_events.h"
+#include "registry/connection_path.h"
+#include "registry/fd_table.h"
 #include "registry/tracked_socket.h"
+#include "route/route.h"
 
 namespace tcp2rdma::preload {
 namespace {
@@ -202,7 +203,7 @@ bool move_back_now_locked(Entry* e) {
   SocketHold socket = SocketHold::of(e->fd);
   if (!socket) return true;
   if (socket->moving_back.load(std::memory_order_acquire)) return false;
-  settle_move_back(socket.get(), e->fd);
+  settle_back_on_tcp(socket.get(), e->fd);
   move_back_locked(socket.get());
   return true;
 }

@@ -4,15 +4,16 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
 
-#include "util/log.h"
 #include "libc/real_calls.h"
 #include "rule_loader.h"
+#include "util/log.h"
 
 namespace tcp2rdma::preload {
 namespace {
@@ -128,5 +129,38 @@ void log_connection(int fd, config::Role role, const config::Decision& decision,
   describe_connection(fd, role, decision, label, sizeof label, remote_hint, remote_hint_len);
   log_line("%s: %s", label, path);
 }
+
+transport::StreamOptions stream_options(const config::ConnectionOptions& o) {
+  transport::StreamOptions s;
+  uint32_t log2 = 10;
+  while (log2 < 29 && (uint64_t{1} << log2) < o.buffer_size) ++log2;
+  s.ring_size_log2 = log2;
+  // The peer's ring costs us a bounce buffer as large (pinned): up to 4 times our own, refused beyond.
+  s.max_peer_ring_size_log2 = std::min<uint32_t>(log2 + 2, 29);
+  s.recv_queue_depth = static_cast<uint16_t>(std::clamp<uint32_t>(o.recv_queue_depth, 4, 255));
+  s.send_queue_depth =
+      static_cast<uint16_t>(std::clamp<uint32_t>(o.send_queue_depth, 2 * s.recv_queue_depth + 16, 65535));
+  // The client waits for its request to be accepted as long as the whole upgrade may take: a server
+  // accepts one request at a time, so a burst of connections (iperf -P 4) queues behind the first.
+  s.timeout_ms = static_cast<int>(std::max<uint64_t>(std::max(o.connect_timeout_us, o.upgrade_timeout_us) / 1000, 100));
+  s.zcopy_threshold = o.zcopy_threshold;
+  s.inline_threshold = static_cast<uint32_t>(o.inline_threshold);
+  s.keepalive_ms = static_cast<int>(o.keepalive_us / 1000);
+  return s;
+}
+
+const char* why_not(transport::Status s) {
+  switch (s) {
+    case transport::Status::kRejected: return "the peer has no tcp2rdma listener (rejected)";
+    case transport::Status::kNoDevice: return "no RDMA device";
+    case transport::Status::kAddressInUse: return "another process holds the RDMA port";
+    case transport::Status::kNoRoute: return "no RDMA route to the peer";
+    case transport::Status::kMemoryLock: return "cannot register memory (RLIMIT_MEMLOCK)";
+    case transport::Status::kResources: return "cannot create RDMA resources";
+    case transport::Status::kTimeout: return "the RDMA connection timed out";
+    default: return transport::to_string(s);
+  }
+}
+
 
 }  // namespace tcp2rdma::preload

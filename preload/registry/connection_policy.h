@@ -7,6 +7,8 @@
 
 #include <cstddef>
 
+#include "options.h"
+#include "rdma_stream.h"
 #include "rule_set.h"
 
 namespace tcp2rdma::preload {
@@ -32,5 +34,12 @@ void log_connection(int fd, config::Role role, const config::Decision& decision,
 inline constexpr size_t kConnectionLabelSize = 256;
 void describe_connection(int fd, config::Role role, const config::Decision& decision, char* out, size_t size,
                          const sockaddr* remote_hint = nullptr, socklen_t remote_hint_len = 0);
+
+// The rule's tunables as the transport's stream options: rounded and clamped into what the transport
+// accepts.
+transport::StreamOptions stream_options(const config::ConnectionOptions& options);
+
+// Why a connection stays TCP, in the log's words, for a transport status that ended its upgrade.
+const char* why_not(transport::Status s);
 
 }  // namespace tcp2rdma::preload

@@ -13,9 +13,9 @@
 #include <utility>
 
 #include "keep_forever.h"
-#include "util/quiet_thread.h"
 #include "rdma_stream.h"
 #include "registry/tracked_socket.h"
+#include "util/quiet_thread.h"
 
 namespace tcp2rdma::preload {
 namespace {

@@ -10,15 +10,15 @@
 #include <utility>
 #include <vector>
 
-#include "prefork/directory_service.h"
-#include "registry/fd_table.h"
-#include "upgrade/upgrade_session.h"
 #include "keep_forever.h"
+#include "libc/real_calls.h"
+#include "listener/directory_service.h"
 #include "own_descriptors.h"
 #include "rdma_stream.h"
-#include "libc/real_calls.h"
+#include "registry/fd_table.h"
 #include "registry/socket_registry.h"
 #include "registry/stream_closer.h"
+#include "registry/upgrade_session.h"
 #include "stream_listener.h"
 
 namespace tcp2rdma::preload {

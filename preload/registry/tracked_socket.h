@@ -8,8 +8,8 @@
 #include <mutex>
 #include <vector>
 
-#include "rule_set.h"
 #include "registry/tcp_prefix.h"
+#include "rule_set.h"
 
 namespace tcp2rdma::transport {
 class RdmaStream;

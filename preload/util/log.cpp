@@ -11,8 +11,8 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "own_descriptors.h"
 #include "libc/real_calls.h"
+#include "own_descriptors.h"
 
 namespace tcp2rdma::preload {
 namespace {

@@ -7,7 +7,7 @@
 
 #include <cstring>
 
-#include "prefork/listener_directory.h"
+#include "listener/listener_directory.h"
 
 namespace tcp2rdma::preload {
 namespace {

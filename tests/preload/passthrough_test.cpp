@@ -14,7 +14,7 @@
 #include <cstring>
 #include <string>
 
-#include "interpose/interposed.h"
+#include "libc/interposed.h"
 
 namespace {
 

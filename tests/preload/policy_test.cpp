@@ -14,7 +14,7 @@
 #include <sstream>
 #include <string>
 
-#include "interpose/interposed.h"
+#include "libc/interposed.h"
 #include "test_sockets.h"
 
 namespace {

@@ -11,7 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "registry/fd_table.h"
-#include "interpose/interposed.h"
+#include "libc/interposed.h"
 #include "test_sockets.h"
 #include "registry/tracked_socket.h"
 

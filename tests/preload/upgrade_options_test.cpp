@@ -4,7 +4,7 @@
 
 #include "options.h"
 #include "stream_listener.h"
-#include "upgrade/upgrade.h"
+#include "registry/connection_policy.h"
 
 namespace tcp2rdma::preload {
 namespace {

@@ -24,7 +24,7 @@
 #include <thread>
 
 #include "registry/fd_table.h"
-#include "upgrade/upgrade_session.h"
+#include "registry/upgrade_session.h"
 #include "test_sockets.h"
 #include "registry/tracked_socket.h"
 

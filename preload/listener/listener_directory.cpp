@@ -1,4 +1,4 @@
-#include "prefork/listener_directory.h"
+#include "listener/listener_directory.h"
 
 #include <fcntl.h>
 #include <signal.h>

@@ -1,4 +1,4 @@
-#include "route/stream_calls.h"
+#include "data/stream_calls.h"
 
 #include <signal.h>
 #include <sys/socket.h>
@@ -7,17 +7,16 @@
 #include <cstdint>
 #include <vector>
 
-#include "readiness/epoll_sets.h"
+#include "back_to_tcp/move_back.h"
+#include "libc/real_calls.h"
+#include "rdma_stream.h"
 #include "registry/fd_table.h"
-#include "upgrade/upgrade_session.h"
+#include "registry/tracked_socket.h"
+#include "registry/upgrade_session.h"
+#include "upgrade/upgrade.h"
 #include "util/iovecs.h"
 #include "util/log.h"
-#include "back_to_tcp/move_back.h"
-#include "rdma_stream.h"
-#include "libc/real_calls.h"
 #include "util/signal_restart.h"
-#include "registry/tracked_socket.h"
-#include "upgrade/upgrade.h"
 
 namespace tcp2rdma::preload {
 namespace {
@@ -57,43 +56,6 @@ StreamRef upgraded_stream(SocketHold socket, int fd) noexcept {
   transport::RdmaStream* stream = socket->stream();
   if (stream == nullptr) return socket->prefix.present() ? StreamRef::prefixed(std::move(socket)) : StreamRef{};
   return StreamRef(std::move(socket), stream);
-}
-
-StreamRef current_stream(int fd) noexcept {
-  SocketHold socket = SocketHold::of(fd);
-  transport::RdmaStream* stream = socket ? socket->stream() : nullptr;
-  if (stream == nullptr) return {};
-  return StreamRef(std::move(socket), stream);
-}
-
-bool finish_pending_upgrade(int fd, TrackedSocket* socket) noexcept {
-  // One thread runs it; the others see it pending no longer.
-  if (!socket->upgrade_pending.exchange(false, std::memory_order_acq_rel)) return true;
-  int saved_errno = errno;
-  sockaddr_storage peer{};
-  socklen_t len = sizeof peer;
-  if (real().getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0) {
-    // Not connected yet (or the connect failed): look again at the next call.
-    socket->upgrade_pending.store(true, std::memory_order_release);
-    errno = saved_errno;
-    return true;
-  }
-  if (socket->pending_decision.options->upgrade == config::UpgradeMode::kBackground) {
-    upgrade_in_background(fd, config::Role::kClient, nullptr, socket->pending_decision);
-    errno = saved_errno;
-    return true;
-  }
-  // epoll sets the application added the connecting socket to move onto the stream with the upgrade
-  // (or, when it stays TCP, go on watching the socket).
-  bool usable = upgrade_and_log(fd, config::Role::kClient, nullptr, socket->pending_decision);
-  if (!usable) {
-    // Whichever call ran the upgrade, the application learns of it like a failed connect: SO_ERROR
-    // says ECONNRESET, and the socket carries nothing more (shut down both ways).
-    socket->pending_error.store(ECONNRESET, std::memory_order_release);
-    real().shutdown(fd, SHUT_RDWR);
-  }
-  errno = saved_errno;
-  return usable;
 }
 
 namespace {
@@ -194,23 +156,6 @@ int stream_readable_bytes(transport::RdmaStream* stream) noexcept {
     uint64_t n = stream->readiness().bytes_readable;
     return n > INT32_MAX ? INT32_MAX : static_cast<int>(n);
   });
-}
-
-short stream_poll_events(transport::RdmaStream* stream, short requested, bool* moved) noexcept {
-  transport::Readiness r = stream->readiness();
-  if (moved != nullptr) *moved = r.moved;
-  short events = 0;
-  if (r.readable) events |= static_cast<short>(requested & (POLLIN | POLLRDNORM));
-  if (r.writable) events |= static_cast<short>(requested & (POLLOUT | POLLWRNORM));
-  if (r.failed) events |= POLLERR | POLLHUP;
-  else if (r.peer_closed) events |= static_cast<short>(requested & POLLRDHUP);
-  return events;
-}
-
-short prefixed_poll_events(int fd, short requested) noexcept {
-  pollfd p{fd, static_cast<short>(requested & ~(POLLIN | POLLRDNORM)), 0};
-  short events = real().poll(&p, 1, 0) > 0 ? p.revents : 0;
-  return static_cast<short>(events | (requested & (POLLIN | POLLRDNORM)));
 }
 
 ssize_t kernel_io(int fd, const iovec* iov, int iovcnt, int flags, bool receiving) noexcept {

@@ -11,11 +11,11 @@
 #include <optional>
 #include <vector>
 
-#include "upgrade/upgrade_session.h"
+#include "data/stream_calls.h"
+#include "libc/real_calls.h"
+#include "registry/upgrade_session.h"
 #include "util/iovecs.h"
 #include "util/signal_restart.h"
-#include "libc/real_calls.h"
-#include "route/stream_calls.h"
 
 namespace tcp2rdma::preload {
 namespace {

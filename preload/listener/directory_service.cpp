@@ -1,4 +1,4 @@
-#include "prefork/directory_service.h"
+#include "listener/directory_service.h"
 
 #include <arpa/inet.h>
 #include <poll.h>
@@ -8,12 +8,12 @@
 #include <system_error>
 #include <thread>
 
-#include "prefork/listener_directory.h"
+#include "libc/real_calls.h"
+#include "listener/listener_directory.h"
+#include "listener/rdma_listener.h"
+#include "stream_listener.h"
 #include "util/log.h"
 #include "util/quiet_thread.h"
-#include "libc/real_calls.h"
-#include "stream_listener.h"
-#include "upgrade/upgrade.h"
 
 namespace tcp2rdma::preload {
 

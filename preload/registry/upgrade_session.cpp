@@ -1,15 +1,15 @@
-#include "upgrade/upgrade_session.h"
+#include "registry/upgrade_session.h"
 
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <cstdio>
 
-#include "registry/fd_table.h"
-#include "util/log.h"
-#include "own_descriptors.h"
 #include "libc/real_calls.h"
+#include "own_descriptors.h"
+#include "registry/fd_table.h"
 #include "registry/tracked_socket.h"
+#include "util/log.h"
 
 namespace tcp2rdma::preload {
 

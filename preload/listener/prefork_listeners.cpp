@@ -1,4 +1,4 @@
-#include "prefork/prefork_listeners.h"
+#include "listener/prefork_listeners.h"
 
 #include <time.h>
 #include <unistd.h>
@@ -6,13 +6,13 @@
 #include <mutex>
 #include <new>
 
-#include "prefork/directory_service.h"
-#include "registry/fd_table.h"
 #include "keep_forever.h"
-#include "prefork/listener_directory.h"
-#include "util/log.h"
+#include "listener/directory_service.h"
+#include "listener/listener_directory.h"
+#include "listener/rdma_listener.h"
+#include "registry/fd_table.h"
 #include "stream_listener.h"
-#include "upgrade/upgrade.h"
+#include "util/log.h"
 
 namespace tcp2rdma::preload {
 namespace {

@@ -1,0 +1,59 @@
+// The calls of an application on a descriptor whose connection moved onto an RDMA stream: every
+// receive variant funnels into stream_recv, every send into stream_send, with kernel TCP's errors
+// (EAGAIN, ECONNRESET, EPIPE and SIGPIPE) and flags (MSG_PEEK, MSG_WAITALL, MSG_DONTWAIT,
+// MSG_NOSIGNAL, O_NONBLOCK).
+#pragma once
+
+#include <poll.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include <cerrno>
+#include <utility>
+
+#include "registry/tracked_socket.h"
+#include "route/route.h"
+#include "util/saved_errno.h"
+
+namespace tcp2rdma::transport {
+class RdmaStream;
+}
+
+namespace tcp2rdma::preload {
+
+class UpgradeSession;
+
+// The stream of fd when its connection moved to RDMA, held for the caller's call; the session when
+// its handover is under way and it is still on TCP (a call during the switch itself waits for it to
+// end, which takes a few round trips); a prefixed ref when it came back to TCP with bytes still to
+// read before the kernel's; else empty. One table lookup (and, once, the upgrade of a
+// non-blocking connect that has completed since).
+StreamRef upgraded_stream(int fd) noexcept;
+// The same for a socket the caller holds already: a call that goes on after a wait (the end of a
+// switch) follows the socket it began on, not whatever fd names by then (another thread may have
+// closed it and the number may be another socket's).
+StreamRef upgraded_stream(SocketHold socket, int fd) noexcept;
+// Every receive and every send of an application call that is ours (StreamRef::ours()).
+ssize_t stream_recv(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept;
+ssize_t stream_send(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept;
+// The same on TCP while fd's handover (ref.session()) is still on TCP: the kernel call, counted; when
+// the connection moves meanwhile, the call goes on on the stream (session_calls.cpp).
+ssize_t session_recv(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept;
+ssize_t session_send(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept;
+int stream_shutdown(transport::RdmaStream* stream, int fd, int how) noexcept;
+// Bytes readable now (FIONREAD).
+int stream_readable_bytes(transport::RdmaStream* stream) noexcept;
+
+// An application's call on a stream found this direction moved to TCP (kMovedToTcp, or a blocking
+// call cut short at the marker): it goes on on the socket, after the socket's prefix for a read
+// (prefix_calls.cpp).
+ssize_t tcp_after_move(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags,
+                       bool receiving) noexcept;
+// A read on a socket back on TCP with a prefix (TcpPrefix::present()): the prefix first; MSG_WAITALL
+// goes on into the kernel for the rest.
+ssize_t prefix_recv(TrackedSocket* socket, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept;
+
+// One kernel call on the socket, as the application asked it (recvmsg or sendmsg).
+ssize_t kernel_io(int fd, const iovec* iov, int iovcnt, int flags, bool receiving) noexcept;
+
+}  // namespace tcp2rdma::preload

@@ -1,0 +1,53 @@
+// A listening socket's RDMA side: the rdma_cm listener beside it on the same address and port, where
+// tcp2rdma clients ask for the RDMA connection of each TCP connection the listener accepted, and the
+// wait for that request (docs/architecture.md, "The byte-exact handover").
+#pragma once
+
+#include <chrono>
+#include <memory>
+
+#include "options.h"
+#include "rdma_stream.h"
+
+namespace tcp2rdma::preload {
+
+class TrackedSocket;
+class UpgradeSession;
+
+// A client's RDMA request that no accepted connection claims is rejected after this long.
+inline constexpr std::chrono::milliseconds kRequestHold{5000};
+
+// A listener a rule may select RDMA for: start an rdma_cm listener on the same address and port.
+// Failure (no device, port taken) is logged unless `log_failure` is false; that listener's
+// connections then stay TCP.
+transport::Status listen_rdma(int fd, TrackedSocket* listener, bool log_failure = true);
+// A process of a pre-fork server whose listener's port another process holds: an rdma_cm listener on
+// the same address and a port of its own (recorded in own_rdma_port), where the holder sends this
+// process's requests.
+transport::Status listen_rdma_on_own_port(int fd, TrackedSocket* listener);
+// A process with its own port taking over the listener's port (its holder exited): an rdma_cm
+// listener there, in directory_listener.
+transport::Status listen_rdma_for_directory(int fd, TrackedSocket* listener);
+
+// Undoes listen_rdma when the real listen() then failed.
+void drop_rdma_listener(TrackedSocket* listener);
+
+// Whether fd is bound to a port already (bind() was called), i.e. listen() will not pick one.
+bool has_bound_port(int fd);
+
+// Waits (up to the rule's upgrade_timeout) for the client's RDMA connection request for the accepted
+// connection `tuple` and accepts it into *out. A tcp2rdma client sends it right after its TCP connect
+// completes, but its first setup in a process can take over a second on a slow guest; a plain client
+// never sends one (kWouldBlock once the wait is over, or the session was settled meanwhile). The
+// listener is locked per look, not for the wait: other connections' upgrades go on. kRejected: this
+// process has no RDMA listener for it.
+transport::Status accept_request(TrackedSocket* listener, const transport::TcpTuple& tuple,
+                                 const config::ConnectionOptions& options, const UpgradeSession* session,
+                                 std::unique_ptr<transport::RdmaStream>* out);
+
+// A server connection that stays TCP: its client's RDMA request, held or still to come, is rejected at
+// once instead of making the client wait out the hold (an event-loop client that upgrades its
+// connections one by one would wait that long for each).
+void decline(TrackedSocket* listener, const transport::TcpTuple& tuple);
+
+}  // namespace tcp2rdma::preload

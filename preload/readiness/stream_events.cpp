@@ -1,0 +1,27 @@
+#include "readiness/stream_events.h"
+
+#include <poll.h>
+
+#include "libc/real_calls.h"
+#include "rdma_stream.h"
+
+namespace tcp2rdma::preload {
+
+short stream_poll_events(transport::RdmaStream* stream, short requested, bool* moved) noexcept {
+  transport::Readiness r = stream->readiness();
+  if (moved != nullptr) *moved = r.moved;
+  short events = 0;
+  if (r.readable) events |= static_cast<short>(requested & (POLLIN | POLLRDNORM));
+  if (r.writable) events |= static_cast<short>(requested & (POLLOUT | POLLWRNORM));
+  if (r.failed) events |= POLLERR | POLLHUP;
+  else if (r.peer_closed) events |= static_cast<short>(requested & POLLRDHUP);
+  return events;
+}
+
+short prefixed_poll_events(int fd, short requested) noexcept {
+  pollfd p{fd, static_cast<short>(requested & ~(POLLIN | POLLRDNORM)), 0};
+  short events = real().poll(&p, 1, 0) > 0 ? p.revents : 0;
+  return static_cast<short>(events | (requested & (POLLIN | POLLRDNORM)));
+}
+
+}  // namespace tcp2rdma::preload

@@ -1,0 +1,17 @@
+// An upgraded descriptor's readiness in poll(2) terms: what its stream has, or what a socket back on TCP
+// has with its prefix. poll, select and epoll report these in place of the idle kernel socket's.
+#pragma once
+
+namespace tcp2rdma::transport {
+class RdmaStream;
+}
+
+namespace tcp2rdma::preload {
+
+// poll(2) events of the stream now, among `requested` (POLLIN, POLLOUT; POLLHUP and POLLERR always).
+// *moved (if given) is set when the stream has moved back to TCP: the socket is to be looked at instead.
+short stream_poll_events(transport::RdmaStream* stream, short requested, bool* moved = nullptr) noexcept;
+// The same for a socket back on TCP with a prefix: readable now, and the kernel's other events.
+short prefixed_poll_events(int fd, short requested) noexcept;
+
+}  // namespace tcp2rdma::preload

@@ -1,0 +1,33 @@
+#include "registry/connection_path.h"
+
+#include <sys/socket.h>
+
+#include <cerrno>
+
+#include "libc/real_calls.h"
+#include "rdma_stream.h"
+#include "registry/tracked_socket.h"
+#include "registry/upgrade_session.h"
+#include "util/log.h"
+
+namespace tcp2rdma::preload {
+
+const char* connection_label(const TrackedSocket* socket) noexcept {
+  UpgradeSession* session = socket->session();
+  return session != nullptr ? session->label() : "connection";
+}
+
+bool settle_back_on_tcp(TrackedSocket* socket, int fd, bool by_mover) noexcept {
+  if (!by_mover && socket->moving_back.load(std::memory_order_acquire)) return false;
+  if (!socket->mark_back_on_tcp()) return false;
+  int saved_errno = errno;
+  transport::RdmaStream* stream = socket->own_stream();
+  // The stream's end (our shutdown(SHUT_WR) went onto it) is the TCP socket's now.
+  if (stream != nullptr && stream->write_was_shut()) real().shutdown(fd, SHUT_WR);
+  // The side that moved says so itself, with what it kept (move_back).
+  if (!by_mover) log_line("%s: back on tcp (the peer moved)", connection_label(socket));
+  errno = saved_errno;
+  return true;
+}
+
+}  // namespace tcp2rdma::preload

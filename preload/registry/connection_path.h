@@ -1,0 +1,20 @@
+// Changes of the path a connection's bytes take that more than one folder makes happen: here so that
+// each of them is written once, below everything that causes it.
+#pragma once
+
+namespace tcp2rdma::preload {
+
+class TrackedSocket;
+
+// The connection's label for log lines (UpgradeSession::label), or "connection" before it has one.
+const char* connection_label(const TrackedSocket* socket) noexcept;
+
+// The socket's stream has moved both ways (RdmaStream::moved()): the socket is the kernel's again.
+// Its TCP sending side is shut down if the stream's was, and the log says so when the peer moved.
+// True for the one call that did it. Does nothing while another thread is moving the connection
+// (TrackedSocket::moving_back: a fork), unless called by that thread (`by_mover`): it finishes once
+// the prefix is set. The epoll registrations are the caller's to move (back_to_tcp/move_back.h,
+// complete_move_back; epoll_sets.cpp under its own lock).
+bool settle_back_on_tcp(TrackedSocket* socket, int fd, bool by_mover = false) noexcept;
+
+}  // namespace tcp2rdma::preload

@@ -1,0 +1,226 @@
+#include "upgrade/switch.h"
+
+#include <fcntl.h>
+#include <poll.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "libc/real_calls.h"
+#include "rdma_stream.h"
+#include "registry/tracked_socket.h"
+#include "registry/upgrade_session.h"
+#include "upgrade/switch_frames.h"
+
+namespace tcp2rdma::preload {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The switch itself: both peers are tcp2rdma by then and neither waits on its application, so it takes
+// a few round trips and the reading of what TCP still has in flight.
+constexpr std::chrono::milliseconds kSwitchTimeout{10000};
+// The most application bytes one TCP connection can still have in flight when its peer freezes: its
+// send buffer and our receive buffer, each at most the kernel's tcp_wmem / tcp_rmem maximum (doubled:
+// setsockopt's sizes are), read from this host and taken for the peer's too. A HELLO claiming more
+// is refused: the tail is read into memory before the stream is used, and the peer must not choose
+// how much of ours it takes (it was 256 MiB).
+uint64_t max_tcp_tail() {
+  static const uint64_t bound = [] {
+    auto third = [](const char* path) -> uint64_t {
+      unsigned long long a = 0, b = 0, c = 0;
+      FILE* f = std::fopen(path, "re");
+      if (f == nullptr) return 0;
+      int n = std::fscanf(f, "%llu %llu %llu", &a, &b, &c);
+      std::fclose(f);
+      return n == 3 ? c : 0;
+    };
+    uint64_t r = third("/proc/sys/net/ipv4/tcp_rmem"), w = third("/proc/sys/net/ipv4/tcp_wmem");
+    if (r == 0 || w == 0) return uint64_t{32} << 20;
+    return std::max<uint64_t>(2 * (r + w), uint64_t{8} << 20);
+  }();
+  return bound;
+}
+
+NoncePair nonces_of(const transport::RdmaStream& stream) {
+  NoncePair n;  // the transport's 64-bit nonces fill the first 8 bytes of the record's 16
+  uint64_t c = stream.client_nonce(), s = stream.server_nonce();
+  std::memcpy(n.client.data(), &c, sizeof c);
+  std::memcpy(n.server.data(), &s, sizeof s);
+  return n;
+}
+
+// Exactly n bytes to or from the TCP socket within the deadline, whatever its O_NONBLOCK.
+bool tcp_exchange(int fd, uint8_t* buf, size_t n, bool sending, Clock::time_point deadline) {
+  size_t done = 0;
+  while (done < n) {
+    int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+    if (left <= 0) return false;
+    pollfd p{fd, static_cast<short>(sending ? POLLOUT : POLLIN), 0};
+    if (real().poll(&p, 1, left) <= 0) continue;
+    ssize_t r = sending ? real().send(fd, buf + done, n - done, MSG_DONTWAIT | MSG_NOSIGNAL)
+                        : real().recv(fd, buf + done, n - done, MSG_DONTWAIT);
+    if (r == 0 && !sending) return false;
+    if (r < 0 && errno != EAGAIN && errno != EINTR) return false;
+    if (r > 0) done += static_cast<size_t>(r);
+  }
+  return true;
+}
+
+// Exactly n bytes from the stream within the deadline: the peer's HELLO and ACK.
+bool stream_read_exact(transport::RdmaStream& stream, uint8_t* buf, size_t n, Clock::time_point deadline) {
+  size_t got = 0;
+  while (got < n) {
+    iovec iov{buf + got, n - got};
+    size_t done = 0;
+    transport::Status s = stream.read(&iov, 1, transport::kNonBlocking, &done);
+    if (s == transport::Status::kOk) {
+      if (done == 0) return false;  // the end of the stream
+      got += done;
+      continue;
+    }
+    if (s != transport::Status::kWouldBlock) return false;
+    int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+    if (left <= 0) return false;
+    pollfd p{stream.readiness_fd(), POLLIN, 0};
+    real().poll(&p, 1, left);
+    (void)stream.readiness();  // takes the news the fd announced
+  }
+  return true;
+}
+
+bool stream_write_all(transport::RdmaStream& stream, const uint8_t* buf, size_t n) {
+  iovec iov{const_cast<uint8_t*>(buf), n};
+  size_t done = 0;
+  return stream.write(&iov, 1, 0, &done) == transport::Status::kOk && done == n;
+}
+
+// True when the TCP connection is at its end (the peer shut its sending side down) within the
+// deadline; false when a byte comes instead, or an error.
+bool tcp_at_end(int fd, Clock::time_point deadline) {
+  for (;;) {
+    int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+    if (left <= 0) return false;
+    pollfd p{fd, POLLIN, 0};
+    if (real().poll(&p, 1, left) <= 0) continue;
+    uint8_t byte = 0;
+    ssize_t r = real().recv(fd, &byte, 1, MSG_DONTWAIT);
+    if (r == 0) return true;
+    if (r > 0 || (errno != EAGAIN && errno != EINTR)) return false;
+  }
+}
+
+// What a step of the switch came to: go on; stay on TCP (nothing was written anywhere either
+// application reads); or reset the connection (the two byte counts are split).
+struct Step {
+  enum Kind { kGoOn, kStaysTcp, kBroken } kind = kGoOn;
+  const char* why = "";
+};
+
+// HELLO and ACK both ways on the stream: the peer's HELLO in *peer, and how many of its TCP bytes
+// this side has still to read in *tail. Until this side has sent ACK the peer writes no record, and
+// neither has this side: a failure up to there leaves the TCP connection as it was.
+Step exchange_counts(transport::RdmaStream& stream, const Hello& ours, uint64_t received, bool is_client,
+                     Clock::time_point deadline, Hello* peer, uint64_t* tail) {
+  auto hello = encode_hello(ours);
+  if (!stream_write_all(stream, hello.data(), hello.size())) return {Step::kStaysTcp, "the RDMA connection failed at HELLO"};
+  std::array<uint8_t, kHelloSize> peer_hello{};
+  if (!stream_read_exact(stream, peer_hello.data(), peer_hello.size(), deadline)) {
+    return {Step::kStaysTcp, "no HELLO from the peer"};
+  }
+  std::optional<Hello> decoded = decode_hello(peer_hello);
+  // A client never says its TCP ended: its shutdown() keeps the connection on TCP (it could write no
+  // record after its end, and the server needs the client's record).
+  std::optional<uint64_t> left = decoded && !(decoded->tcp_ended && !is_client)
+                                     ? bytes_left_on_tcp(decoded->tcp_bytes, received, max_tcp_tail())
+                                     : std::nullopt;
+  if (!left) return {Step::kStaysTcp, "the peer's HELLO is malformed or claims an impossible byte count"};
+  auto ack = encode_ack(decoded->tcp_bytes);
+  if (!stream_write_all(stream, ack.data(), ack.size())) return {Step::kStaysTcp, "the RDMA connection failed at ACK"};
+  std::array<uint8_t, kAckSize> peer_ack{};
+  if (!stream_read_exact(stream, peer_ack.data(), peer_ack.size(), deadline) || decode_ack(peer_ack) != ours.tcp_bytes) {
+    return {Step::kBroken, "the peer's ACK is missing or does not echo our byte count"};
+  }
+  *peer = *decoded;
+  *tail = *left;
+  return {};
+}
+
+// The peer's application bytes still on TCP (into *bytes), then what must follow them: its record,
+// checked against this stream's nonces, or, when its HELLO said so, the end of its TCP stream. Not a
+// record, or another connection's: whoever holds this RDMA connection is not the peer of this TCP
+// connection. Never guessed at: the connection is reset.
+Step read_peer_tail(int fd, uint64_t tail, bool peer_ended, const NoncePair& nonces, Clock::time_point deadline,
+                    std::vector<uint8_t>* bytes) {
+  bytes->resize(tail);
+  if (!tcp_exchange(fd, bytes->data(), bytes->size(), false, deadline)) {
+    return {Step::kBroken, "the TCP connection ended before the peer's last bytes on it"};
+  }
+  if (peer_ended) {
+    if (!tcp_at_end(fd, deadline)) return {Step::kBroken, "bytes on TCP after the end the peer announced"};
+    return {};
+  }
+  std::array<uint8_t, kRecordSize> record{};
+  if (!tcp_exchange(fd, record.data(), record.size(), false, deadline)) {
+    return {Step::kBroken, "the TCP connection ended before the peer's handover record"};
+  }
+  if (check_record(record, nonces) != RecordCheck::kProven) {
+    return {Step::kBroken, "the peer's handover record did not match this connection"};
+  }
+  return {};
+}
+
+
+}  // namespace
+
+// The switch (docs/architecture.md, "The byte-exact handover"): freeze, HELLO and ACK on the stream;
+// the client writes its record on TCP right after its last application byte; the server reads the
+// client's remaining TCP bytes and its record, and only then writes its own (or, when its application
+// had already ended its TCP sending side, nothing: the TCP end marks the boundary), which the client
+// reads the same way. The TCP bytes read by the switch go ahead of the stream's (its prefix).
+UpgradeOutcome switch_onto(int fd, TrackedSocket* socket, UpgradeSession* session,
+                           std::unique_ptr<transport::RdmaStream> stream, bool is_client) {
+  Hello ours;
+  uint64_t received = 0;
+  if (!session->freeze(&ours.tcp_bytes, &received, &ours.tcp_ended)) {
+    stream->abort();
+    return {false, true, "closed, or the process forked or ran another program, before the switch"};
+  }
+  auto deadline = Clock::now() + kSwitchTimeout;
+  Hello peer;
+  uint64_t tail = 0;
+  std::vector<uint8_t> tcp_tail;
+  NoncePair nonces = nonces_of(*stream);
+  auto record = encode_record(nonces);
+  Step step = exchange_counts(*stream, ours, received, is_client, deadline, &peer, &tail);
+  if (step.kind == Step::kGoOn && is_client && !tcp_exchange(fd, record.data(), record.size(), true, deadline)) {
+    step = {Step::kBroken, "could not write the handover record on TCP"};
+  }
+  if (step.kind == Step::kGoOn) step = read_peer_tail(fd, tail, peer.tcp_ended, nonces, deadline, &tcp_tail);
+  if (step.kind == Step::kGoOn && !is_client && !ours.tcp_ended &&
+      !tcp_exchange(fd, record.data(), record.size(), true, deadline)) {
+    step = {Step::kBroken, "could not write the handover record on TCP"};
+  }
+  // Our application ended its sending side on TCP: the stream's sending side ends too, so that the
+  // peer reads the end right after our last bytes.
+  if (step.kind == Step::kGoOn && ours.tcp_ended && stream->shutdown_write() != transport::Status::kOk) {
+    step = {Step::kBroken, "the RDMA connection failed at the end of our sending side"};
+  }
+  if (step.kind != Step::kGoOn) {
+    UpgradeOutcome failed{false, step.kind == Step::kStaysTcp, step.why};
+    failed.detail = stream->failure_detail();
+    stream->abort();
+    return failed;
+  }
+  stream->set_unread_prefix(std::move(tcp_tail));
+  int fl = real().fcntl(fd, F_GETFL);
+  socket->nonblocking.store(fl >= 0 && (fl & O_NONBLOCK), std::memory_order_relaxed);
+  socket->set_stream(std::move(stream));
+  return {true, true, ""};
+}
+
+}  // namespace tcp2rdma::preload

@@ -1,0 +1,35 @@
+// The byte-exact switch of a TCP connection onto its RDMA stream (docs/architecture.md, "The byte-exact
+// handover"), once both peers have shown they run tcp2rdma: freeze, HELLO and ACK on the stream, the
+// records on TCP, the peer's TCP tail read ahead of the stream's bytes.
+#pragma once
+
+#include <memory>
+#include <string>
+
+namespace tcp2rdma::transport {
+class RdmaStream;
+}
+
+namespace tcp2rdma::preload {
+
+class TrackedSocket;
+class UpgradeSession;
+
+// What an upgrade attempt came to: `upgraded`, or the reason it stayed TCP (for the log line), and
+// whether the TCP connection is still fit for use (false only when it failed half-way, after records).
+struct UpgradeOutcome {
+  bool upgraded = false;
+  bool connection_usable = true;
+  const char* why = "";
+  std::string detail = {};  // the stream's own words on why it failed, when it did (rdma_stream.h)
+  long setup_ms = 0;   // from the start until the RDMA connection was established
+  long switch_ms = 0;  // the switch itself
+};
+
+// Switches fd (socket) onto `stream`, which is established with the peer's tcp2rdma; on success the
+// socket has its stream. The session's phase goes from on TCP to switching here (or the switch does
+// not happen: the session was settled first).
+UpgradeOutcome switch_onto(int fd, TrackedSocket* socket, UpgradeSession* session,
+                           std::unique_ptr<transport::RdmaStream> stream, bool is_client);
+
+}  // namespace tcp2rdma::preload
