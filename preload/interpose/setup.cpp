@@ -5,6 +5,7 @@
 
 #include "data/stream_calls.h"
 #include "libc/interposed.h"
+#include "listener/listener_state.h"
 #include "listener/prefork_listeners.h"
 #include "listener/rdma_listener.h"
 #include "registry/connection_policy.h"
@@ -28,7 +29,9 @@ void before_accept(int fd) {
   auto listener = tcp2rdma::preload::SocketHold::of(fd);
   if (!listener) return;
   int saved_errno = errno;
-  listener->accept_generation.store(tcp2rdma::preload::fork_generation());
+  if (auto* state = tcp2rdma::preload::listener_state(listener.get())) {
+    state->accept_generation.store(tcp2rdma::preload::fork_generation());
+  }
   tcp2rdma::preload::claim_rdma_listener(fd, listener.get());
   errno = saved_errno;
 }

@@ -10,6 +10,7 @@
 
 #include "libc/real_calls.h"
 #include "listener/listener_directory.h"
+#include "listener/listener_state.h"
 #include "listener/rdma_listener.h"
 #include "stream_listener.h"
 #include "util/log.h"
@@ -39,9 +40,9 @@ void log_redirect(int fd, const transport::StreamListener::Redirected& r) {
 
 // One look: takes new requests, sends on those another process published, and says how long to
 // sleep (-1: this process holds the port no more, the thread ends).
-int look(int fd, TrackedSocket* listener, int* rdma_fd) {
+int look(int fd, ListenerState* listener, int* rdma_fd) {
   ListenerDirectory* directory = listener->directory.load();
-  std::lock_guard lock(listener->listener_mutex);
+  std::lock_guard lock(listener->mutex);
   // The first holder's own listener is on the port; one that took it over keeps its own port too.
   transport::StreamListener* rdma =
       listener->own_rdma_port == 0 ? listener->rdma_listener.get() : listener->directory_listener.get();
@@ -53,7 +54,7 @@ int look(int fd, TrackedSocket* listener, int* rdma_fd) {
   return rdma->held() > 0 ? kWaitingPollMs : kIdlePollMs;
 }
 
-void serve(int fd, TrackedSocket* listener, DirectoryService* service) {
+void serve(int fd, ListenerState* listener, DirectoryService* service) {
   while (!service->stop.load()) {
     int rdma_fd = -1;
     int sleep_ms = look(fd, listener, &rdma_fd);
@@ -65,7 +66,7 @@ void serve(int fd, TrackedSocket* listener, DirectoryService* service) {
 
 }  // namespace
 
-void start_directory_service(int fd, TrackedSocket* listener) noexcept {
+void start_directory_service(int fd, ListenerState* listener) noexcept {
   if (listener->directory.load() == nullptr) return;
   unsigned here = fork_generation();
   if (listener->directory_service != nullptr && listener->service_generation == here) return;
@@ -87,7 +88,7 @@ void start_directory_service(int fd, TrackedSocket* listener) noexcept {
   }
 }
 
-void stop_directory_service(TrackedSocket* listener) noexcept {
+void stop_directory_service(ListenerState* listener) noexcept {
   DirectoryService* service = listener->directory_service;
   if (service == nullptr || listener->service_generation != fork_generation()) return;
   listener->directory_service = nullptr;
@@ -96,7 +97,7 @@ void stop_directory_service(TrackedSocket* listener) noexcept {
   delete service;
 }
 
-void forget_directory(TrackedSocket* listener) noexcept {
+void forget_directory(ListenerState* listener) noexcept {
   stop_directory_service(listener);
   ListenerDirectory* directory = listener->directory.exchange(nullptr);
   if (directory == nullptr) return;

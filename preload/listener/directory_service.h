@@ -5,16 +5,18 @@
 // accept: nothing else would look at the holder's listener then.
 #pragma once
 
-#include "registry/tracked_socket.h"
+namespace tcp2rdma::preload {
+struct ListenerState;
+}
 
 namespace tcp2rdma::preload {
 
 // Starts the thread for `listener` (fd names it) in this process, unless it runs already.
-void start_directory_service(int fd, TrackedSocket* listener) noexcept;
+void start_directory_service(int fd, ListenerState* listener) noexcept;
 // Stops and joins this process's thread for `listener`, if any.
-void stop_directory_service(TrackedSocket* listener) noexcept;
+void stop_directory_service(ListenerState* listener) noexcept;
 // The listener is going (its last descriptor closed): stops the thread, gives up the holder's place
 // when this process held the port, and unmaps this process's view of the directory.
-void forget_directory(TrackedSocket* listener) noexcept;
+void forget_directory(ListenerState* listener) noexcept;
 
 }  // namespace tcp2rdma::preload

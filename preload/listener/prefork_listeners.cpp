@@ -9,6 +9,7 @@
 #include "keep_forever.h"
 #include "listener/directory_service.h"
 #include "listener/listener_directory.h"
+#include "listener/listener_state.h"
 #include "listener/rdma_listener.h"
 #include "registry/fd_table.h"
 #include "stream_listener.h"
@@ -17,20 +18,21 @@
 namespace tcp2rdma::preload {
 namespace {
 
-// Calls f(fd, listener) for every descriptor of a tracked listener.
+// Calls f(fd, socket, state) for every descriptor of a tracked listener with a listener state.
 template <typename F>
 void for_each_listener(F f) {
   int end = fd_table().high_water();
   for (int fd = 0; fd < end; ++fd) {
     SocketHold socket = SocketHold::of(fd);
-    if (socket && socket->role() == SocketRole::kListener) f(fd, socket.get());
+    if (!socket || socket->role() != SocketRole::kListener) continue;
+    if (ListenerState* state = listener_state(socket.get()); state != nullptr) f(fd, socket.get(), state);
   }
 }
 
 // Before the first fork of a listener with an RDMA listener here: the family's directory, shared
 // with every process forked from now on. Null when it cannot be mapped (then only one process of the
 // family gets RDMA, as without a directory).
-void make_directory(TrackedSocket* l, bool keeps_listener) {
+void make_directory(ListenerState* l, bool keeps_listener) {
   if (l->directory.load() != nullptr) return;
   ListenerDirectory* directory = ListenerDirectory::create();
   if (directory == nullptr) return;
@@ -58,8 +60,9 @@ transport::Status take_listeners_port(int fd, TrackedSocket* listener) {
   return retrying(20, [&] { return listen_rdma(fd, listener, /*log_failure=*/false); });
 }
 
-void listen_on_own_port(int fd, TrackedSocket* listener, ListenerDirectory* directory) {
-  if (listen_rdma_on_own_port(fd, listener) != transport::Status::kOk) return;  // logged
+void listen_on_own_port(int fd, TrackedSocket* socket, ListenerDirectory* directory) {
+  if (listen_rdma_on_own_port(fd, socket) != transport::Status::kOk) return;  // logged
+  ListenerState* listener = listener_state(socket);
   log_line("fd %d listener: RDMA listener on rdma_cm port %u of this process's own; the process holding the "
            "listener's port (pid %d) sends this process's requests here",
            fd, static_cast<unsigned>(listener->own_rdma_port), static_cast<int>(directory->holder()));
@@ -69,13 +72,13 @@ void listen_on_own_port(int fd, TrackedSocket* listener, ListenerDirectory* dire
 // exited (nginx replaces its workers; a prefork worker ends after its quota), the first to notice
 // takes the port over and answers for everyone, itself included (it keeps accepting on its own port).
 // A connection whose request came while nobody held the port stays TCP.
-void take_over_if_holder_died(int fd, TrackedSocket* listener, ListenerDirectory* directory) {
+void take_over_if_holder_died(int fd, TrackedSocket* socket, ListenerDirectory* directory) {
   pid_t holder = directory->holder();
   if (holder != 0 && process_alive(holder)) return;
   pid_t self = getpid();
   if (!directory->claim_holder(self)) return;  // another process was quicker
   // The port frees as the exited holder's descriptors close: normally at once.
-  transport::Status s = retrying(5, [&] { return listen_rdma_for_directory(fd, listener); });
+  transport::Status s = retrying(5, [&] { return listen_rdma_for_directory(fd, socket); });
   if (s != transport::Status::kOk) {
     directory->release_holder(self);
     log_line("fd %d listener: the process holding the listener's port (pid %d) is gone, and the port could not be "
@@ -84,14 +87,14 @@ void take_over_if_holder_died(int fd, TrackedSocket* listener, ListenerDirectory
     return;
   }
   log_line("fd %d listener: took over the listener's port from pid %d, which is gone", fd, static_cast<int>(holder));
-  start_directory_service(fd, listener);
+  start_directory_service(fd, listener_state(socket));
 }
 
 }  // namespace
 
 void mark_listeners_to_hand_on() noexcept {
   unsigned here = fork_generation();
-  for_each_listener([here](int, TrackedSocket* l) {
+  for_each_listener([here](int, TrackedSocket*, ListenerState* l) {
     // A process that accepts keeps its listener; it is not asked for the lock, which an accept
     // waiting for an RDMA request can hold for seconds.
     if (l->accept_generation.load() == here) {
@@ -101,7 +104,7 @@ void mark_listeners_to_hand_on() noexcept {
       }
       return;
     }
-    std::lock_guard lock(l->listener_mutex);
+    std::lock_guard lock(l->mutex);
     // It holds the RDMA listener but never accepted: it drops it after the fork.
     bool drop = l->rdma_listener != nullptr && l->listener_generation == here;
     if (drop) make_directory(l, /*keeps_listener=*/false);
@@ -112,7 +115,7 @@ void mark_listeners_to_hand_on() noexcept {
 }
 
 void hand_on_marked_listeners(bool forked) noexcept {
-  for_each_listener([forked](int fd, TrackedSocket* l) {
+  for_each_listener([forked](int fd, TrackedSocket*, ListenerState* l) {
     if (!l->drop_after_fork.exchange(false)) {
       // A process that keeps the listener's port and accepts: the children forked now accept too,
       // and their requests come here first.
@@ -122,7 +125,7 @@ void hand_on_marked_listeners(bool forked) noexcept {
     }
     if (!forked) return;  // the fork failed: keep it (rdma_handed_on only allows a later remake here)
     stop_directory_service(l);
-    std::lock_guard lock(l->listener_mutex);
+    std::lock_guard lock(l->mutex);
     if (ListenerDirectory* directory = l->directory.load(); directory != nullptr) directory->release_holder(getpid());
     l->rdma_listener.reset();
     l->directory_listener.reset();
@@ -131,16 +134,18 @@ void hand_on_marked_listeners(bool forked) noexcept {
 }
 
 void renew_listener_locks() noexcept {
-  for_each_listener([](int, TrackedSocket* l) { new (&l->listener_mutex) std::mutex; });
+  for_each_listener([](int, TrackedSocket*, ListenerState* l) { new (&l->mutex) std::mutex; });
 }
 
-void claim_rdma_listener(int fd, TrackedSocket* listener) noexcept {
+void claim_rdma_listener(int fd, TrackedSocket* socket) noexcept {
+  ListenerState* listener = listener_state(socket);
+  if (listener == nullptr) return;
   ListenerDirectory* directory = listener->directory.load();
   if (!listener->rdma_handed_on.load() && directory == nullptr) return;
   unsigned here = fork_generation();
   bool may_take_over = false;
   {
-    std::lock_guard lock(listener->listener_mutex);
+    std::lock_guard lock(listener->mutex);
     if (listener->rdma_listener != nullptr && listener->listener_generation == here) {
       // This process has its listener already; one on its own port may have to take the port over.
       may_take_over = directory != nullptr && listener->own_rdma_port != 0 && listener->directory_listener == nullptr;
@@ -155,15 +160,15 @@ void claim_rdma_listener(int fd, TrackedSocket* listener) noexcept {
     }
   }
   if (may_take_over) {
-    take_over_if_holder_died(fd, listener, directory);
+    take_over_if_holder_died(fd, socket, directory);
     return;
   }
   pid_t self = getpid();
   if (directory != nullptr && !directory->claim_holder(self)) {
-    listen_on_own_port(fd, listener, directory);
+    listen_on_own_port(fd, socket, directory);
     return;
   }
-  transport::Status s = take_listeners_port(fd, listener);
+  transport::Status s = take_listeners_port(fd, socket);
   if (s == transport::Status::kOk) {
     log_line("fd %d listener: RDMA listener made in this process of a pre-fork server", fd);
     start_directory_service(fd, listener);
@@ -171,7 +176,7 @@ void claim_rdma_listener(int fd, TrackedSocket* listener) noexcept {
   }
   if (directory != nullptr) {
     directory->release_holder(self);
-    listen_on_own_port(fd, listener, directory);
+    listen_on_own_port(fd, socket, directory);
     return;
   }
   log_line("fd %d listener: no RDMA listener in this process (%s): its connections stay tcp", fd,

@@ -9,6 +9,7 @@
 
 #include "libc/real_calls.h"
 #include "listener/listener_directory.h"
+#include "listener/listener_state.h"
 #include "rdma_stream.h"
 #include "registry/connection_policy.h"
 #include "registry/tracked_socket.h"
@@ -18,16 +19,16 @@
 
 namespace tcp2rdma::preload {
 namespace {
-using Clock = std::chrono::steady_clock;
-}  // namespace
 
-namespace {
+using Clock = std::chrono::steady_clock;
 
 enum class ListenerKind { kOnListenersPort, kOnOwnPort, kDirectory };
 
 // An rdma_cm listener for `listener` at its address: on its port (kOnListenersPort, kDirectory) or on
 // one rdma_cm picks (kOnOwnPort).
-transport::Status make_rdma_listener(int fd, TrackedSocket* listener, ListenerKind kind, bool log_failure) {
+transport::Status make_rdma_listener(int fd, TrackedSocket* socket, ListenerKind kind, bool log_failure) {
+  ListenerState* listener = make_listener_state(socket);
+  if (listener == nullptr) return transport::Status::kResources;
   bool own_port = kind == ListenerKind::kOnOwnPort;
   sockaddr_storage local{};
   socklen_t len = sizeof local;
@@ -39,7 +40,7 @@ transport::Status make_rdma_listener(int fd, TrackedSocket* listener, ListenerKi
   // the defaults here only size what a request is checked against.
   transport::Status s =
       transport::StreamListener::listen(reinterpret_cast<sockaddr*>(&local), transport::StreamOptions{}, &rdma);
-  std::lock_guard lock(listener->listener_mutex);
+  std::lock_guard lock(listener->mutex);
   if (s != transport::Status::kOk) {
     if (log_failure) log_line("fd %d listener: no RDMA listener on its port (%s): its connections stay tcp", fd, why_not(s));
     return s;
@@ -68,8 +69,10 @@ transport::Status listen_rdma_for_directory(int fd, TrackedSocket* listener) {
   return make_rdma_listener(fd, listener, ListenerKind::kDirectory, false);
 }
 
-void drop_rdma_listener(TrackedSocket* listener) {
-  std::lock_guard lock(listener->listener_mutex);
+void drop_rdma_listener(TrackedSocket* socket) {
+  ListenerState* listener = listener_state(socket);
+  if (listener == nullptr) return;
+  std::lock_guard lock(listener->mutex);
   listener->rdma_listener.reset();
 }
 
@@ -89,10 +92,10 @@ namespace {
 // is to send it.
 class PublishedTuple {
  public:
-  PublishedTuple(TrackedSocket* listener, const transport::TcpTuple& tuple) : tuple_(tuple) {
+  PublishedTuple(ListenerState* listener, const transport::TcpTuple& tuple) : tuple_(tuple) {
     uint16_t port = 0;
     {
-      std::lock_guard lock(listener->listener_mutex);
+      std::lock_guard lock(listener->mutex);
       if (listener->listener_generation == fork_generation()) port = listener->own_rdma_port;
     }
     ListenerDirectory* directory = listener->directory.load();
@@ -121,15 +124,19 @@ class PublishedTuple {
 // A server connection that stays TCP: its client's RDMA request, held or still to come, is rejected at
 // once instead of making the client wait out the hold (an event-loop client that upgrades its
 // connections one by one would wait that long for each).
-void decline(TrackedSocket* listener, const transport::TcpTuple& tuple) {
-  std::lock_guard lock(listener->listener_mutex);
+void decline(TrackedSocket* socket, const transport::TcpTuple& tuple) {
+  ListenerState* listener = listener_state(socket);
+  if (listener == nullptr) return;
+  std::lock_guard lock(listener->mutex);
   transport::StreamListener* rdma = listener->rdma_listener.get();
   if (rdma != nullptr && listener->listener_generation == fork_generation()) rdma->decline(tuple);
 }
 
-transport::Status accept_request(TrackedSocket* listener, const transport::TcpTuple& tuple,
+transport::Status accept_request(TrackedSocket* socket, const transport::TcpTuple& tuple,
                                  const config::ConnectionOptions& options, const UpgradeSession* session,
                                  std::unique_ptr<transport::RdmaStream>* out) {
+  ListenerState* listener = listener_state(socket);
+  if (listener == nullptr) return transport::Status::kRejected;
   auto until = Clock::now() + std::chrono::microseconds(options.upgrade_timeout_us);
   PublishedTuple published(listener, tuple);
   for (;;) {
@@ -137,7 +144,7 @@ transport::Status accept_request(TrackedSocket* listener, const transport::TcpTu
     transport::Status s = transport::Status::kWouldBlock;
     std::unique_ptr<transport::RdmaStream> answered;
     {
-      std::lock_guard lock(listener->listener_mutex);
+      std::lock_guard lock(listener->mutex);
       transport::StreamListener* rdma = listener->rdma_listener.get();
       if (rdma == nullptr || listener->listener_generation != fork_generation()) return transport::Status::kRejected;
       rdma->collect(kRequestHold);
@@ -153,7 +160,7 @@ transport::Status accept_request(TrackedSocket* listener, const transport::TcpTu
     }
     if (s != transport::Status::kWouldBlock) return s;
     if (Clock::now() >= until || session->phase() == UpgradeSession::Phase::kOver) {
-      decline(listener, tuple);  // a request that comes later is answered at once
+      decline(socket, tuple);  // a request that comes later is answered at once
       return transport::Status::kWouldBlock;
     }
     pollfd p{listener_fd, POLLIN, 0};

@@ -12,14 +12,12 @@
 
 #include "keep_forever.h"
 #include "libc/real_calls.h"
-#include "listener/directory_service.h"
 #include "own_descriptors.h"
 #include "rdma_stream.h"
 #include "registry/fd_table.h"
 #include "registry/socket_registry.h"
 #include "registry/stream_closer.h"
 #include "registry/upgrade_session.h"
-#include "stream_listener.h"
 
 namespace tcp2rdma::preload {
 
@@ -82,6 +80,12 @@ UpgradeSession* TrackedSocket::start_session() {
     return nullptr;
   }
   return fresh;
+}
+
+ListenerParts* TrackedSocket::adopt_listener_parts(std::unique_ptr<ListenerParts> parts) noexcept {
+  ListenerParts* none = nullptr;
+  if (listener_parts_.compare_exchange_strong(none, parts.get(), std::memory_order_acq_rel)) return parts.release();
+  return none;  // another thread's, installed first; ours goes
 }
 
 UpgradeSession* TrackedSocket::active_session() const noexcept {
@@ -175,11 +179,7 @@ TrackedSocket::~TrackedSocket() {
   } else {
     transport::keep_forever(stream_.load());
   }
-  if (role() == SocketRole::kListener) forget_directory(this);
-  if (listener_generation != fork_generation()) {
-    transport::keep_forever(rdma_listener.release());
-    transport::keep_forever(directory_listener.release());
-  }
+  delete listener_parts_.load();  // listener/listener_state.h
   delete session_.load();
 }
 

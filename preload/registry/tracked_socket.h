@@ -13,14 +13,22 @@
 
 namespace tcp2rdma::transport {
 class RdmaStream;
-class StreamListener;
 }  // namespace tcp2rdma::transport
 
 namespace tcp2rdma::preload {
 
 class UpgradeSession;
-class ListenerDirectory;
-struct DirectoryService;
+
+// The state only a listening socket has. The socket owns it and ends it with its last descriptor;
+// only the listener code (listener/listener_state.h) knows what it holds, so the registry does not
+// depend on it.
+class ListenerParts {
+ public:
+  ListenerParts() = default;
+  virtual ~ListenerParts() = default;
+  ListenerParts(const ListenerParts&) = delete;
+  ListenerParts& operator=(const ListenerParts&) = delete;
+};
 
 // Counts the forks on the way to this process (0 in the process the module was loaded into; the fork
 // wrapper bumps it in each child). Cheaper than getpid() on every call.
@@ -116,31 +124,11 @@ class TrackedSocket {
   // The log said once why this connection's stream failed (stream_calls.cpp).
   std::atomic<bool> failure_logged{false};
 
-  // A listener's rdma_cm listener on the same address and port (listeners only), and the lock that
-  // serialises accepts through it.
-  std::mutex listener_mutex;
-  std::unique_ptr<transport::StreamListener> rdma_listener;
-  unsigned listener_generation = 0;  // fork_generation() of the process that made rdma_listener
-  // Pre-fork servers (prefork_listeners.cpp): the fork_generation() of the last process that accepted
-  // on this listener; whether an ancestor handed the RDMA listener on to whichever process of the
-  // family accepts; whether this fork drops it in the parent; the process that last tried to make it
-  // again (with listener_mutex).
-  std::atomic<unsigned> accept_generation{~0u};
-  std::atomic<bool> rdma_handed_on{false};
-  std::atomic<bool> drop_after_fork{false};
-  unsigned claim_generation = ~0u;
-  // Pre-fork servers whose several processes accept (listener_directory.h): the family's directory,
-  // made before the first fork; the port of this process's own rdma_cm listener when another process
-  // holds the listener's port (0: rdma_listener is on the listener's port; with listener_mutex); the
-  // holder's thread that sends the others' requests on (directory_service.h), and the process that
-  // runs it (fork_generation()).
-  std::atomic<ListenerDirectory*> directory{nullptr};
-  uint16_t own_rdma_port = 0;
-  // In a process with its own port that took the listener's port over after the process holding it
-  // exited: the rdma_cm listener there, which only sends requests on (with listener_mutex).
-  std::unique_ptr<transport::StreamListener> directory_listener;
-  DirectoryService* directory_service = nullptr;
-  unsigned service_generation = ~0u;
+  // What only a listener has (listener/listener_state.h), or null: made at its first listen() that a
+  // rule may select RDMA for, ended with the socket.
+  ListenerParts* listener_parts() const noexcept { return listener_parts_.load(std::memory_order_acquire); }
+  // Installs `parts` unless the socket has some already; returns the ones it has then.
+  ListenerParts* adopt_listener_parts(std::unique_ptr<ListenerParts> parts) noexcept;
 
  private:
   ~TrackedSocket();
@@ -152,6 +140,7 @@ class TrackedSocket {
   std::atomic<UpgradeSession*> session_{nullptr};
   std::atomic<bool> back_on_tcp_{false};
   unsigned generation_ = 0;
+  std::atomic<ListenerParts*> listener_parts_{nullptr};
 };
 
 // A reference to a socket held for the length of a call: another thread's close() then only takes the

@@ -15,11 +15,11 @@
 #include <cstring>
 #include <string>
 
-#include "registry/fd_table.h"
-#include "own_calls.h"
 #include "libc/real_calls.h"
-#include "test_sockets.h"
+#include "own_calls.h"
+#include "registry/fd_table.h"
 #include "registry/tracked_socket.h"
+#include "test_sockets.h"
 
 namespace tcp2rdma::preload {
 namespace {

@@ -21,8 +21,8 @@
 #include "process/exec_guard.h"
 #include "registry/fd_table.h"
 #include "registry/socket_registry.h"
-#include "test_sockets.h"
 #include "registry/tracked_socket.h"
+#include "test_sockets.h"
 
 namespace tcp2rdma::preload {
 namespace {

@@ -10,10 +10,10 @@
 
 #include <gtest/gtest.h>
 
-#include "registry/fd_table.h"
 #include "libc/interposed.h"
-#include "test_sockets.h"
+#include "registry/fd_table.h"
 #include "registry/tracked_socket.h"
+#include "test_sockets.h"
 
 namespace tcp2rdma::preload {
 namespace {

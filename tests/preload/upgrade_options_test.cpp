@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "options.h"
-#include "stream_listener.h"
 #include "registry/connection_policy.h"
+#include "stream_listener.h"
 
 namespace tcp2rdma::preload {
 namespace {

@@ -24,9 +24,9 @@
 #include <thread>
 
 #include "registry/fd_table.h"
+#include "registry/tracked_socket.h"
 #include "registry/upgrade_session.h"
 #include "test_sockets.h"
-#include "registry/tracked_socket.h"
 
 namespace tcp2rdma::preload {
 namespace {

@@ -1,0 +1,61 @@
+// What only a listening socket has: its rdma_cm listeners and, for pre-fork servers, the family's
+// directory (docs/architecture.md, "Pre-fork servers"). The socket owns it (TrackedSocket::
+// listener_parts, made at the first listen() a rule may select RDMA for) and ends it with its last
+// descriptor; only the listener code knows what it holds.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+
+#include "registry/tracked_socket.h"
+
+namespace tcp2rdma::transport {
+class StreamListener;
+}
+
+namespace tcp2rdma::preload {
+
+class ListenerDirectory;
+struct DirectoryService;
+
+struct ListenerState final : ListenerParts {
+  // Stops this process's directory thread and lets go of the directory; the rdma_cm listeners of an
+  // ancestor (a forked child's copies) are left alone: destroying them would end the ancestor's.
+  ~ListenerState() override;
+
+  // The rdma_cm listener on the same address and port, and the lock that serialises accepts
+  // through it; the fork_generation() of the process that made it.
+  std::mutex mutex;
+  std::unique_ptr<transport::StreamListener> rdma_listener;
+  unsigned listener_generation = 0;
+  // Pre-fork servers (prefork_listeners.cpp): the fork_generation() of the last process that accepted
+  // on this listener; whether an ancestor handed the RDMA listener on to whichever process of the
+  // family accepts; whether this fork drops it in the parent; the process that last tried to make it
+  // again (with mutex).
+  std::atomic<unsigned> accept_generation{~0u};
+  std::atomic<bool> rdma_handed_on{false};
+  std::atomic<bool> drop_after_fork{false};
+  unsigned claim_generation = ~0u;
+  // Pre-fork servers whose several processes accept (listener_directory.h): the family's directory,
+  // made before the first fork; the port of this process's own rdma_cm listener when another process
+  // holds the listener's port (0: rdma_listener is on the listener's port; with mutex); the holder's
+  // thread that sends the others' requests on (directory_service.h), and the process that runs it
+  // (fork_generation()).
+  std::atomic<ListenerDirectory*> directory{nullptr};
+  uint16_t own_rdma_port = 0;
+  // In a process with its own port that took the listener's port over after the process holding it
+  // exited: the rdma_cm listener there, which only sends requests on (with mutex).
+  std::unique_ptr<transport::StreamListener> directory_listener;
+  DirectoryService* directory_service = nullptr;
+  unsigned service_generation = ~0u;
+};
+
+// The listener state of `socket`, or null when it has none (it never listened with a rule that may
+// select RDMA, or there was no memory for it).
+ListenerState* listener_state(const TrackedSocket* socket) noexcept;
+// The same, made if it is missing; null only without memory.
+ListenerState* make_listener_state(TrackedSocket* socket) noexcept;
+
+}  // namespace tcp2rdma::preload
