@@ -3,25 +3,15 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
-#include <cerrno>
 #include <new>
 
 #include "registry/fd_table.h"
+#include "util/saved_errno.h"
 
+// Bookkeeping runs after a real call whose errno the application may still read: each function keeps
+// errno (SavedErrno).
 namespace tcp2rdma::preload {
 namespace {
-
-// Bookkeeping runs after a real call whose errno the application may still read.
-class ErrnoKeeper {
- public:
-  ErrnoKeeper() : saved_(errno) {}
-  ~ErrnoKeeper() { errno = saved_; }
-  ErrnoKeeper(const ErrnoKeeper&) = delete;
-  ErrnoKeeper& operator=(const ErrnoKeeper&) = delete;
-
- private:
-  int saved_;
-};
 
 void replace(int fd, TrackedSocket* socket) noexcept {
   TrackedSocket* previous = nullptr;
@@ -41,18 +31,18 @@ bool is_tcp_candidate(int domain, int type, int protocol) noexcept {
 }
 
 void track_new_socket(int fd, int domain, SocketRole role) noexcept {
-  ErrnoKeeper keep;
+  SavedErrno keep;
   replace(fd, new (std::nothrow) TrackedSocket(domain, role));
 }
 
 void track_duplicate(int old_fd, int new_fd) noexcept {
   if (old_fd == new_fd) return;
-  ErrnoKeeper keep;
+  SavedErrno keep;
   replace(new_fd, fd_table().hold(old_fd));  // new_fd's reference
 }
 
 void track_close(int fd) noexcept {
-  ErrnoKeeper keep;
+  SavedErrno keep;
   replace(fd, nullptr);
 }
 
@@ -63,7 +53,7 @@ TrackedSocket* untrack(int fd) noexcept {
 }
 
 std::vector<TrackedSocket*> untrack_range(unsigned first, unsigned last) noexcept {
-  ErrnoKeeper keep;
+  SavedErrno keep;
   std::vector<TrackedSocket*> taken;
   unsigned end = static_cast<unsigned>(fd_table().high_water());
   for (unsigned fd = first; fd <= last && fd < end; ++fd) {
