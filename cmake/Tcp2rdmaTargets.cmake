@@ -69,6 +69,15 @@ function(tcp2rdma_unit_test name)
   gtest_discover_tests(${name} TEST_PREFIX "${name}." PROPERTIES LABELS unit DISCOVERY_TIMEOUT 30)
 endfunction()
 
+# tcp2rdma_shim_env(<var> <rules file>)
+# Sets <var> to the environment a VM test's command runs a program under the module with: the module
+# preloaded (TCP2RDMA_PRELOAD), the rules file, and the log in the test's work directory, one file per
+# guest (shim-a.log, shim-b.log), which the test then greps for the path each connection took.
+function(tcp2rdma_shim_env var rules)
+  set(${var} "LD_PRELOAD=${TCP2RDMA_PRELOAD} TCP2RDMA_RULES=${rules} TCP2RDMA_LOG=$T2R_WORK/shim-$T2R_HOST.log"
+      PARENT_SCOPE)
+endfunction()
+
 # tcp2rdma_vm_test(<name> LABEL rdma|integration TOPOLOGY loop|pair [TIMEOUT s] [SANITIZE]
 #                  GUEST "shell" | GUEST_A "shell" GUEST_B "shell")
 # Runs shell commands inside the Soft-RoCE testbed (integration/vm). In "loop" GUEST runs in one VM;

@@ -13,11 +13,12 @@
 #include "registry/tracked_socket.h"
 #include "registry/upgrade_session.h"
 #include "util/log.h"
+#include "util/saved_errno.h"
 
 namespace tcp2rdma::preload {
 
 bool move_back(TrackedSocket* socket, transport::RdmaStream* stream, int fd, const char* why) noexcept {
-  int saved_errno = errno;
+  SavedErrno keep_errno;
   socket->moving_back.store(true, std::memory_order_release);
   std::vector<uint8_t> unread;
   bool peer_ended = false;
@@ -41,26 +42,23 @@ bool move_back(TrackedSocket* socket, transport::RdmaStream* stream, int fd, con
              transport::to_string(s));
   }
   socket->moving_back.store(false, std::memory_order_release);
-  errno = saved_errno;
   return s == transport::Status::kOk;
 }
 
 void move_streams_back(const char* why) noexcept {
-  int saved_errno = errno;
+  SavedErrno keep_errno;
   // Every marker first, then each move's end: the peers answer together, and a process with many
   // connections waits about one round trip, not one per connection. From the first step on, the
   // socket is marked as moving: another thread's call that meets the peer's marker waits for this
   // one to finish the move (held: the socket stays while we work on it, whatever other threads close).
   std::vector<std::pair<int, SocketHold>> moving;
-  int end = fd_table().high_water();
-  for (int fd = 0; fd < end; ++fd) {
-    SocketHold socket = SocketHold::of(fd);
-    transport::RdmaStream* stream = socket ? socket->stream() : nullptr;
-    if (stream == nullptr || !socket->follows_fork.load(std::memory_order_relaxed)) continue;
+  for_each_tracked_fd([&](int fd, SocketHold& socket) {
+    transport::RdmaStream* stream = socket->stream();
+    if (stream == nullptr || !socket->follows_fork.load(std::memory_order_relaxed)) return;
     socket->moving_back.store(true, std::memory_order_release);
     stream->start_move_to_tcp();
     moving.emplace_back(fd, std::move(socket));
-  }
+  });
   for (auto& [fd, socket] : moving) {
     // A dup'd descriptor finds its socket back on TCP already (stream() is null).
     transport::RdmaStream* stream = socket->stream();
@@ -70,7 +68,6 @@ void move_streams_back(const char* why) noexcept {
       socket->moving_back.store(false, std::memory_order_release);
     }
   }
-  errno = saved_errno;
 }
 
 void complete_move_back(TrackedSocket* socket, int fd, bool by_mover) noexcept {

@@ -77,10 +77,10 @@ T2R_INTERPOSE int close_range(unsigned int first, unsigned int last, int flags) 
   if ((flags & CLOSE_RANGE_CLOEXEC) != 0 || first > last || (flags & ~(CLOSE_RANGE_CLOEXEC | CLOSE_RANGE_UNSHARE)) != 0) {
     return real().close_range(first, last, flags);
   }
-  int end = tcp2rdma::preload::fd_table().high_water();
-  for (unsigned fd = first; fd <= last && fd < static_cast<unsigned>(end); ++fd) {
-    tcp2rdma::preload::settle_session(static_cast<int>(fd));
-  }
+  // No descriptor lies beyond INT_MAX (the kernel's limit is far below it).
+  auto as_fd = [](unsigned n) { return n > static_cast<unsigned>(INT_MAX) ? INT_MAX : static_cast<int>(n); };
+  tcp2rdma::preload::for_each_tracked_fd(
+      [](int fd, tcp2rdma::preload::SocketHold&) { tcp2rdma::preload::settle_session(fd); }, as_fd(first), as_fd(last));
   auto sockets = tcp2rdma::preload::untrack_range(first, last);
   int rc = real().close_range(first, last, flags);
   int saved_errno = errno;

@@ -13,6 +13,7 @@
 #include "registry/socket_registry.h"
 #include "registry/upgrade_session.h"
 #include "upgrade/upgrade.h"
+#include "util/saved_errno.h"
 
 using tcp2rdma::preload::fd_table;
 using tcp2rdma::preload::real;
@@ -28,12 +29,11 @@ using tcp2rdma::config::Transport;
 void before_accept(int fd) {
   auto listener = tcp2rdma::preload::SocketHold::of(fd);
   if (!listener) return;
-  int saved_errno = errno;
+  tcp2rdma::preload::SavedErrno keep_errno;
   if (auto* state = tcp2rdma::preload::listener_state(listener.get())) {
     state->accept_generation.store(tcp2rdma::preload::fork_generation());
   }
   tcp2rdma::preload::claim_rdma_listener(fd, listener.get());
-  errno = saved_errno;
 }
 
 int accept_common(int fd, int accepted) {

@@ -21,12 +21,10 @@ namespace {
 // Calls f(fd, socket, state) for every descriptor of a tracked listener with a listener state.
 template <typename F>
 void for_each_listener(F f) {
-  int end = fd_table().high_water();
-  for (int fd = 0; fd < end; ++fd) {
-    SocketHold socket = SocketHold::of(fd);
-    if (!socket || socket->role() != SocketRole::kListener) continue;
+  for_each_tracked_fd([&](int fd, SocketHold& socket) {
+    if (socket->role() != SocketRole::kListener) return;
     if (ListenerState* state = listener_state(socket.get()); state != nullptr) f(fd, socket.get(), state);
-  }
+  });
 }
 
 // Before the first fork of a listener with an RDMA listener here: the family's directory, shared

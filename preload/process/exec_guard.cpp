@@ -20,12 +20,14 @@
 #include "registry/tracked_socket.h"
 #include "registry/upgrade_session.h"
 #include "util/log.h"
+#include "util/saved_errno.h"
 
 namespace tcp2rdma::preload {
 namespace {
 
 // Whether exec keeps some descriptor of `socket` open (one without FD_CLOEXEC).
-bool survives_exec(const TrackedSocket* socket, int end) noexcept {
+bool survives_exec(const TrackedSocket* socket) noexcept {
+  int end = fd_table().high_water();
   for (int fd = 0; fd < end; ++fd) {
     if (fd_table().find(fd) != socket) continue;
     int flags = real().fcntl(fd, F_GETFD);
@@ -36,10 +38,11 @@ bool survives_exec(const TrackedSocket* socket, int end) noexcept {
 
 // Every descriptor of `socket` from `fd` on names an unconnected socket; the connection itself is
 // reset if these were its last references (SO_LINGER {on, 0}).
-void reset_and_disown(TrackedSocket* socket, int fd, int end) noexcept {
+void reset_and_disown(TrackedSocket* socket, int fd) noexcept {
   linger hard{1, 0};
   real().setsockopt(fd, SOL_SOCKET, SO_LINGER, &hard, sizeof hard);
   int domain = socket->domain();  // the last track_close below may free `socket`
+  int end = fd_table().high_water();
   for (int other = fd; other < end; ++other) {
     if (fd_table().find(other) == socket) replace_with_unconnected_socket(other, domain);
   }
@@ -47,23 +50,22 @@ void reset_and_disown(TrackedSocket* socket, int fd, int end) noexcept {
 
 // Streams: back to TCP where a descriptor goes on and the rule allows it; ended (or, carried on,
 // reset) where not.
-void settle_streams(int end) noexcept {
-  for (int fd = 0; fd < end; ++fd) {
-    SocketHold socket = SocketHold::of(fd);
-    transport::RdmaStream* s = socket ? socket->stream() : nullptr;
-    if (s == nullptr) continue;
-    if (!survives_exec(socket.get(), end)) {
+void settle_streams() noexcept {
+  for_each_tracked_fd([](int fd, SocketHold& socket) {
+    transport::RdmaStream* s = socket->stream();
+    if (s == nullptr) return;
+    if (!survives_exec(socket.get())) {
       // exec closes every descriptor of it: the last close, as close() does it.
       end_stream(s, socket->linger_seconds.load());
-      continue;
+      return;
     }
-    if (socket->follows_fork.load(std::memory_order_relaxed) && move_back(socket.get(), s, fd, "exec")) continue;
+    if (socket->follows_fork.load(std::memory_order_relaxed) && move_back(socket.get(), s, fd, "exec")) return;
     // Everything written so far still reaches the peer, then a reset: the new program's writes could
     // never arrive, and the peer must not read a clean end.
     (void)s->flush();
     s->abort();
-    reset_and_disown(socket.get(), fd, end);
-  }
+    reset_and_disown(socket.get(), fd);
+  });
 }
 
 // Whether the environment `envp` preloads this module (the new program will then read the prefixes).
@@ -99,17 +101,15 @@ int prefix_in_memfd(const TrackedSocket* socket) noexcept {
 
 // Every descriptor that exec keeps, of a socket with a prefix: handed on, or reset.
 void hand_on_prefixes(PrefixHandOn* prefixes) noexcept {
-  int end = fd_table().high_water();
-  for (int fd = 0; fd < end; ++fd) {
-    SocketHold socket = SocketHold::of(fd);
-    if (!socket || !socket->prefix.present()) continue;
+  for_each_tracked_fd([&](int fd, SocketHold& socket) {
+    if (!socket->prefix.present()) return;
     int flags = real().fcntl(fd, F_GETFD);
-    if (flags < 0 || (flags & FD_CLOEXEC) != 0) continue;
+    if (flags < 0 || (flags & FD_CLOEXEC) != 0) return;
     if (!prefixes->add(socket.get(), fd)) {
       log_line("fd %d: reset at exec: %zu bytes of the peer's could not go with it", fd, socket->prefix.size());
-      reset_and_disown(socket.get(), fd, end);
+      reset_and_disown(socket.get(), fd);
     }
-  }
+  });
 }
 
 }  // namespace
@@ -118,9 +118,8 @@ PrefixHandOn::PrefixHandOn(char* const* envp) noexcept
     : original_(envp), module_follows_(preloads_this_module(envp)) {}
 
 PrefixHandOn::~PrefixHandOn() {
-  int saved_errno = errno;
+  SavedErrno keep_errno;
   for (const auto& entry : memfds_) real().close(entry.second);
-  errno = saved_errno;
 }
 
 bool PrefixHandOn::add(const TrackedSocket* socket, int target) noexcept {
@@ -153,13 +152,12 @@ char* const* PrefixHandOn::envp() noexcept {
 }
 
 ExecGuard::ExecGuard(char* const* envp) noexcept : prefixes_(envp) {
-  int saved_errno = errno;
+  SavedErrno keep_errno;
   // Connections whose handover is still on TCP stay there, and the new program can use them.
   settle_all_sessions();
-  settle_streams(fd_table().high_water());
+  settle_streams();
   hand_on_prefixes(&prefixes_);
   finish_closing();  // streams closed before exec end before the image that holds them goes
-  errno = saved_errno;
 }
 
 void adopt_exec_prefixes() noexcept {

@@ -11,6 +11,7 @@
 #include "registry/tracked_socket.h"
 #include "registry/upgrade_session.h"
 #include "util/log.h"
+#include "util/saved_errno.h"
 
 namespace tcp2rdma::preload {
 namespace {
@@ -51,18 +52,16 @@ void forget_spawn_actions(const posix_spawn_file_actions_t* actions) noexcept {
 
 SpawnGuard::SpawnGuard(const posix_spawn_file_actions_t* actions, char* const* envp)
     : prefixes_(envp) {
-  int saved_errno = errno;
+  SavedErrno keep_errno;
   settle_all_sessions();
   if (actions != nullptr) hand_on_dup2_targets(actions);
-  int end = fd_table().high_water();
-  for (int fd = 0; fd < end && error_ == 0; ++fd) {
-    SocketHold socket = SocketHold::of(fd);
-    if (!socket || socket->stream() == nullptr) continue;
+  if (error_ != 0) return;
+  for_each_tracked_fd([&](int fd, SocketHold& socket) {
+    if (socket->stream() == nullptr) return;
     int flags = real().fcntl(fd, F_GETFD);
-    if (flags < 0 || (flags & FD_CLOEXEC) != 0) continue;
+    if (flags < 0 || (flags & FD_CLOEXEC) != 0) return;
     if (real().fcntl(fd, F_SETFD, flags | FD_CLOEXEC) == 0) marked_.push_back(fd);
-  }
-  errno = saved_errno;
+  });
 }
 
 void SpawnGuard::hand_on_dup2_targets(const posix_spawn_file_actions_t* actions) {
@@ -87,12 +86,11 @@ void SpawnGuard::hand_on_dup2_targets(const posix_spawn_file_actions_t* actions)
 }
 
 SpawnGuard::~SpawnGuard() {
-  int saved_errno = errno;
+  SavedErrno keep_errno;
   for (int fd : marked_) {
     int flags = real().fcntl(fd, F_GETFD);
     if (flags >= 0) real().fcntl(fd, F_SETFD, flags & ~FD_CLOEXEC);
   }
-  errno = saved_errno;
 }
 
 }  // namespace tcp2rdma::preload

@@ -9,6 +9,7 @@
 #include "registry/tracked_socket.h"
 #include "registry/upgrade_session.h"
 #include "util/log.h"
+#include "util/saved_errno.h"
 
 namespace tcp2rdma::preload {
 
@@ -20,13 +21,12 @@ const char* connection_label(const TrackedSocket* socket) noexcept {
 bool settle_back_on_tcp(TrackedSocket* socket, int fd, bool by_mover) noexcept {
   if (!by_mover && socket->moving_back.load(std::memory_order_acquire)) return false;
   if (!socket->mark_back_on_tcp()) return false;
-  int saved_errno = errno;
+  SavedErrno keep_errno;
   transport::RdmaStream* stream = socket->own_stream();
   // The stream's end (our shutdown(SHUT_WR) went onto it) is the TCP socket's now.
   if (stream != nullptr && stream->write_was_shut()) real().shutdown(fd, SHUT_WR);
   // The side that moved says so itself, with what it kept (move_back).
   if (!by_mover) log_line("%s: back on tcp (the peer moved)", connection_label(socket));
-  errno = saved_errno;
   return true;
 }
 

@@ -14,6 +14,7 @@
 #include "libc/real_calls.h"
 #include "rule_loader.h"
 #include "util/log.h"
+#include "util/saved_errno.h"
 
 namespace tcp2rdma::preload {
 namespace {
@@ -92,20 +93,19 @@ void endpoints(int fd, const sockaddr* remote_hint, socklen_t remote_hint_len, s
 
 config::Decision decide_connection(int fd, config::Role role, const sockaddr* remote_hint,
                                    socklen_t remote_hint_len) {
-  int saved_errno = errno;
+  SavedErrno keep_errno;
   sockaddr_storage remote{}, local{};
   bool has_remote = false, has_local = false;
   endpoints(fd, remote_hint, remote_hint_len, &local, &has_local, &remote, &has_remote);
   config::ConnectionFacts facts{role, has_remote ? reinterpret_cast<sockaddr*>(&remote) : nullptr,
                                 has_local ? reinterpret_cast<sockaddr*>(&local) : nullptr};
   config::Decision decision = process_rules().match(facts);
-  errno = saved_errno;
   return decision;
 }
 
 void describe_connection(int fd, config::Role role, const config::Decision& decision, char* out, size_t size,
                          const sockaddr* remote_hint, socklen_t remote_hint_len) {
-  int saved_errno = errno;
+  SavedErrno keep_errno;
   sockaddr_storage remote{}, local{};
   bool has_remote = false, has_local = false;
   endpoints(fd, remote_hint, remote_hint_len, &local, &has_local, &remote, &has_remote);
@@ -119,7 +119,6 @@ void describe_connection(int fd, config::Role role, const config::Decision& deci
     snprintf(out, size, "fd %d %s %s -> %s: rule '%s' says %s", fd, who, from, to, decision.rule->name.c_str(),
              config::to_string(decision.options->transport));
   }
-  errno = saved_errno;
 }
 
 void log_connection(int fd, config::Role role, const config::Decision& decision, const char* path,

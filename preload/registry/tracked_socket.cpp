@@ -117,11 +117,9 @@ void reset_connection(int fd) noexcept {
 }
 
 void disown_parent_streams() noexcept {
-  int end = fd_table().high_water();
-  for (int fd = 0; fd < end; ++fd) {
-    SocketHold socket = SocketHold::of(fd);
-    if (socket && socket->stream_of_parent()) replace_with_unconnected_socket(fd, socket->domain());
-  }
+  for_each_tracked_fd([](int fd, SocketHold& socket) {
+    if (socket->stream_of_parent()) replace_with_unconnected_socket(fd, socket->domain());
+  });
 }
 
 bool ends_with_reset(transport::RdmaStream* s, int linger_seconds) noexcept {

@@ -2,12 +2,15 @@
 // share one TrackedSocket, as they share one kernel socket; it lives until the last of them is closed.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
+#include <climits>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <vector>
 
+#include "registry/fd_table.h"
 #include "registry/tcp_prefix.h"
 #include "rule_set.h"
 
@@ -181,6 +184,16 @@ class SocketHold {
 
   TrackedSocket* socket_ = nullptr;
 };
+
+// Calls f(fd, socket) for every descriptor in [first, last] that names one of our sockets, in order,
+// the socket held while f runs: the walk that fork, exec, spawn and close_range make over the table.
+template <typename F>
+void for_each_tracked_fd(F&& f, int first = 0, int last = INT_MAX) {
+  int end = std::min(fd_table().high_water(), last == INT_MAX ? INT_MAX : last + 1);
+  for (int fd = std::max(first, 0); fd < end; ++fd) {
+    if (SocketHold socket = SocketHold::of(fd)) f(fd, socket);
+  }
+}
 
 // In a forked child: every inherited connection that had moved to RDMA is made to fail loudly (its
 // descriptor now names an unconnected socket: ENOTCONN, EPIPE) instead of silently reading the idle

@@ -94,8 +94,7 @@ void settle_session(int fd) noexcept {
 }
 
 void settle_all_sessions() noexcept {
-  int end = fd_table().high_water();
-  for (int fd = 0; fd < end; ++fd) settle_session(fd);
+  for_each_tracked_fd([](int fd, SocketHold&) { settle_session(fd); });
 }
 
 }  // namespace tcp2rdma::preload

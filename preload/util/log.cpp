@@ -13,6 +13,7 @@
 
 #include "libc/real_calls.h"
 #include "own_descriptors.h"
+#include "util/saved_errno.h"
 
 namespace tcp2rdma::preload {
 namespace {
@@ -53,7 +54,7 @@ bool log_enabled() noexcept { return log_fd() != kOff; }
 namespace {
 
 void write_line(int fd, const char* format, va_list ap) noexcept {
-  int saved_errno = errno;
+  SavedErrno keep_errno;
   char line[512];
   int n = std::snprintf(line, sizeof line, "tcp2rdma[%d]: ", static_cast<int>(getpid()));
   int m = std::vsnprintf(line + n, sizeof line - static_cast<size_t>(n) - 1, format, ap);
@@ -63,7 +64,6 @@ void write_line(int fd, const char* format, va_list ap) noexcept {
   // One write per line: with O_APPEND, lines of concurrent processes never interleave.
   ssize_t ignored = real().write(fd, line, len);
   (void)ignored;
-  errno = saved_errno;
 }
 
 }  // namespace

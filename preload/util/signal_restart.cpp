@@ -4,6 +4,8 @@
 
 #include <cerrno>
 
+#include "util/saved_errno.h"
+
 namespace tcp2rdma::preload {
 
 namespace {
@@ -17,7 +19,7 @@ bool raised_by_a_fault(int sig) {
 }  // namespace
 
 bool interrupted_call_fails() noexcept {
-  int saved_errno = errno;
+  SavedErrno keep_errno;
   bool fails = false;
   for (int sig = 1; sig < NSIG && !fails; ++sig) {
     struct sigaction action {};
@@ -28,7 +30,6 @@ bool interrupted_call_fails() noexcept {
                   (action.sa_handler != SIG_DFL && action.sa_handler != SIG_IGN);
     fails = caught && (action.sa_flags & SA_RESTART) == 0;
   }
-  errno = saved_errno;
   return fails;
 }
 
