@@ -50,21 +50,29 @@ struct Connection {
   AcceptReply peer{};
 };
 
-// What the last connection attempt ended with: ESTABLISHED, REJECTED, ...
+// What the last connection attempt ended with: ESTABLISHED, REJECTED, ... and the event's status (for
+// a rejection, the IB CM's reason).
 rdma_cm_event_type last_event = RDMA_CM_EVENT_ESTABLISHED;
+int last_status = 0;
+// A rejection by the listener's own code (rdma_reject), as opposed to one by the remote CM because
+// nothing listens on the port yet (IB_CM_REJ_INVALID_SERVICE_ID, 8).
+constexpr int kRejectedByConsumer = 28;  // IB_CM_REJ_CONSUMER_DEFINED
 
 bool expect_event(rdma_event_channel* ch, rdma_cm_event_type want, AcceptReply* peer = nullptr) {
   rdma_cm_event* ev = nullptr;
   if (rdma_get_cm_event(ch, &ev) != 0) return false;
   last_event = ev->event;
+  last_status = ev->status;
   bool ok = ev->event == want;
   if (ok && peer != nullptr) std::memcpy(peer, ev->param.conn.private_data, sizeof *peer);
   rdma_ack_cm_event(ev);
   return ok;
 }
 
-// Connects with `private_data`; retries while the server is not listening yet, unless a rejection is
-// what the caller expects (`rejection_final`).
+// Connects with `private_data`; retries while the server is not listening yet. With `rejection_final`
+// a rejection by the server's listener ends the attempts (the caller expects one); the remote CM's
+// "nothing listens here" does not: the hostile request must reach the server's checks, or the test
+// would pass without them.
 bool connect(const sockaddr_in& addr, std::vector<uint8_t>& buf, const void* private_data, uint8_t len,
              Connection* c, bool rejection_final = false, int receives = 0) {
   // With receives, the server writes to us: the request then carries our buffer's real rkey.
@@ -119,12 +127,12 @@ bool connect(const sockaddr_in& addr, std::vector<uint8_t>& buf, const void* pri
     param.retry_count = 7;
     if (rdma_connect(c->id, &param) != 0) return false;
     if (expect_event(c->channel, RDMA_CM_EVENT_ESTABLISHED, &c->peer)) return true;
-    std::printf("hostile: attempt %d ended with %s\n", attempt, rdma_event_str(last_event));
+    std::printf("hostile: attempt %d ended with %s (status %d)\n", attempt, rdma_event_str(last_event), last_status);
     ibv_dereg_mr(c->mr);
     rdma_destroy_qp(c->id);
     ibv_destroy_cq(c->cq);
     rdma_destroy_id(c->id);
-    if (last_event == RDMA_CM_EVENT_REJECTED && rejection_final) return false;
+    if (last_event == RDMA_CM_EVENT_REJECTED && last_status == kRejectedByConsumer && rejection_final) return false;
   }
   return false;
 }
@@ -181,8 +189,10 @@ int main(int argc, char** argv) {
     bool established = mode == "malformed-setup" ? connect(addr, buf, garbage, sizeof garbage, &c, true)
                                                  : connect(addr, buf, &odd, sizeof odd, &c, true);
     std::printf("hostile: %s request %s\n", mode.data(),
-                established ? "was ACCEPTED (wrong)" : last_event == RDMA_CM_EVENT_REJECTED ? "rejected" : "failed");
-    if (established || last_event != RDMA_CM_EVENT_REJECTED) return 1;
+                established                                   ? "was ACCEPTED (wrong)"
+                : last_event == RDMA_CM_EVENT_REJECTED && last_status == kRejectedByConsumer ? "rejected by the server"
+                                                                                              : "failed");
+    if (established || last_event != RDMA_CM_EVENT_REJECTED || last_status != kRejectedByConsumer) return 1;
     c = Connection{};
   }
   if (mode == "cross-rkey") {
