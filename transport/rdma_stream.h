@@ -147,7 +147,7 @@ class RdmaStream {
   // Our sending side had been shut down before it went back: the TCP socket's must be too.
   bool write_was_shut() const;
   // Bytes that belong before the first byte the peer sends on this stream: the tail of the TCP
-  // connection a stream takes over (the preload layer's handover). read() and readiness() serve
+  // connection a stream takes over (the preload layer's switch). read() and readiness() serve
   // them first. Called once, before the stream is handed to anyone else.
   void set_unread_prefix(std::vector<uint8_t> bytes);
 

@@ -71,7 +71,7 @@ void move_streams_back(const char* why) noexcept {
 }
 
 void complete_move_back(TrackedSocket* socket, int fd, bool by_mover) noexcept {
-  if (settle_back_on_tcp(socket, fd, by_mover)) epoll_move_back(socket);
+  if (mark_connection_back_on_tcp(socket, fd, by_mover)) epoll_move_back(socket);
 }
 
 }  // namespace tcp2rdma::preload

@@ -1,4 +1,4 @@
-// The application's reads and writes on a connection whose handover is under way and still on TCP.
+// The application's reads and writes on a connection whose upgrade is under way and still on TCP.
 // Each one is a kernel call that does not block, made under the session's gate and counted, so that
 // the switch can freeze the counts between two of them; a caller that would block waits outside the
 // gate, on the socket and on the session's wake fd together. When the connection moves meanwhile, the

@@ -24,7 +24,7 @@ namespace tcp2rdma::preload {
 class UpgradeSession;
 
 // The stream of fd when its connection moved to RDMA, held for the caller's call; the session when
-// its handover is under way and it is still on TCP (a call during the switch itself waits for it to
+// its upgrade is under way and it is still on TCP (a call during the switch itself waits for it to
 // end, which takes a few round trips); a prefixed ref when it came back to TCP with bytes still to
 // read before the kernel's; else empty. One table lookup (and, once, the upgrade of a
 // non-blocking connect that has completed since).
@@ -36,7 +36,7 @@ StreamRef upgraded_stream(SocketHold socket, int fd) noexcept;
 // Every receive and every send of an application call that is ours (StreamRef::ours()).
 ssize_t stream_recv(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept;
 ssize_t stream_send(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept;
-// The same on TCP while fd's handover (ref.session()) is still on TCP: the kernel call, counted; when
+// The same on TCP while fd's upgrade (ref.session()) is still on TCP: the kernel call, counted; when
 // the connection moves meanwhile, the call goes on on the stream (session_calls.cpp).
 ssize_t session_recv(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept;
 ssize_t session_send(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept;

@@ -46,7 +46,7 @@ T2R_INTERPOSE int close(int fd) {
     return rc;
   }
   {
-    // A connection whose handover is still on TCP stays there (its TCP end must follow its bytes);
+    // A connection whose upgrade is still on TCP stays there (its TCP end must follow its bytes);
     // one in the middle of its switch is closed once the switch is over.
     tcp2rdma::preload::settle_session(fd);
     // The epoll registrations that stand in for an upgraded socket go with it (the kernel drops the

@@ -146,7 +146,7 @@ T2R_INTERPOSE int sendmmsg(int fd, struct mmsghdr* vec, unsigned int vlen, int f
 
 namespace {
 
-// sendfile to an upgraded socket, or one whose handover is under way: read the file through a buffer
+// sendfile to an upgraded socket, or one whose upgrade is under way: read the file through a buffer
 // and send it (the kernel's page-cache path does not reach an RDMA stream, nor counts the bytes).
 // The file's bytes are consumed only as far as they were sent, as the kernel's sendfile consumes
 // them: a seekable file is read at an offset (pread) and its position, without `offset`, moved by

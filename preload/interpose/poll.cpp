@@ -31,8 +31,8 @@ bool any_upgraded(const pollfd* fds, nfds_t nfds) {
   return false;
 }
 
-// poll with upgraded descriptors among fds, or ones whose handover is under way. timeout: nullptr
-// waits for ever. A descriptor whose handover is still on TCP is polled on its socket, with the
+// poll with upgraded descriptors among fds, or ones whose upgrade is under way. timeout: nullptr
+// waits for ever. A descriptor whose upgrade is still on TCP is polled on its socket, with the
 // session's wake fd beside it: when the connection moves, everything is looked at afresh.
 int poll_streams_once(pollfd* fds, nfds_t nfds, const timespec* timeout, const sigset_t* sigmask) {
   // Scratch kept per thread: a poll loop should not allocate on every call.

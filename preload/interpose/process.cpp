@@ -20,7 +20,7 @@
 using tcp2rdma::preload::real;
 
 T2R_INTERPOSE pid_t fork(void) {
-  // A connection whose handover is still on TCP stays TCP, so that the child can use it too; one in
+  // A connection whose upgrade is still on TCP stays TCP, so that the child can use it too; one in
   // the middle of its switch is waited for (and is then the parent's, as every upgraded one).
   // No session starts from here until the real fork is done: it could not be settled.
   tcp2rdma::preload::close_fork_gate();
@@ -72,33 +72,33 @@ std::vector<char*> gather_arguments(const char* first, Next next) {
 }  // namespace
 
 T2R_INTERPOSE int execve(const char* path, char* const argv[], char* const envp[]) {
-  ExecGuard handover(envp);
-  return real().execve(path, argv, handover.envp());
+  ExecGuard guard(envp);
+  return real().execve(path, argv, guard.envp());
 }
 
 T2R_INTERPOSE int execv(const char* path, char* const argv[]) {
-  ExecGuard handover(environ);
-  return real().execve(path, argv, handover.envp());
+  ExecGuard guard(environ);
+  return real().execve(path, argv, guard.envp());
 }
 
 T2R_INTERPOSE int execvp(const char* file, char* const argv[]) {
-  ExecGuard handover(environ);
-  return real().execvpe(file, argv, handover.envp());
+  ExecGuard guard(environ);
+  return real().execvpe(file, argv, guard.envp());
 }
 
 T2R_INTERPOSE int execvpe(const char* file, char* const argv[], char* const envp[]) {
-  ExecGuard handover(envp);
-  return real().execvpe(file, argv, handover.envp());
+  ExecGuard guard(envp);
+  return real().execvpe(file, argv, guard.envp());
 }
 
 T2R_INTERPOSE int execveat(int dirfd, const char* path, char* const argv[], char* const envp[], int flags) {
-  ExecGuard handover(envp);
-  return real().execveat(dirfd, path, argv, handover.envp(), flags);
+  ExecGuard guard(envp);
+  return real().execveat(dirfd, path, argv, guard.envp(), flags);
 }
 
 T2R_INTERPOSE int fexecve(int fd, char* const argv[], char* const envp[]) {
-  ExecGuard handover(envp);
-  return real().fexecve(fd, argv, handover.envp());
+  ExecGuard guard(envp);
+  return real().fexecve(fd, argv, guard.envp());
 }
 
 // posix_spawn and the calls built on it inside glibc: the new program gets no stream (SpawnGuard).

@@ -146,7 +146,7 @@ T2R_INTERPOSE int connect(int fd, const struct sockaddr* addr, socklen_t len) {
 }
 
 T2R_INTERPOSE int shutdown(int fd, int how) {
-  // A server that ends its sending side while its connection's handover is still on TCP: the kernel
+  // A server that ends its sending side while its connection's upgrade is still on TCP: the kernel
   // sends the end now, and the switch goes on (its HELLO says the TCP end marks its last byte).
   if (auto socket = tcp2rdma::preload::SocketHold::of(fd); socket && how == SHUT_WR && socket->role() == SocketRole::kServer) {
     if (auto* session = socket->active_session()) {

@@ -1,6 +1,6 @@
 // A listening socket's RDMA side: the rdma_cm listener beside it on the same address and port, where
 // tcp2rdma clients ask for the RDMA connection of each TCP connection the listener accepted, and the
-// wait for that request (docs/architecture.md, "The byte-exact handover").
+// wait for that request (docs/architecture.md, "The byte-exact switch").
 #pragma once
 
 #include <chrono>

@@ -50,7 +50,7 @@ void reset_and_disown(TrackedSocket* socket, int fd) noexcept {
 
 // Streams: back to TCP where a descriptor goes on and the rule allows it; ended (or, carried on,
 // reset) where not.
-void settle_streams() noexcept {
+void end_or_move_back_streams() noexcept {
   for_each_tracked_fd([](int fd, SocketHold& socket) {
     transport::RdmaStream* s = socket->stream();
     if (s == nullptr) return;
@@ -153,9 +153,9 @@ char* const* PrefixHandOn::envp() noexcept {
 
 ExecGuard::ExecGuard(char* const* envp) noexcept : prefixes_(envp) {
   SavedErrno keep_errno;
-  // Connections whose handover is still on TCP stay there, and the new program can use them.
+  // Connections whose upgrade is still on TCP stay there, and the new program can use them.
   settle_all_sessions();
-  settle_streams();
+  end_or_move_back_streams();
   hand_on_prefixes(&prefixes_);
   finish_closing();  // streams closed before exec end before the image that holds them goes
 }

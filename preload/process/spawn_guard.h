@@ -10,7 +10,7 @@
 //    the call (the new program does not have it at all: EBADF, loud), and gets it back afterwards;
 //    this process's connection goes on on RDMA unaffected. (system() and popen() start helpers that
 //    never use the server's connections: moving them all to TCP would cost every one of them.)
-// Handovers still on TCP are settled first (they stay TCP, and the new program may use them), as at fork.
+// Upgrades still on TCP are settled first (they stay TCP, and the new program may use them), as at fork.
 #pragma once
 
 #include <spawn.h>

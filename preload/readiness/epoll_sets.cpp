@@ -171,7 +171,7 @@ bool move_back_now_locked(Entry* e) {
   SocketHold socket = SocketHold::of(e->fd);
   if (!socket) return true;
   if (socket->moving_back.load(std::memory_order_acquire)) return false;
-  settle_back_on_tcp(socket.get(), e->fd);
+  mark_connection_back_on_tcp(socket.get(), e->fd);
   move_back_locked(socket.get());
   return true;
 }

@@ -18,7 +18,7 @@ const char* connection_label(const TrackedSocket* socket) noexcept {
   return session != nullptr ? session->label() : "connection";
 }
 
-bool settle_back_on_tcp(TrackedSocket* socket, int fd, bool by_mover) noexcept {
+bool mark_connection_back_on_tcp(TrackedSocket* socket, int fd, bool by_mover) noexcept {
   if (!by_mover && socket->moving_back.load(std::memory_order_acquire)) return false;
   if (!socket->mark_back_on_tcp()) return false;
   SavedErrno keep_errno;

@@ -15,6 +15,6 @@ const char* connection_label(const TrackedSocket* socket) noexcept;
 // (TrackedSocket::moving_back: a fork), unless called by that thread (`by_mover`): it finishes once
 // the prefix is set. The epoll registrations are the caller's to move (back_to_tcp/move_back.h,
 // complete_move_back; epoll_sets.cpp under its own lock).
-bool settle_back_on_tcp(TrackedSocket* socket, int fd, bool by_mover = false) noexcept;
+bool mark_connection_back_on_tcp(TrackedSocket* socket, int fd, bool by_mover = false) noexcept;
 
 }  // namespace tcp2rdma::preload

@@ -135,7 +135,7 @@ void end_stream(transport::RdmaStream* s, int linger_seconds) noexcept {
 }
 
 void close_streams_at_exit() noexcept {
-  // Handovers still on TCP stay there: their thread will not outlive the process.
+  // Upgrades still on TCP stay there: their thread will not outlive the process.
   settle_all_sessions();
   {
     // Held for the whole pass: a thread that lets go of the last reference meanwhile waits in the

@@ -38,7 +38,7 @@ class ListenerParts {
 unsigned fork_generation() noexcept;
 void note_forked_child() noexcept;
 // The fork wrapper closes the gate before it settles the sessions and opens it after the real fork
-// (in the child: a gate of its own): no handover session starts in between (start_session waits).
+// (in the child: a gate of its own): no upgrade session starts in between (start_session waits).
 void close_fork_gate() noexcept;
 void open_fork_gate(bool child) noexcept;
 
@@ -99,7 +99,7 @@ class TrackedSocket {
   // before the kernel's (copied into a forked child with the rest of this memory).
   TcpPrefix prefix;
 
-  // The connection's handover (upgrade_session.h), from the moment it starts; owned by the socket.
+  // The connection's upgrade session (upgrade_session.h), from the moment it starts; owned by the socket.
   // Null for a connection no rule moves. start_session() makes it, or returns null when it exists.
   UpgradeSession* session() const noexcept { return session_.load(std::memory_order_acquire); }
   UpgradeSession* start_session();

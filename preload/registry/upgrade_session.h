@@ -1,5 +1,5 @@
 // One connection's move from TCP onto an RDMA stream while the application goes on using the TCP
-// connection (docs/architecture.md, "The byte-exact handover"). The session is what the application's
+// connection (docs/architecture.md, "The byte-exact switch"). The session is what the application's
 // calls and the thread that runs the switch share: the phase, and the counts of application bytes
 // that went each way on TCP, which the switch freezes.
 #pragma once

@@ -17,7 +17,7 @@ class UpgradeSession;
 // An upgraded stream held for the length of one call: its socket (and so the stream) is not
 // destroyed meanwhile, even when another thread closes the last descriptor; the last holder ends it
 // then (SocketHold). Converts to the stream, or null when the connection is not on RDMA. While the
-// connection's handover is under way and it is still on TCP, it holds the session instead (session()
+// connection's upgrade is under way and it is still on TCP, it holds the session instead (session()
 // is set, the stream is null): the call is then made on TCP and counted (session_calls.cpp).
 class StreamRef {
  public:
@@ -50,7 +50,7 @@ class StreamRef {
   UpgradeSession* session() const noexcept { return session_; }
   TrackedSocket* socket() const noexcept { return socket_.get(); }
   bool prefixed() const noexcept { return prefixed_; }
-  // Whether the call is the module's to make: on the stream, on TCP counted for a handover, or on TCP
+  // Whether the call is the module's to make: on the stream, on TCP counted for an upgrade's switch, or on TCP
   // after a prefix.
   bool ours() const noexcept { return stream_ != nullptr || session_ != nullptr || prefixed_; }
 

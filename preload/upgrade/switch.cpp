@@ -166,10 +166,10 @@ Step read_peer_tail(int fd, uint64_t tail, bool peer_ended, const NoncePair& non
   }
   std::array<uint8_t, kRecordSize> record{};
   if (!tcp_exchange(fd, record.data(), record.size(), false, deadline)) {
-    return {Step::kBroken, "the TCP connection ended before the peer's handover record"};
+    return {Step::kBroken, "the TCP connection ended before the peer's switch record"};
   }
   if (check_record(record, nonces) != RecordCheck::kProven) {
-    return {Step::kBroken, "the peer's handover record did not match this connection"};
+    return {Step::kBroken, "the peer's switch record did not match this connection"};
   }
   return {};
 }
@@ -177,7 +177,7 @@ Step read_peer_tail(int fd, uint64_t tail, bool peer_ended, const NoncePair& non
 
 }  // namespace
 
-// The switch (docs/architecture.md, "The byte-exact handover"): freeze, HELLO and ACK on the stream;
+// The switch (docs/architecture.md, "The byte-exact switch"): freeze, HELLO and ACK on the stream;
 // the client writes its record on TCP right after its last application byte; the server reads the
 // client's remaining TCP bytes and its record, and only then writes its own (or, when its application
 // had already ended its TCP sending side, nothing: the TCP end marks the boundary), which the client
@@ -198,12 +198,12 @@ UpgradeOutcome switch_onto(int fd, TrackedSocket* socket, UpgradeSession* sessio
   auto record = encode_record(nonces);
   Step step = exchange_counts(*stream, ours, received, is_client, deadline, &peer, &tail);
   if (step.kind == Step::kGoOn && is_client && !tcp_exchange(fd, record.data(), record.size(), true, deadline)) {
-    step = {Step::kBroken, "could not write the handover record on TCP"};
+    step = {Step::kBroken, "could not write the switch record on TCP"};
   }
   if (step.kind == Step::kGoOn) step = read_peer_tail(fd, tail, peer.tcp_ended, nonces, deadline, &tcp_tail);
   if (step.kind == Step::kGoOn && !is_client && !ours.tcp_ended &&
       !tcp_exchange(fd, record.data(), record.size(), true, deadline)) {
-    step = {Step::kBroken, "could not write the handover record on TCP"};
+    step = {Step::kBroken, "could not write the switch record on TCP"};
   }
   // Our application ended its sending side on TCP: the stream's sending side ends too, so that the
   // peer reads the end right after our last bytes.

@@ -1,5 +1,5 @@
 // The byte-exact switch of a TCP connection onto its RDMA stream (docs/architecture.md, "The byte-exact
-// handover"), once both peers have shown they run tcp2rdma: freeze, HELLO and ACK on the stream, the
+// switch"), once both peers have shown they run tcp2rdma: freeze, HELLO and ACK on the stream, the
 // records on TCP, the peer's TCP tail read ahead of the stream's bytes.
 #pragma once
 

@@ -24,11 +24,11 @@ uint64_t get(const uint8_t* p, int bytes) {
 // version can give it a meaning without an old receiver misreading it.
 void put_header(uint8_t* p, uint32_t magic) {
   put32(p, magic);
-  put16(p + 4, kHandoverVersion);
+  put16(p + 4, kSwitchVersion);
   put16(p + 6, 0);
 }
 bool header_ok(const uint8_t* p, uint32_t magic) {
-  return get(p, 4) == magic && get(p + 4, 2) == kHandoverVersion && get(p + 6, 2) == 0;
+  return get(p, 4) == magic && get(p + 4, 2) == kSwitchVersion && get(p + 6, 2) == 0;
 }
 
 }  // namespace
@@ -58,7 +58,7 @@ std::array<uint8_t, kRecordSize> encode_record(const NoncePair& nonces) {
 
 std::optional<Hello> decode_hello(std::span<const uint8_t, kHelloSize> f) {
   uint64_t flags = get(f.data() + 6, 2);
-  if (get(f.data(), 4) != kHelloMagic || get(f.data() + 4, 2) != kHandoverVersion || (flags & ~kHelloTcpEnded) != 0) {
+  if (get(f.data(), 4) != kHelloMagic || get(f.data() + 4, 2) != kSwitchVersion || (flags & ~kHelloTcpEnded) != 0) {
     return std::nullopt;
   }
   return Hello{get(f.data() + 8, 8), flags == kHelloTcpEnded};

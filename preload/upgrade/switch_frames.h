@@ -1,5 +1,5 @@
 // The frames and checks of the byte-exact switch of a TCP connection onto RDMA, as pure logic: no
-// sockets, no verbs, no clocks. docs/architecture.md ("The byte-exact handover") is the protocol.
+// sockets, no verbs, no clocks. docs/architecture.md ("The byte-exact switch") is the protocol.
 #pragma once
 
 #include <array>
@@ -25,7 +25,7 @@ struct NoncePair {
 inline constexpr uint32_t kHelloMagic = 0x4f4c4854;   // "THLO"
 inline constexpr uint32_t kAckMagic = 0x4b434154;     // "TACK"
 inline constexpr uint32_t kRecordMagic = 0x43455254;  // "TREC"
-inline constexpr uint16_t kHandoverVersion = 1;
+inline constexpr uint16_t kSwitchVersion = 1;
 inline constexpr size_t kHelloSize = 16;   // magic u32, version u16, flags u16, tcp_bytes u64
 inline constexpr size_t kAckSize = 16;     // magic u32, version u16, reserved u16, acked_tcp_bytes u64
 inline constexpr size_t kRecordSize = 40;  // magic u32, version u16, reserved u16, client nonce, server nonce

@@ -1,5 +1,5 @@
 // Moving a connected TCP socket onto an RDMA stream (docs/architecture.md, "The byte-exact
-// handover"). Nothing is written to the TCP connection until the RDMA connection shows the peer runs
+// switch"). Nothing is written to the TCP connection until the RDMA connection shows the peer runs
 // tcp2rdma; then the two sides agree over RDMA on how many bytes each wrote on TCP, and each writes
 // one record on TCP right after them that proves the RDMA connection belongs to this TCP connection.
 // The TCP connection stays open beside the stream.

@@ -1,5 +1,5 @@
 // iovec arithmetic shared by the calls that move part of a caller's buffers in one place and the
-// rest in another (the handover, the move back to TCP).
+// rest in another (the switch onto RDMA, the move back to TCP).
 #pragma once
 
 #include <sys/uio.h>

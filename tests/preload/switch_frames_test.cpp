@@ -18,7 +18,7 @@ NoncePair make_nonces(uint8_t seed) {
 
 constexpr uint64_t kUnbounded = std::numeric_limits<uint64_t>::max();
 
-TEST(HandoverFrames, RoundTrip) {
+TEST(SwitchFrames, RoundTrip) {
   EXPECT_EQ(decode_hello(encode_hello({0})), Hello{0});
   EXPECT_EQ(decode_hello(encode_hello({0x0123456789abcdefull})), Hello{0x0123456789abcdefull});
   EXPECT_EQ(decode_hello(encode_hello({77, true})), (Hello{77, true}));
@@ -26,15 +26,15 @@ TEST(HandoverFrames, RoundTrip) {
   EXPECT_EQ(decode_record(encode_record(make_nonces(7))), make_nonces(7));
 }
 
-TEST(HandoverFrames, LayoutIsLittleEndianWithMagicFirst) {
+TEST(SwitchFrames, LayoutIsLittleEndianWithMagicFirst) {
   auto f = encode_hello({0x0102});
   EXPECT_EQ(f[0], 0x54);  // 'T'
-  EXPECT_EQ(f[4], kHandoverVersion);
+  EXPECT_EQ(f[4], kSwitchVersion);
   EXPECT_EQ(f[8], 0x02);
   EXPECT_EQ(f[9], 0x01);
 }
 
-TEST(HandoverFrames, EveryHeaderFieldIsChecked) {
+TEST(SwitchFrames, EveryHeaderFieldIsChecked) {
   auto hello = encode_hello({5});
   for (size_t i = 0; i < 8; ++i) {  // magic, version, flags (an unknown flag bit is refused)
     auto bad = hello;

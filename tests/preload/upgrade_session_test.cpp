@@ -1,4 +1,4 @@
-// The application's side of a handover, on the host: no RDMA. The wrappers are linked into this
+// The application's side of an upgrade, on the host: no RDMA. The wrappers are linked into this
 // program, so its own read(), send(), poll() … go through them as an application's would. A session
 // is started by hand on a loopback TCP connection and driven through its phases as the switch thread
 // would drive it (finish() without a stream: the connection then stays TCP), so that what is checked
@@ -270,7 +270,7 @@ TEST_F(UpgradeSessionTest, CloseSettlesASessionStillOnTcp) {
 namespace tcp2rdma::preload {
 namespace {
 
-// sendfile without an offset to a connection the module carries (here: on TCP in its handover, a
+// sendfile without an offset to a connection the module carries (here: on TCP in its upgrade, a
 // non-blocking socket whose send buffer is full): the file's position moves by what was sent, never
 // by what was read and then could not go (the bytes were lost: the caller's retry started after them).
 TEST_F(UpgradeSessionTest, SendfileConsumesOnlyWhatItSent) {

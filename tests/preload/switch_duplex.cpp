@@ -1,4 +1,4 @@
-// Both directions at once across the handover (Soft-RoCE VM, `upgrade: background`): each side starts
+// Both directions at once across the switch (Soft-RoCE VM, `upgrade: background`): each side starts
 // writing the moment its connect() or accept() returns, so bytes are on TCP when the switch begins,
 // and goes on writing and reading in pieces of random size (1 B to 64 KiB) until it has sent `MiB`
 // mebibytes; then it shuts down its sending side and reads to the end. Every byte read is checked
@@ -6,8 +6,8 @@
 // run with its offset. With TCP2RDMA_LOG set, each side writes its first 8 MiB, then writes no more
 // (reading on) until the shim has logged this process's switch (at most 30 s), so that the switch
 // lands mid-stream however long the RDMA setup takes on a loaded guest.
-//   handover_duplex server PORT MIB         non-blocking socket, one thread, poll()
-//   handover_duplex client IP PORT MIB      blocking socket, a writer thread and a reader thread
+//   switch_duplex server PORT MIB         non-blocking socket, one thread, poll()
+//   switch_duplex client IP PORT MIB      blocking socket, a writer thread and a reader thread
 //                                           (some reads with MSG_WAITALL)
 #include <fcntl.h>
 #include <poll.h>
@@ -203,6 +203,6 @@ int main(int argc, char** argv) {
   if (argc == 5 && strcmp(argv[1], "client") == 0) {
     return run_client(argv[2], argv[3], std::strtoull(argv[4], nullptr, 10) << 20);
   }
-  fprintf(stderr, "usage: handover_duplex server PORT MIB | client IP PORT MIB\n");
+  fprintf(stderr, "usage: switch_duplex server PORT MIB | client IP PORT MIB\n");
   return 2;
 }
