@@ -19,7 +19,8 @@ namespace tcp2rdma::preload {
 
 bool move_back(TrackedSocket* socket, transport::RdmaStream* stream, int fd, const char* why) noexcept {
   SavedErrno keep_errno;
-  socket->moving_back.store(true, std::memory_order_release);
+  // Ours to move (move_streams_back may have begun it), unless the peer's move got there first.
+  if (!socket->move_path(Path::kRdma, Path::kMovingBack) && !socket->moving_back()) return socket->back_on_tcp();
   std::vector<uint8_t> unread;
   bool peer_ended = false;
   auto started = std::chrono::steady_clock::now();
@@ -41,7 +42,7 @@ bool move_back(TrackedSocket* socket, transport::RdmaStream* stream, int fd, con
     log_line("%s: stays on rdma at %s: the peer did not answer the move to tcp (%s)", connection_label(socket), why,
              transport::to_string(s));
   }
-  socket->moving_back.store(false, std::memory_order_release);
+  if (s != transport::Status::kOk) socket->move_path(Path::kMovingBack, Path::kRdma);  // it stays on RDMA
   return s == transport::Status::kOk;
 }
 
@@ -55,7 +56,7 @@ void move_streams_back(const char* why) noexcept {
   for_each_tracked_fd([&](int fd, SocketHold& socket) {
     transport::RdmaStream* stream = socket->stream();
     if (stream == nullptr || !socket->follows_fork.load(std::memory_order_relaxed)) return;
-    socket->moving_back.store(true, std::memory_order_release);
+    if (!socket->move_path(Path::kRdma, Path::kMovingBack)) return;  // a dup'd descriptor's, begun already
     stream->start_move_to_tcp();
     moving.emplace_back(fd, std::move(socket));
   });
@@ -65,13 +66,13 @@ void move_streams_back(const char* why) noexcept {
     if (stream != nullptr && fd_table().find(fd) == socket.get()) {
       move_back(socket.get(), stream, fd, why);
     } else {
-      socket->moving_back.store(false, std::memory_order_release);
+      socket->move_path(Path::kMovingBack, Path::kRdma);
     }
   }
 }
 
 void complete_move_back(TrackedSocket* socket, int fd, bool by_mover) noexcept {
-  if (mark_connection_back_on_tcp(socket, fd, by_mover)) epoll_move_back(socket);
+  epoll_move_back(socket, fd, by_mover);
 }
 
 }  // namespace tcp2rdma::preload

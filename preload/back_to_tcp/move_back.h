@@ -23,8 +23,8 @@ void move_streams_back(const char* why) noexcept;
 bool move_back(TrackedSocket* socket, transport::RdmaStream* stream, int fd, const char* why) noexcept;
 
 // The socket's stream has moved both ways (RdmaStream::moved()): the socket is the kernel's again.
-// mark_connection_back_on_tcp (registry/connection_path.h), then the epoll registrations go back onto the
-// socket. Idempotent; not under epoll's lock (epoll_sets.cpp does its part itself).
+// mark_connection_back_on_tcp (registry/connection_path.h) and the epoll registrations back onto the
+// socket, together (epoll_move_back). Idempotent; not under epoll's lock (it takes it).
 void complete_move_back(TrackedSocket* socket, int fd, bool by_mover = false) noexcept;
 
 }  // namespace tcp2rdma::preload

@@ -48,7 +48,7 @@ StreamRef upgraded_stream(int fd) noexcept { return upgraded_stream(SocketHold::
 StreamRef upgraded_stream(SocketHold socket, int fd) noexcept {
   // Held: an upgrade or a switch may take a while, and a close meanwhile must not free the socket.
   if (!socket) return {};
-  if (socket->upgrade_pending.load(std::memory_order_acquire)) finish_pending_upgrade(fd, socket.get());
+  if (socket->upgrade_pending()) finish_pending_upgrade(fd, socket.get());
   if (UpgradeSession* session = socket->active_session(); session != nullptr) {
     if (session->phase() == UpgradeSession::Phase::kOnTcp) return StreamRef(std::move(socket), nullptr, session);
     session->wait_over();  // the switch takes a few round trips; it never waits on the application

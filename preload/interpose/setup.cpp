@@ -16,6 +16,7 @@
 #include "util/saved_errno.h"
 
 using tcp2rdma::preload::fd_table;
+using tcp2rdma::preload::Path;
 using tcp2rdma::preload::real;
 using tcp2rdma::preload::SocketRole;
 
@@ -135,7 +136,7 @@ T2R_INTERPOSE int connect(int fd, const struct sockaddr* addr, socklen_t len) {
     // Under way (EINPROGRESS): the upgrade starts once the connection is up, at the application's next
     // call on it (finish_pending_upgrade).
     socket->pending_decision = decision;
-    socket->upgrade_pending.store(true, std::memory_order_release);
+    socket->move_path(Path::kTcp, Path::kUpgradePending);
   } else if (!tcp2rdma::preload::upgrade_connection(fd, Role::kClient, nullptr, decision, addr, len)) {
     real().shutdown(fd, SHUT_RDWR);
     errno = ECONNRESET;
@@ -174,7 +175,7 @@ T2R_INTERPOSE int getsockopt(int fd, int level, int name, void* value, socklen_t
     if (auto socket = tcp2rdma::preload::SocketHold::of(fd)) {
       int rc = real().getsockopt(fd, level, name, value, len);
       if (rc == 0 && *static_cast<int*>(value) == 0) {
-        if (socket->upgrade_pending.load()) tcp2rdma::preload::finish_pending_upgrade(fd, socket.get());
+        if (socket->upgrade_pending()) tcp2rdma::preload::finish_pending_upgrade(fd, socket.get());
         if (int error = socket->pending_error.exchange(0); error != 0) *static_cast<int*>(value) = error;
       }
       return rc;

@@ -170,7 +170,7 @@ void move_back_locked(TrackedSocket* socket) {
 bool move_back_now_locked(Entry* e) {
   SocketHold socket = SocketHold::of(e->fd);
   if (!socket) return true;
-  if (socket->moving_back.load(std::memory_order_acquire)) return false;
+  if (socket->moving_back()) return false;
   mark_connection_back_on_tcp(socket.get(), e->fd);
   move_back_locked(socket.get());
   return true;
@@ -236,7 +236,7 @@ void epoll_note_registration(int epfd, int op, int fd, const epoll_event* event)
     }
     if (op != EPOLL_CTL_DEL && event != nullptr && socket->prefix.present()) note_prefixed_locked(epfd, fd, *event);
   }
-  if (!socket->upgrade_pending.load(std::memory_order_acquire) && socket->active_session() == nullptr) return;
+  if (!socket->upgrade_pending() && socket->active_session() == nullptr) return;
   std::lock_guard lock(g_mutex);
   for (size_t i = 0; i < g_pending.size(); ++i) {
     if (g_pending[i].epfd != epfd || g_pending[i].fd != fd) continue;
@@ -272,10 +272,13 @@ void epoll_move_pending(int fd, bool upgraded) noexcept {
   }
 }
 
-void epoll_move_back(TrackedSocket* socket) noexcept {
-  if (g_count.load(std::memory_order_acquire) == 0) return;
+bool epoll_move_back(TrackedSocket* socket, int fd, bool by_mover) noexcept {
+  // Always under the lock, registrations or not: one being added now must be moved too, and a waiter
+  // (epoll_wait, under this lock) sees the path and the registrations change together.
   std::lock_guard lock(g_mutex);
+  if (!mark_connection_back_on_tcp(socket, fd, by_mover)) return false;
   move_back_locked(socket);
+  return true;
 }
 
 void epoll_forget_fd(int fd) noexcept {

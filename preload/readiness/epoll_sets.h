@@ -35,7 +35,10 @@ void epoll_move_pending(int fd, bool upgraded) noexcept;
 // stream's readiness fd and watches the socket itself again, as the application made it. While the
 // socket has a prefix to read first, the registrations that ask for EPOLLIN are reported readable
 // without waiting (the kernel cannot know of those bytes).
-void epoll_move_back(TrackedSocket* socket) noexcept;
+// fd's socket goes back to TCP now (registry/connection_path.h, mark_connection_back_on_tcp, with
+// `by_mover` as there), under the epoll lock so that a waiter sees the path and the registrations
+// change together: true for the one call that made it so.
+bool epoll_move_back(TrackedSocket* socket, int fd, bool by_mover) noexcept;
 
 // fd was closed: forget its registrations (the kernel forgets the socket's).
 void epoll_forget_fd(int fd) noexcept;

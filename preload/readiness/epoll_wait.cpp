@@ -28,7 +28,7 @@ using Clock = std::chrono::steady_clock;
 // Whether descriptor fd's connection is being moved back by another thread.
 bool moving_back(int fd) {
   SocketHold socket = SocketHold::of(fd);
-  return socket && socket->moving_back.load(std::memory_order_acquire);
+  return socket && socket->moving_back();
 }
 
 // The prefixed registrations of epfd whose prefix is there: reported into events[n...], up to

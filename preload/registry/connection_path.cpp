@@ -19,8 +19,9 @@ const char* connection_label(const TrackedSocket* socket) noexcept {
 }
 
 bool mark_connection_back_on_tcp(TrackedSocket* socket, int fd, bool by_mover) noexcept {
-  if (!by_mover && socket->moving_back.load(std::memory_order_acquire)) return false;
-  if (!socket->mark_back_on_tcp()) return false;
+  // Exactly one call makes it so: the mover's, or (when no thread of ours moves it) the first to see
+  // the peer's move.
+  if (!socket->move_path(by_mover ? Path::kMovingBack : Path::kRdma, Path::kBackOnTcp)) return false;
   SavedErrno keep_errno;
   transport::RdmaStream* stream = socket->own_stream();
   // The stream's end (our shutdown(SHUT_WR) went onto it) is the TCP socket's now.

@@ -11,10 +11,10 @@ const char* connection_label(const TrackedSocket* socket) noexcept;
 
 // The socket's stream has moved both ways (RdmaStream::moved()): the socket is the kernel's again.
 // Its TCP sending side is shut down if the stream's was, and the log says so when the peer moved.
-// True for the one call that did it. Does nothing while another thread is moving the connection
-// (TrackedSocket::moving_back: a fork), unless called by that thread (`by_mover`): it finishes once
-// the prefix is set. The epoll registrations are the caller's to move (back_to_tcp/move_back.h,
-// complete_move_back; epoll_sets.cpp under its own lock).
+// True for the one call that did it: Path::kRdma -> kBackOnTcp, or with `by_mover` (the thread that
+// is moving the connection, a fork: its prefix is set) kMovingBack -> kBackOnTcp; does nothing while
+// another thread moves it. The epoll registrations are the caller's to move, under epoll's lock
+// (readiness/epoll_sets.h, epoll_move_back).
 bool mark_connection_back_on_tcp(TrackedSocket* socket, int fd, bool by_mover = false) noexcept;
 
 }  // namespace tcp2rdma::preload

@@ -93,9 +93,39 @@ UpgradeSession* TrackedSocket::active_session() const noexcept {
   return s != nullptr && s->phase() != UpgradeSession::Phase::kOver ? s : nullptr;
 }
 
+const char* to_string(Path path) noexcept {
+  switch (path) {
+    case Path::kTcp: return "tcp";
+    case Path::kUpgradePending: return "upgrade pending";
+    case Path::kUpgradingOnTcp: return "upgrading on tcp";
+    case Path::kSwitching: return "switching";
+    case Path::kRdma: return "rdma";
+    case Path::kMovingBack: return "moving back";
+    case Path::kBackOnTcp: return "back on tcp";
+  }
+  return "?";
+}
+
+Path TrackedSocket::path() const noexcept {
+  Path p = path_.load(std::memory_order_acquire);
+  if (p != Path::kTcp) return p;
+  UpgradeSession* s = active_session();
+  if (s == nullptr) return p;
+  return s->phase() == UpgradeSession::Phase::kSwitching ? Path::kSwitching : Path::kUpgradingOnTcp;
+}
+
+bool TrackedSocket::move_path(Path from, Path to) noexcept {
+  bool allowed = (from == Path::kTcp && (to == Path::kUpgradePending || to == Path::kRdma)) ||
+                 (from == Path::kUpgradePending && to == Path::kTcp) ||
+                 (from == Path::kRdma && (to == Path::kMovingBack || to == Path::kBackOnTcp)) ||
+                 (from == Path::kMovingBack && (to == Path::kRdma || to == Path::kBackOnTcp));
+  return allowed && path_.compare_exchange_strong(from, to, std::memory_order_acq_rel);
+}
+
 void TrackedSocket::set_stream(std::unique_ptr<transport::RdmaStream> stream) noexcept {
   generation_ = fork_generation();
   stream_.store(stream.release(), std::memory_order_release);
+  move_path(Path::kTcp, Path::kRdma);
   std::lock_guard lock(live_mutex());
   live_sockets().push_back(this);
 }

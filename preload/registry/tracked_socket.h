@@ -49,6 +49,27 @@ enum class SocketRole : uint8_t {
   kServer,    // returned by accept() on a listener
 };
 
+// Where a connection's bytes go: the one named state of its path (docs/architecture.md, "The map of
+// preload/"). The socket keeps kTcp, kUpgradePending, kRdma, kMovingBack and kBackOnTcp itself; while
+// an upgrade session is under way on a socket that is otherwise kTcp, its phase is the authority, and
+// path() reports kUpgradingOnTcp or kSwitching from it.
+//
+//   kTcp -> kUpgradePending -> kTcp          a non-blocking connect decided for RDMA, then taken up
+//   kTcp -> kRdma                             the stream is in place (set_stream)
+//   kRdma -> kMovingBack -> kBackOnTcp        this process moves it back (fork, exec, spawn)
+//   kMovingBack -> kRdma                      that move failed: it stays on RDMA
+//   kRdma -> kBackOnTcp                       the peer moved it back
+enum class Path : uint8_t {
+  kTcp,             // the kernel socket alone: never selected, stayed TCP, or not upgraded yet
+  kUpgradePending,  // a non-blocking connect decided for RDMA, waiting for the connection to be up
+  kUpgradingOnTcp,  // (from the session) the upgrade is under way; calls go to TCP, counted
+  kSwitching,       // (from the session) the byte-exact switch is under way; calls wait for it
+  kRdma,            // on the stream
+  kMovingBack,      // a thread of this process is moving it back to TCP; calls that meet the move wait
+  kBackOnTcp,       // on TCP again, after the prefix of the peer's bytes that were on the stream
+};
+const char* to_string(Path path) noexcept;
+
 class TrackedSocket {
  public:
   TrackedSocket(int domain, SocketRole role);  // out of line: the stream types are incomplete here
@@ -75,6 +96,13 @@ class TrackedSocket {
   transport::RdmaStream* stream() const noexcept {
     return back_on_tcp() ? nullptr : own_stream();
   }
+  // The connection's path now (Path above): one load, and the session's phase when kTcp.
+  Path path() const noexcept;
+  // The one way the socket's own part of the path changes: from `from` to `to` if it is `from` now
+  // (true), else nothing (false: another thread moved it first). Transitions outside the table above
+  // are refused.
+  bool move_path(Path from, Path to) noexcept;
+  bool path_is(Path p) const noexcept { return path_.load(std::memory_order_acquire) == p; }
   // The stream this process made, moved back or not (for its end).
   transport::RdmaStream* own_stream() const noexcept {
     return generation_ == fork_generation() ? stream_.load(std::memory_order_acquire) : nullptr;
@@ -87,14 +115,13 @@ class TrackedSocket {
   void set_stream(std::unique_ptr<transport::RdmaStream> stream) noexcept;
 
   // Back to TCP (move_back.h). The connection went onto RDMA and came back: its calls are the
-  // kernel's again, after `prefix`. mark_back_on_tcp() is true for the one call that made it so.
-  bool back_on_tcp() const noexcept { return back_on_tcp_.load(std::memory_order_acquire); }
-  bool mark_back_on_tcp() noexcept { return !back_on_tcp_.exchange(true, std::memory_order_acq_rel); }
+  // kernel's again, after `prefix`.
+  bool back_on_tcp() const noexcept { return path_is(Path::kBackOnTcp); }
   // The rule's on_fork: whether a fork (or exec) moves the connection back to TCP first.
   std::atomic<bool> follows_fork{true};
   // A thread of this process is moving the connection back: a call that found the stream moved waits
   // for the prefix before it reads on TCP.
-  std::atomic<bool> moving_back{false};
+  bool moving_back() const noexcept { return path_is(Path::kMovingBack); }
   // The peer's bytes that had arrived on the stream unread when the connection moved back, served
   // before the kernel's (copied into a forked child with the rest of this memory).
   TcpPrefix prefix;
@@ -112,8 +139,8 @@ class TrackedSocket {
   std::atomic<bool> nonblocking{false};
 
   // A client whose non-blocking connect was decided for RDMA while it was still under way: the upgrade
-  // runs once the connection is up, at the application's next call on it (stream_calls.cpp).
-  std::atomic<bool> upgrade_pending{false};
+  // runs once the connection is up, at the application's next call on it (finish_pending_upgrade).
+  bool upgrade_pending() const noexcept { return path_is(Path::kUpgradePending); }
   // connect() returned EINPROGRESS and no later connect() has reported the completion yet.
   std::atomic<bool> connect_in_progress{false};
   config::Decision pending_decision{};
@@ -141,7 +168,7 @@ class TrackedSocket {
   std::atomic<int> refs_{1};
   std::atomic<transport::RdmaStream*> stream_{nullptr};
   std::atomic<UpgradeSession*> session_{nullptr};
-  std::atomic<bool> back_on_tcp_{false};
+  std::atomic<Path> path_{Path::kTcp};
   unsigned generation_ = 0;
   std::atomic<ListenerParts*> listener_parts_{nullptr};
 };

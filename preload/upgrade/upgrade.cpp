@@ -281,13 +281,13 @@ bool upgrade_connection(int fd, config::Role role, TrackedSocket* listener, cons
 
 bool finish_pending_upgrade(int fd, TrackedSocket* socket) noexcept {
   // One thread runs it; the others see it pending no longer.
-  if (!socket->upgrade_pending.exchange(false, std::memory_order_acq_rel)) return true;
+  if (!socket->move_path(Path::kUpgradePending, Path::kTcp)) return true;
   SavedErrno keep;
   sockaddr_storage peer{};
   socklen_t len = sizeof peer;
   if (real().getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0) {
     // Not connected yet (or the connect failed): look again at the next call.
-    socket->upgrade_pending.store(true, std::memory_order_release);
+    socket->move_path(Path::kTcp, Path::kUpgradePending);
     return true;
   }
   // epoll sets the application added the connecting socket to move onto the stream with the upgrade

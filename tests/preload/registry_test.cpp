@@ -8,9 +8,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <thread>
+#include <vector>
+
 #include <gtest/gtest.h>
 
 #include "libc/interposed.h"
+#include "registry/connection_path.h"
 #include "registry/fd_table.h"
 #include "registry/tracked_socket.h"
 #include "test_sockets.h"
@@ -136,6 +141,48 @@ TEST(Registry, AChildInheritsTheTableWithItsDescriptors) {
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_EQ(close(fd), 0);
+}
+
+// The connection's path is one named state, changed only along the documented transitions, and by
+// exactly one caller when several race (here: readers that all see the peer's move back to TCP).
+TEST(ConnectionPath, ChangesOnlyAlongItsTransitionsAndOnceUnderRaces) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  TrackedSocket* t = tracked(fd);
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->path(), Path::kTcp);
+  EXPECT_FALSE(t->move_path(Path::kTcp, Path::kBackOnTcp));  // not a transition
+  EXPECT_FALSE(t->move_path(Path::kRdma, Path::kBackOnTcp)); // not where it is
+  EXPECT_EQ(t->path(), Path::kTcp);
+
+  ASSERT_TRUE(t->move_path(Path::kTcp, Path::kUpgradePending));
+  EXPECT_TRUE(t->upgrade_pending());
+  EXPECT_TRUE(t->move_path(Path::kUpgradePending, Path::kTcp));   // one call takes it up
+  EXPECT_FALSE(t->move_path(Path::kUpgradePending, Path::kTcp));  // the next finds it taken
+  EXPECT_EQ(t->path(), Path::kTcp);
+
+  ASSERT_TRUE(t->move_path(Path::kTcp, Path::kRdma));
+  ASSERT_TRUE(t->move_path(Path::kRdma, Path::kMovingBack));
+  EXPECT_TRUE(t->moving_back());
+  // While this thread moves it, a reader that sees the peer's move does nothing.
+  EXPECT_FALSE(mark_connection_back_on_tcp(t, fd));
+  ASSERT_TRUE(t->move_path(Path::kMovingBack, Path::kRdma));  // the move failed: it stays on RDMA
+
+  std::atomic<int> winners{0};
+  std::vector<std::thread> readers;
+  for (int i = 0; i < 8; ++i) {
+    readers.emplace_back([&] {
+      if (mark_connection_back_on_tcp(t, fd)) ++winners;
+    });
+  }
+  for (auto& r : readers) r.join();
+  EXPECT_EQ(winners.load(), 1);
+  EXPECT_TRUE(t->back_on_tcp());
+  EXPECT_EQ(t->stream(), nullptr);
+  for (Path to : {Path::kTcp, Path::kRdma, Path::kMovingBack, Path::kUpgradePending}) {
+    EXPECT_FALSE(t->move_path(Path::kBackOnTcp, to)) << to_string(to);  // back on TCP is final
+  }
+  EXPECT_STREQ(to_string(t->path()), "back on tcp");
   EXPECT_EQ(close(fd), 0);
 }
 
