@@ -67,7 +67,7 @@ std::optional<ssize_t> when_stuck(int fd, int msg_flags, short events, const Upg
 // Where a call goes once the session no longer takes it: where every call on the socket goes now.
 ssize_t continue_elsewhere(const StreamRef& began, int fd, const iovec* iov, int iovcnt, int msg_flags,
                            bool receiving) {
-  StreamRef ref = upgraded_stream(SocketHold(began.socket()), fd);  // waits for the switch to end
+  StreamRef ref = route_for_call(SocketHold(began.socket()), fd);  // waits for the switch to end
   if (ref.ours()) {
     return receiving ? stream_recv(ref, fd, iov, iovcnt, msg_flags) : stream_send(ref, fd, iov, iovcnt, msg_flags);
   }

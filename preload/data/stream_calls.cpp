@@ -43,19 +43,24 @@ int errno_of(Status s) {
 
 }  // namespace
 
-StreamRef upgraded_stream(int fd) noexcept { return upgraded_stream(SocketHold::of(fd), fd); }
+StreamRef route_for_call(int fd) noexcept { return route_for_call(SocketHold::of(fd), fd); }
 
-StreamRef upgraded_stream(SocketHold socket, int fd) noexcept {
-  // Held: an upgrade or a switch may take a while, and a close meanwhile must not free the socket.
-  if (!socket) return {};
-  if (socket->upgrade_pending()) finish_pending_upgrade(fd, socket.get());
-  if (UpgradeSession* session = socket->active_session(); session != nullptr) {
-    if (session->phase() == UpgradeSession::Phase::kOnTcp) return StreamRef(std::move(socket), nullptr, session);
-    session->wait_over();  // the switch takes a few round trips; it never waits on the application
+StreamRef route_for_call(SocketHold socket, int fd) noexcept {
+  // Held throughout: an upgrade or a switch may take a while, and a close meanwhile must not free
+  // the socket.
+  StreamRef route = route_of(SocketHold(socket.get()));
+  if (route.kind() == StreamRef::Kind::kPending) {
+    // The call that finds the non-blocking connect complete runs its upgrade (once: the others see
+    // it pending no longer); one that finds it still under way goes to the kernel.
+    finish_pending_upgrade(fd, socket.get());
+    route = route_of(SocketHold(socket.get()));
+    if (route.kind() == StreamRef::Kind::kPending) return {};
   }
-  transport::RdmaStream* stream = socket->stream();
-  if (stream == nullptr) return socket->prefix.present() ? StreamRef::prefixed(std::move(socket)) : StreamRef{};
-  return StreamRef(std::move(socket), stream);
+  if (UpgradeSession* switching = route.switching_session(); switching != nullptr) {
+    switching->wait_over();  // the switch takes a few round trips; it never waits on the application
+    route = route_of(std::move(socket));
+  }
+  return route;
 }
 
 namespace {

@@ -23,16 +23,16 @@ namespace tcp2rdma::preload {
 
 class UpgradeSession;
 
-// The stream of fd when its connection moved to RDMA, held for the caller's call; the session when
-// its upgrade is under way and it is still on TCP (a call during the switch itself waits for it to
-// end, which takes a few round trips); a prefixed ref when it came back to TCP with bytes still to
-// read before the kernel's; else empty. One table lookup (and, once, the upgrade of a
-// non-blocking connect that has completed since).
-StreamRef upgraded_stream(int fd) noexcept;
+// Where an application's call on fd goes (route/route.h), held for the call: the stream, the session
+// while the upgrade is still on TCP, the prefix, or the kernel. A final route: what the lookup found
+// not final is done here, in the open: the pending upgrade of a non-blocking connect that has
+// completed since is run (once), a switch under way is waited for (a few round trips). On a settled
+// connection: one table lookup and one look at the path.
+StreamRef route_for_call(int fd) noexcept;
 // The same for a socket the caller holds already: a call that goes on after a wait (the end of a
 // switch) follows the socket it began on, not whatever fd names by then (another thread may have
 // closed it and the number may be another socket's).
-StreamRef upgraded_stream(SocketHold socket, int fd) noexcept;
+StreamRef route_for_call(SocketHold socket, int fd) noexcept;
 // Every receive and every send of an application call that is ours (StreamRef::ours()).
 ssize_t stream_recv(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept;
 ssize_t stream_send(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept;

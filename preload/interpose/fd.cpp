@@ -132,7 +132,7 @@ T2R_INTERPOSE int ioctl(int fd, unsigned long request, ...) {
   va_end(ap);
   // FIONREAD on an upgraded socket: the bytes waiting in its stream, not the (empty) kernel queue.
   if (request == FIONREAD && arg != nullptr) {
-    auto s = tcp2rdma::preload::upgraded_stream(fd);
+    auto s = tcp2rdma::preload::route_for_call(fd);
     if (s != nullptr) {
       *static_cast<int*>(arg) = tcp2rdma::preload::stream_readable_bytes(s);
       return 0;

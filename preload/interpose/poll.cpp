@@ -18,7 +18,7 @@
 
 using tcp2rdma::preload::real;
 using tcp2rdma::preload::stream_poll_events;
-using tcp2rdma::preload::upgraded_stream;
+using tcp2rdma::preload::route_for_call;
 
 namespace {
 
@@ -26,7 +26,7 @@ using Clock = std::chrono::steady_clock;
 
 bool any_upgraded(const pollfd* fds, nfds_t nfds) {
   for (nfds_t i = 0; i < nfds; ++i) {
-    if (upgraded_stream(fds[i].fd).ours()) return true;
+    if (route_for_call(fds[i].fd).ours()) return true;
   }
   return false;
 }
@@ -50,7 +50,7 @@ int poll_streams_once(pollfd* fds, nfds_t nfds, const timespec* timeout, const s
     streams.resize(nfds);
     shadow.assign(fds, fds + nfds);
     for (nfds_t i = 0; i < nfds; ++i) {
-      streams[i] = upgraded_stream(fds[i].fd);
+      streams[i] = route_for_call(fds[i].fd);
       if (auto* session = streams[i].session()) shadow.push_back({session->wake_fd(), POLLIN, 0});
     }
     bool moved = false;
@@ -141,7 +141,7 @@ bool any_upgraded_in(int nfds, const fd_set* rd, const fd_set* wr, const fd_set*
   for (int fd = 0; fd < nfds; ++fd) {
     bool asked = (rd != nullptr && FD_ISSET(fd, rd)) || (wr != nullptr && FD_ISSET(fd, wr)) ||
                  (ex != nullptr && FD_ISSET(fd, ex));
-    if (asked && upgraded_stream(fd).ours()) return true;
+    if (asked && route_for_call(fd).ours()) return true;
   }
   return false;
 }
@@ -220,7 +220,7 @@ T2R_INTERPOSE int epoll_create(int size) { return real().epoll_create(size); }
 T2R_INTERPOSE int epoll_create1(int flags) { return real().epoll_create1(flags); }
 
 T2R_INTERPOSE int epoll_ctl(int epfd, int op, int fd, struct epoll_event* event) {
-  auto ref = upgraded_stream(fd);
+  auto ref = route_for_call(fd);
   if (auto* session = ref.session()) {
     // Registered on the socket and remembered, in one step with respect to the switch, which moves
     // the remembered registrations onto the stream.
@@ -234,7 +234,7 @@ T2R_INTERPOSE int epoll_ctl(int epfd, int op, int fd, struct epoll_event* event)
       return rc;
     }
     // It moved meanwhile: waits for the switch to end (the socket this call began on).
-    ref = upgraded_stream(tcp2rdma::preload::SocketHold(ref.socket()), fd);
+    ref = route_for_call(tcp2rdma::preload::SocketHold(ref.socket()), fd);
   }
   if (ref != nullptr) return tcp2rdma::preload::epoll_ctl_upgraded(epfd, op, fd, event);
   int rc = real().epoll_ctl(epfd, op, fd, event);

@@ -1,7 +1,12 @@
-// What a call on a descriptor goes to: the connection's RDMA stream, its upgrade session while that is
-// still on TCP, the prefix of a connection back on TCP, or (an empty route) the kernel socket alone.
+// What a call on a descriptor goes to, found by one lookup with no side effect (route_of): the
+// connection's RDMA stream, its upgrade session while that is still on TCP, the prefix of a connection
+// back on TCP, or (an empty route) the kernel socket alone. Two routes are not final: an upgrade that
+// is pending (a non-blocking connect that may have completed since) and a switch under way. The data
+// calls act on those themselves (data/stream_calls.h, route_for_call), so that nothing starts or
+// waits inside the lookup.
 #pragma once
 
+#include <cstdint>
 #include <utility>
 
 #include "registry/tracked_socket.h"
@@ -14,52 +19,67 @@ namespace tcp2rdma::preload {
 
 class UpgradeSession;
 
-// An upgraded stream held for the length of one call: its socket (and so the stream) is not
-// destroyed meanwhile, even when another thread closes the last descriptor; the last holder ends it
-// then (SocketHold). Converts to the stream, or null when the connection is not on RDMA. While the
-// connection's upgrade is under way and it is still on TCP, it holds the session instead (session()
-// is set, the stream is null): the call is then made on TCP and counted (session_calls.cpp).
+// A route held for the length of one call: its socket (and so the stream) is not destroyed
+// meanwhile, even when another thread closes the last descriptor; the last holder ends it then
+// (SocketHold). Converts to the stream, or null when the route is not the stream.
 class StreamRef {
  public:
+  enum class Kind : uint8_t {
+    kKernel,     // the kernel socket alone (also: not a socket of ours)
+    kStream,     // the RDMA stream
+    kSession,    // on TCP while the upgrade is under way: the kernel call, counted (session_calls.cpp)
+    kPrefixed,   // back on TCP, with the peer's bytes from the stream to read before the kernel's
+    kPending,    // not final: the pending upgrade of a non-blocking connect is to run first
+    kSwitching,  // not final: the byte-exact switch is under way; wait for its end, then look again
+  };
+
   StreamRef() noexcept = default;
-  StreamRef(SocketHold socket, transport::RdmaStream* stream, UpgradeSession* session = nullptr) noexcept
-      : socket_(std::move(socket)), stream_(stream), session_(session) {}
-  // A socket back on TCP whose prefix is still to be read (move_back.h): reads serve it first.
-  static StreamRef prefixed(SocketHold socket) noexcept {
+  StreamRef(SocketHold socket, transport::RdmaStream* stream) noexcept
+      : socket_(std::move(socket)), stream_(stream), kind_(stream != nullptr ? Kind::kStream : Kind::kKernel) {}
+  static StreamRef of_kind(Kind kind, SocketHold socket, UpgradeSession* session = nullptr) noexcept {
     StreamRef ref(std::move(socket), nullptr);
-    ref.prefixed_ = true;
+    ref.kind_ = kind;
+    ref.session_ = session;
     return ref;
   }
   StreamRef(StreamRef&& other) noexcept
       : socket_(std::move(other.socket_)),
         stream_(std::exchange(other.stream_, nullptr)),
         session_(std::exchange(other.session_, nullptr)),
-        prefixed_(std::exchange(other.prefixed_, false)) {}
+        kind_(std::exchange(other.kind_, Kind::kKernel)) {}
   StreamRef& operator=(StreamRef&& other) noexcept {
     socket_ = std::move(other.socket_);
     stream_ = std::exchange(other.stream_, nullptr);
     session_ = std::exchange(other.session_, nullptr);
-    prefixed_ = std::exchange(other.prefixed_, false);
+    kind_ = std::exchange(other.kind_, Kind::kKernel);
     return *this;
   }
   StreamRef(const StreamRef&) = delete;
   StreamRef& operator=(const StreamRef&) = delete;
 
+  Kind kind() const noexcept { return kind_; }
   operator transport::RdmaStream*() const noexcept { return stream_; }
   transport::RdmaStream* operator->() const noexcept { return stream_; }
-  UpgradeSession* session() const noexcept { return session_; }
+  // The upgrade session on a kSession route (the call goes to TCP, counted), else null.
+  UpgradeSession* session() const noexcept { return kind_ == Kind::kSession ? session_ : nullptr; }
+  // The session whose switch a kSwitching route waits for.
+  UpgradeSession* switching_session() const noexcept { return kind_ == Kind::kSwitching ? session_ : nullptr; }
   TrackedSocket* socket() const noexcept { return socket_.get(); }
-  bool prefixed() const noexcept { return prefixed_; }
-  // Whether the call is the module's to make: on the stream, on TCP counted for an upgrade's switch, or on TCP
+  bool prefixed() const noexcept { return kind_ == Kind::kPrefixed; }
+  // Whether the call is the module's to make: on the stream, on TCP counted for an upgrade, or on TCP
   // after a prefix.
-  bool ours() const noexcept { return stream_ != nullptr || session_ != nullptr || prefixed_; }
+  bool ours() const noexcept { return kind_ == Kind::kStream || kind_ == Kind::kSession || kind_ == Kind::kPrefixed; }
 
  private:
   SocketHold socket_;
   transport::RdmaStream* stream_ = nullptr;
   UpgradeSession* session_ = nullptr;
-  bool prefixed_ = false;
+  Kind kind_ = Kind::kKernel;
 };
+
+// The route of a call on `socket` now, held: one look at its path (TrackedSocket::path), never a wait,
+// never a start.
+StreamRef route_of(SocketHold socket) noexcept;
 
 // The stream of fd if it has one now, held; never waits and never starts anything (for epoll's
 // bookkeeping, which runs under its own lock).
