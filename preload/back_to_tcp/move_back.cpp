@@ -56,8 +56,13 @@ void move_streams_back(const char* why) noexcept {
   for_each_tracked_fd([&](int fd, SocketHold& socket) {
     transport::RdmaStream* stream = socket->stream();
     if (stream == nullptr || !socket->follows_fork.load(std::memory_order_relaxed)) return;
-    if (!socket->move_path(Path::kRdma, Path::kMovingBack)) return;  // a dup'd descriptor's, begun already
-    stream->start_move_to_tcp();
+    // A dup'd descriptor finds the move begun already; it is kept too, to finish the move through it
+    // should the first descriptor be closed meanwhile.
+    if (socket->move_path(Path::kRdma, Path::kMovingBack)) {
+      stream->start_move_to_tcp();
+    } else if (!socket->moving_back()) {
+      return;
+    }
     moving.emplace_back(fd, std::move(socket));
   });
   for (auto& [fd, socket] : moving) {
