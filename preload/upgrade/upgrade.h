@@ -23,7 +23,7 @@ namespace tcp2rdma::preload {
 bool upgrade_connection(int fd, config::Role role, TrackedSocket* listener, const config::Decision& decision,
                         const sockaddr* remote_hint = nullptr, socklen_t remote_hint_len = 0);
 
-// Runs the upgrade a non-blocking connect left pending (TrackedSocket::upgrade_pending), if the
+// Runs the upgrade a non-blocking connect left pending (Path::kUpgradePending), if the
 // connection is up by now. False when it failed half-way: the connection must then be reported as
 // reset (SO_ERROR says ECONNRESET once, and the socket is shut down). Never changes errno.
 bool finish_pending_upgrade(int fd, TrackedSocket* socket) noexcept;
