@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "deadline.h"
 #include "flow_control.h"
 #include "registration_cache.h"
 #include "status.h"
@@ -121,7 +122,7 @@ class RdmaStream {
   // The same, waiting for the acknowledgements until `deadline` instead of timeout_ms from now (a
   // process that ends many streams at once gives them one deadline). A peer that has not acknowledged
   // our end by then reads a reset, never a clean end.
-  Status close(std::chrono::steady_clock::time_point deadline);
+  Status close(Deadline deadline);
   // Tells the peer to reset (best effort) and disconnects at once: the peer never reads a clean end.
   void abort();
   // Moving the connection back onto its TCP socket (docs/protocol.md, "Back to TCP"). Sends our "to
@@ -224,7 +225,7 @@ class RdmaStream {
   Status wait(std::unique_lock<std::mutex>& lock, bool interruptible = false, int max_sleep_ms = -1);
   Status arm_channel(bool* news);
   Status keepalive_locked();
-  Status flush_locked(std::unique_lock<std::mutex>& lock, std::chrono::steady_clock::time_point deadline);
+  Status flush_locked(std::unique_lock<std::mutex>& lock, Deadline deadline);
   void kick();
   bool post_owed_end(uint32_t which, bool credit);  // kEndClose or kEndToTcp, when credit allows
   void send_move_marker();

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "deadline.h"
 #include "os_calls.h"
 
 namespace tcp2rdma::transport {
@@ -12,8 +13,9 @@ namespace tcp2rdma::transport {
 Status next_cm_event(rdma_event_channel* channel, int timeout_ms, rdma_cm_event** event) {
   pollfd p{channel->fd, POLLIN, 0};
   int ready = 0;
+  auto deadline = Deadline::in_ms(timeout_ms);  // a signal does not start the wait over
   do {
-    ready = os().poll(&p, 1, timeout_ms);
+    ready = os().poll(&p, 1, deadline.poll_ms());
   } while (ready < 0 && errno == EINTR);
   if (ready == 0) return Status::kTimeout;
   if (ready < 0 || rdma_get_cm_event(channel, event) != 0) return Status::kReset;

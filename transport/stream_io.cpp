@@ -316,29 +316,25 @@ Status RdmaStream::shutdown_write() {
 Status RdmaStream::flush() {
   OwnCalls own;  // own_calls.h
   std::unique_lock lock(mu_);
-  return flush_locked(lock, std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.timeout_ms));
+  return flush_locked(lock, Deadline::in_ms(options_.timeout_ms));
 }
 
-Status RdmaStream::flush_locked(std::unique_lock<std::mutex>& lock, std::chrono::steady_clock::time_point deadline) {
+Status RdmaStream::flush_locked(std::unique_lock<std::mutex>& lock, Deadline deadline) {
   // A write is in the peer's memory once its send is acknowledged; the peer delivers what is there
   // even if a reset follows. An owed close must first go out (it waits for the peer's credit).
   while ((sends_outstanding_ > 0 || close_owed_) && !failed() && !disconnect_seen_) {
-    auto now = std::chrono::steady_clock::now();
-    if (now >= deadline) return Status::kTimeout;
+    if (deadline.passed()) return Status::kTimeout;
     progress();
-    if (sends_outstanding_ > 0 || close_owed_) {
-      int left_ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count()) + 1;
-      wait(lock, false, left_ms);
-    }
+    if (sends_outstanding_ > 0 || close_owed_) wait(lock, false, deadline.poll_ms());
   }
   return failed() ? failure_ : Status::kOk;
 }
 
 Status RdmaStream::close() {
-  return close(std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.timeout_ms));
+  return close(Deadline::in_ms(options_.timeout_ms));
 }
 
-Status RdmaStream::close(std::chrono::steady_clock::time_point deadline) {
+Status RdmaStream::close(Deadline deadline) {
   OwnCalls own;  // own_calls.h
   // Our bytes, then our end (queued: shutdown_write never waits), must be in the peer's memory before
   // the connection goes; once they are, a disconnect reads as the end. After a move back to TCP the
@@ -393,7 +389,7 @@ Status RdmaStream::move_to_tcp(std::vector<uint8_t>* unread, bool* peer_ended) {
   *peer_ended = false;
   start_move_to_tcp();
   std::unique_lock lock(mu_);
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.timeout_ms);
+  auto deadline = Deadline::in_ms(options_.timeout_ms);
   // A few round trips: our marker goes out at the next progress (credits permitting), and the peer's
   // stack answers with its own at its next progress, whatever its application is doing.
   for (;;) {
@@ -401,10 +397,8 @@ Status RdmaStream::move_to_tcp(std::vector<uint8_t>* unread, bool* peer_ended) {
     if (move_sent_ && flow_->peer_moved()) break;
     if (s != Status::kOk) return s;
     if (disconnect_seen_) return Status::kReset;
-    auto now = std::chrono::steady_clock::now();
-    if (now >= deadline) return Status::kTimeout;
-    int left_ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count()) + 1;
-    if (Status w = wait(lock, false, left_ms); w != Status::kOk && !(move_sent_ && flow_->peer_moved())) return w;
+    if (deadline.passed()) return Status::kTimeout;
+    if (Status w = wait(lock, false, deadline.poll_ms()); w != Status::kOk && !(move_sent_ && flow_->peer_moved())) return w;
   }
   // Everything the peer sent before its marker, in order: what is left of the prefix, then the ring.
   unread->resize(prefix_left() + flow_->readable());

@@ -218,13 +218,12 @@ Status StreamListener::begin_accept(const TcpTuple& tuple, uint64_t server_nonce
 
 Status StreamListener::accept_any(std::chrono::milliseconds timeout, std::unique_ptr<RdmaStream>* out) {
   OwnCalls own;  // own_calls.h
-  auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto deadline = Deadline::in(timeout);
   for (;;) {
     while (held_.empty()) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0) return Status::kTimeout;
+      if (deadline.passed()) return Status::kTimeout;
       pollfd p{channel_->fd, POLLIN, 0};
-      os().poll(&p, 1, static_cast<int>(left.count()));
+      os().poll(&p, 1, deadline.poll_ms());
       collect(timeout);
     }
     // A request refused for its size is not the one to wait for: the next may be.

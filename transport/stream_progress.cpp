@@ -313,8 +313,8 @@ void RdmaStream::fail_and_stop(Status s) {
 void RdmaStream::drain_after_failure(std::unique_lock<std::mutex>& lock) {
   // A queue pair in the error state flushes every outstanding work request with a completion; until
   // each is polled, the adapter may still be reading its buffer.
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.timeout_ms);
-  while (zcopy_outstanding_ > 0 && std::chrono::steady_clock::now() < deadline) {
+  auto deadline = Deadline::in_ms(options_.timeout_ms);
+  while (zcopy_outstanding_ > 0 && !deadline.passed()) {
     ibv_wc wcs[16];
     int n = ibv_poll_cq(cq_, 16, wcs);
     for (int i = 0; i < n; ++i) {

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <vector>
 
+#include "deadline.h"
 #include "back_to_tcp/move_back.h"
 #include "data/stream_calls.h"
 #include "libc/interposed.h"
@@ -22,7 +23,7 @@ using tcp2rdma::preload::route_for_call;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using tcp2rdma::transport::Deadline;
 
 bool any_upgraded(const pollfd* fds, nfds_t nfds) {
   for (nfds_t i = 0; i < nfds; ++i) {
@@ -43,9 +44,7 @@ int poll_streams_once(pollfd* fds, nfds_t nfds, const timespec* timeout, const s
   struct LetGo {
     ~LetGo() { streams.clear(); }
   } let_go;
-  auto deadline = timeout == nullptr ? Clock::time_point::max()
-                                     : Clock::now() + std::chrono::seconds(timeout->tv_sec) +
-                                           std::chrono::nanoseconds(timeout->tv_nsec);
+  auto deadline = Deadline::in_timespec(timeout);
   for (;;) {
     streams.resize(nfds);
     shadow.assign(fds, fds + nfds);
@@ -80,12 +79,8 @@ int poll_streams_once(pollfd* fds, nfds_t nfds, const timespec* timeout, const s
         shadow[i] = {fds[i].revents != 0 ? -1 : streams[i]->readiness_fd(), POLLIN, 0};
       }
       if (moved && ready == 0) break;
-      timespec left{0, 0};
-      if (ready == 0 && deadline != Clock::time_point::max()) {
-        auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - Clock::now()).count();
-        if (ns > 0) left = {static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
-      }
-      bool forever = ready == 0 && deadline == Clock::time_point::max();
+      timespec left = ready == 0 ? deadline.left_timespec() : timespec{0, 0};
+      bool forever = ready == 0 && deadline.never_ends();
       int rc = real().ppoll(shadow.data(), shadow.size(), forever ? nullptr : &left, sigmask);
       if (rc < 0) return -1;
       for (nfds_t i = 0; i < nfds; ++i) {
@@ -96,7 +91,7 @@ int poll_streams_once(pollfd* fds, nfds_t nfds, const timespec* timeout, const s
       for (size_t i = nfds; i < shadow.size(); ++i) moved |= shadow[i].revents != 0;
       if (ready > 0) return ready;
       if (rc == 0) return 0;  // timed out
-      if (deadline != Clock::time_point::max() && Clock::now() >= deadline) return 0;
+      if (deadline.passed()) return 0;
       if (moved) break;
       // Only a stream's fd fired: look at the streams again.
       for (nfds_t i = 0; i < nfds; ++i) shadow[i] = ours(i) ? shadow[i] : fds[i];

@@ -72,20 +72,19 @@ void start_directory_service(int fd, ListenerState* listener) noexcept {
   if (listener->directory_service != nullptr && listener->service_generation == here) return;
   // An ancestor's thread does not exist here: its object is only a copy, left alone.
   auto* service = new DirectoryService;
-  AllSignalsBlocked quiet;  // quiet_thread.h
-  try {
-    service->thread = std::thread(serve, fd, listener, service);
-    listener->directory_service = service;
-    listener->service_generation = here;
-    log_line("fd %d listener: this process holds the RDMA listener's port and sends the other processes' "
-             "requests on to them",
-             fd);
-  } catch (const std::system_error&) {
+  service->thread = start_quiet_thread([fd, listener, service] { serve(fd, listener, service); });
+  if (!service->thread.joinable()) {
     delete service;
     log_line("fd %d listener: cannot start the pre-fork directory's thread: connections accepted by the server's "
              "other processes stay tcp",
              fd);
+    return;
   }
+  listener->directory_service = service;
+  listener->service_generation = here;
+  log_line("fd %d listener: this process holds the RDMA listener's port and sends the other processes' "
+           "requests on to them",
+           fd);
 }
 
 void stop_directory_service(ListenerState* listener) noexcept {

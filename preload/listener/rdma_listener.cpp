@@ -20,7 +20,7 @@
 namespace tcp2rdma::preload {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using transport::Deadline;
 
 enum class ListenerKind { kOnListenersPort, kOnOwnPort, kDirectory };
 
@@ -137,7 +137,7 @@ transport::Status accept_request(TrackedSocket* socket, const transport::TcpTupl
                                  std::unique_ptr<transport::RdmaStream>* out) {
   ListenerState* listener = listener_state(socket);
   if (listener == nullptr) return transport::Status::kRejected;
-  auto until = Clock::now() + std::chrono::microseconds(options.upgrade_timeout_us);
+  auto until = Deadline::in(std::chrono::microseconds(options.upgrade_timeout_us));
   PublishedTuple published(listener, tuple);
   for (;;) {
     int listener_fd = -1;
@@ -159,7 +159,7 @@ transport::Status accept_request(TrackedSocket* socket, const transport::TcpTupl
       return s;
     }
     if (s != transport::Status::kWouldBlock) return s;
-    if (Clock::now() >= until || session->phase() == UpgradeSession::Phase::kOver) {
+    if (until.passed() || session->phase() == UpgradeSession::Phase::kOver) {
       decline(socket, tuple);  // a request that comes later is answered at once
       return transport::Status::kWouldBlock;
     }

@@ -1,6 +1,7 @@
 // epoll_wait with upgraded descriptors: the translation of the kernel's events for the readiness fds
 // into the application's own, and the level-triggered and prefixed registrations reported without a
 // kernel event (epoll_sets.h).
+#include "deadline.h"
 #include "readiness/epoll_sets.h"
 
 #include <cerrno>
@@ -23,7 +24,7 @@ namespace tcp2rdma::preload {
 namespace {
 
 using namespace epoll_detail;
-using Clock = std::chrono::steady_clock;
+using transport::Deadline;
 
 // Whether descriptor fd's connection is being moved back by another thread.
 bool moving_back(int fd) {
@@ -85,7 +86,7 @@ bool epoll_wait_upgraded(int epfd, epoll_event* events, int maxevents, int timeo
     if (!take_mine()) return false;
   }
   const int saved_errno = errno;
-  auto deadline = timeout_ms < 0 ? Clock::time_point::max() : Clock::now() + std::chrono::milliseconds(timeout_ms);
+  auto deadline = Deadline::in_ms(timeout_ms);
   // A connection that another thread is moving back to TCP (a fork): its registrations are moved
   // when that thread is done, and the prefix it keeps is no kernel event, so we look every
   // millisecond until then.
@@ -118,11 +119,7 @@ bool epoll_wait_upgraded(int epfd, epoll_event* events, int maxevents, int timeo
     const int prefixed_from = n;
     n = report_prefixed_locked(epfd, events, n, maxevents);
     const int prefixed_to = n;
-    int wait_ms = n > 0 ? 0
-                  : deadline == Clock::time_point::max()
-                      ? -1
-                      : static_cast<int>(std::max<int64_t>(
-                            0, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count()));
+    int wait_ms = n > 0 ? 0 : deadline.poll_ms();
     if (awaited_fd >= 0 && wait_ms != 0) wait_ms = 1;
     int rc = 0;
     if (n < maxevents) {
@@ -173,7 +170,7 @@ bool epoll_wait_upgraded(int epfd, epoll_event* events, int maxevents, int timeo
         if (e->events & EPOLLONESHOT) e->disabled = true;
       }
     }
-    if (out > 0 || (wait_ms == 0 && awaited_fd < 0) || (awaited_fd >= 0 && Clock::now() >= deadline)) {
+    if (out > 0 || (wait_ms == 0 && awaited_fd < 0) || (awaited_fd >= 0 && deadline.passed())) {
       for (Entry* e : reported) keep_signalled(*e);
       *result = out;
       errno = saved_errno;  // success leaves errno alone, as the kernel's epoll_wait does

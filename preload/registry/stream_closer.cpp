@@ -20,11 +20,11 @@
 namespace tcp2rdma::preload {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using transport::Deadline;
 
 struct Closing {
   transport::RdmaStream* stream;
-  Clock::time_point deadline;
+  Deadline deadline;
 };
 
 // Made on first use and never destroyed (exit handlers use them), anew in a forked child.
@@ -35,7 +35,7 @@ struct Closer {
   std::deque<Closing> queue;
   int busy = 0;  // streams taken off the queue and not yet ended
   bool running = false;
-  Clock::time_point latest{};  // the last deadline of any stream handed over
+  Deadline latest{Deadline::Clock::time_point{}};  // the last deadline of any stream handed over
 };
 Closer*& closer_slot() {
   static Closer* closer = new Closer;
@@ -63,13 +63,10 @@ void run(Closer* closer) {
 }
 
 bool start_thread(Closer* closer) {
-  AllSignalsBlocked quiet;  // quiet_thread.h
-  try {
-    std::thread(run, closer).detach();
-    return true;
-  } catch (const std::system_error&) {
-    return false;
-  }
+  std::thread thread = start_quiet_thread([closer] { run(closer); });
+  if (!thread.joinable()) return false;
+  thread.detach();
+  return true;
 }
 
 }  // namespace
@@ -84,7 +81,7 @@ void close_later(transport::RdmaStream* stream, int linger_seconds) noexcept {
   // a linger time above zero, as the kernel's, makes this call wait (up to that time) itself.
   auto wait = std::chrono::milliseconds(stream->timeout_ms());
   if (linger_seconds > 0) wait = std::min<std::chrono::milliseconds>(wait, std::chrono::seconds(linger_seconds));
-  Closing c{stream, Clock::now() + wait};
+  Closing c{stream, Deadline::in(wait)};
   if (linger_seconds > 0) {
     end_one(c);
     return;
@@ -95,7 +92,7 @@ void close_later(transport::RdmaStream* stream, int linger_seconds) noexcept {
     std::lock_guard lock(closer->mutex);
     if (closer->running || (closer->running = start_thread(closer))) {
       closer->queue.push_back(c);
-      closer->latest = std::max(closer->latest, c.deadline);
+      closer->latest = Deadline::later(closer->latest, c.deadline);
       closer->work.notify_one();
       return;
     }
@@ -107,7 +104,7 @@ void finish_closing() noexcept {
   Closer* closer = closer_slot();
   std::unique_lock lock(closer->mutex);
   // Each stream has its own deadline; the last of them bounds the wait (plus a little for the thread).
-  closer->idle.wait_until(lock, closer->latest + std::chrono::milliseconds(100),
+  closer->idle.wait_until(lock, closer->latest.at() + std::chrono::milliseconds(100),
                           [&] { return closer->queue.empty() && closer->busy == 0; });
 }
 

@@ -173,7 +173,7 @@ void close_streams_at_exit() noexcept {
     // have no stream here (stream() is null). Every end is queued first, then all are waited for
     // together, within one timeout: many streams cost no more than one.
     std::lock_guard lock(live_mutex());
-    auto deadline = std::chrono::steady_clock::now();
+    auto deadline = transport::Deadline::in(std::chrono::milliseconds(0));
     for (TrackedSocket* socket : live_sockets()) {
       transport::RdmaStream* s = socket->stream();
       if (s == nullptr) continue;
@@ -182,7 +182,7 @@ void close_streams_at_exit() noexcept {
         continue;
       }
       s->shutdown_write();
-      deadline = std::max(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(s->timeout_ms()));
+      deadline = transport::Deadline::later(deadline, transport::Deadline::in_ms(s->timeout_ms()));
     }
     for (TrackedSocket* socket : live_sockets()) {
       if (transport::RdmaStream* s = socket->stream()) s->close(deadline);

@@ -1,3 +1,4 @@
+#include "deadline.h"
 #include "upgrade/switch.h"
 
 #include <fcntl.h>
@@ -19,7 +20,7 @@
 namespace tcp2rdma::preload {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using transport::Deadline;
 
 // The switch itself: both peers are tcp2rdma by then and neither waits on its application, so it takes
 // a few round trips and the reading of what TCP still has in flight.
@@ -55,13 +56,12 @@ NoncePair nonces_of(const transport::RdmaStream& stream) {
 }
 
 // Exactly n bytes to or from the TCP socket within the deadline, whatever its O_NONBLOCK.
-bool tcp_exchange(int fd, uint8_t* buf, size_t n, bool sending, Clock::time_point deadline) {
+bool tcp_exchange(int fd, uint8_t* buf, size_t n, bool sending, Deadline deadline) {
   size_t done = 0;
   while (done < n) {
-    int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
-    if (left <= 0) return false;
+    if (deadline.passed()) return false;
     pollfd p{fd, static_cast<short>(sending ? POLLOUT : POLLIN), 0};
-    if (real().poll(&p, 1, left) <= 0) continue;
+    if (real().poll(&p, 1, deadline.poll_ms()) <= 0) continue;
     ssize_t r = sending ? real().send(fd, buf + done, n - done, MSG_DONTWAIT | MSG_NOSIGNAL)
                         : real().recv(fd, buf + done, n - done, MSG_DONTWAIT);
     if (r == 0 && !sending) return false;
@@ -72,7 +72,7 @@ bool tcp_exchange(int fd, uint8_t* buf, size_t n, bool sending, Clock::time_poin
 }
 
 // Exactly n bytes from the stream within the deadline: the peer's HELLO and ACK.
-bool stream_read_exact(transport::RdmaStream& stream, uint8_t* buf, size_t n, Clock::time_point deadline) {
+bool stream_read_exact(transport::RdmaStream& stream, uint8_t* buf, size_t n, Deadline deadline) {
   size_t got = 0;
   while (got < n) {
     iovec iov{buf + got, n - got};
@@ -84,10 +84,9 @@ bool stream_read_exact(transport::RdmaStream& stream, uint8_t* buf, size_t n, Cl
       continue;
     }
     if (s != transport::Status::kWouldBlock) return false;
-    int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
-    if (left <= 0) return false;
+    if (deadline.passed()) return false;
     pollfd p{stream.readiness_fd(), POLLIN, 0};
-    real().poll(&p, 1, left);
+    real().poll(&p, 1, deadline.poll_ms());
     (void)stream.readiness();  // takes the news the fd announced
   }
   return true;
@@ -101,12 +100,11 @@ bool stream_write_all(transport::RdmaStream& stream, const uint8_t* buf, size_t 
 
 // True when the TCP connection is at its end (the peer shut its sending side down) within the
 // deadline; false when a byte comes instead, or an error.
-bool tcp_at_end(int fd, Clock::time_point deadline) {
+bool tcp_at_end(int fd, Deadline deadline) {
   for (;;) {
-    int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
-    if (left <= 0) return false;
+    if (deadline.passed()) return false;
     pollfd p{fd, POLLIN, 0};
-    if (real().poll(&p, 1, left) <= 0) continue;
+    if (real().poll(&p, 1, deadline.poll_ms()) <= 0) continue;
     uint8_t byte = 0;
     ssize_t r = real().recv(fd, &byte, 1, MSG_DONTWAIT);
     if (r == 0) return true;
@@ -125,7 +123,7 @@ struct Step {
 // this side has still to read in *tail. Until this side has sent ACK the peer writes no record, and
 // neither has this side: a failure up to there leaves the TCP connection as it was.
 Step exchange_counts(transport::RdmaStream& stream, const Hello& ours, uint64_t received, bool is_client,
-                     Clock::time_point deadline, Hello* peer, uint64_t* tail) {
+                     Deadline deadline, Hello* peer, uint64_t* tail) {
   auto hello = encode_hello(ours);
   if (!stream_write_all(stream, hello.data(), hello.size())) return {Step::kStaysTcp, "the RDMA connection failed at HELLO"};
   std::array<uint8_t, kHelloSize> peer_hello{};
@@ -154,7 +152,7 @@ Step exchange_counts(transport::RdmaStream& stream, const Hello& ours, uint64_t 
 // checked against this stream's nonces, or, when its HELLO said so, the end of its TCP stream. Not a
 // record, or another connection's: whoever holds this RDMA connection is not the peer of this TCP
 // connection. Never guessed at: the connection is reset.
-Step read_peer_tail(int fd, uint64_t tail, bool peer_ended, const NoncePair& nonces, Clock::time_point deadline,
+Step read_peer_tail(int fd, uint64_t tail, bool peer_ended, const NoncePair& nonces, Deadline deadline,
                     std::vector<uint8_t>* bytes) {
   bytes->resize(tail);
   if (!tcp_exchange(fd, bytes->data(), bytes->size(), false, deadline)) {
@@ -190,7 +188,7 @@ UpgradeOutcome switch_onto(int fd, TrackedSocket* socket, UpgradeSession* sessio
     stream->abort();
     return {false, true, "closed, or the process forked or ran another program, before the switch"};
   }
-  auto deadline = Clock::now() + kSwitchTimeout;
+  auto deadline = Deadline::in(kSwitchTimeout);
   Hello peer;
   uint64_t tail = 0;
   std::vector<uint8_t> tcp_tail;

@@ -251,17 +251,17 @@ void upgrade_beside(int fd, config::Role role, TrackedSocket* listener, const co
     if (c->listener != nullptr) c->listener->release();
     g_background_switches.fetch_sub(1);
   };
-  AllSignalsBlocked quiet;  // quiet_thread.h
-  try {
-    std::thread([c, session, let_go] {
-      conclude(*c, session, run_upgrade(*c, session), true);
-      let_go();
-    }).detach();
-  } catch (const std::exception&) {  // no thread (system_error), or no memory for it
-    if (session->end_on_tcp()) log_line("%s: stays tcp (cannot start a thread for the upgrade)", label);
-    epoll_move_pending(fd, false);
+  std::thread thread = start_quiet_thread([c, session, let_go] {
+    conclude(*c, session, run_upgrade(*c, session), true);
     let_go();
+  });
+  if (thread.joinable()) {
+    thread.detach();
+    return;
   }
+  if (session->end_on_tcp()) log_line("%s: stays tcp (cannot start a thread for the upgrade)", label);
+  epoll_move_pending(fd, false);
+  let_go();
 }
 
 }  // namespace

@@ -204,7 +204,7 @@ TEST(StreamApi, ShutdownAndCloseReturnInTimeWhenThePeerMakesNoCall) {
   EXPECT_EQ(p.client->shutdown_write(), Status::kOk);
   EXPECT_LT(Clock::now() - started, std::chrono::milliseconds(500));
   started = Clock::now();
-  p.client->close(Clock::now() + std::chrono::milliseconds(300));
+  p.client->close(Deadline::in(std::chrono::milliseconds(300)));
   EXPECT_LT(Clock::now() - started, std::chrono::seconds(2));
   // Every byte written arrives, nothing else; then the end if it got out in time, else a reset.
   size_t got = 0;

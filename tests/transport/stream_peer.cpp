@@ -49,6 +49,7 @@
 using namespace peer_util;
 using tcp2rdma::transport::kNonBlocking;
 using tcp2rdma::transport::StreamCounters;
+using tcp2rdma::transport::Deadline;
 
 namespace {
 
@@ -372,7 +373,7 @@ int main(int argc, char** argv) {
     auto shut_ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count();
     StreamCounters after_shutdown = s->counters();
     started = std::chrono::steady_clock::now();
-    Status closed = s->close(started + std::chrono::milliseconds(1500));
+    Status closed = s->close(Deadline(started + std::chrono::milliseconds(1500)));
     auto close_ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count();
     writer.join();
     std::printf("server: %d small writes; shutdown %s in %lld ms (end waiting: %llu); close %s in %lld ms\n",
