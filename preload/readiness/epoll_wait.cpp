@@ -1,6 +1,6 @@
-// epoll_wait with upgraded descriptors: the translation of the kernel's events for the readiness fds
-// into the application's own, and the level-triggered and prefixed registrations reported without a
-// kernel event (epoll_sets.h).
+// epoll_wait with upgraded descriptors (epoll_sets.h): the lock, the kernel's sleep and its deadline,
+// and the moves back to TCP; which registrations are reported, and how, is the report's
+// (epoll_report.h).
 #include "deadline.h"
 #include "readiness/epoll_sets.h"
 
@@ -14,6 +14,7 @@
 #include "own_calls.h"
 #include "rdma_stream.h"
 #include "readiness/epoll_entries.h"
+#include "readiness/epoll_report.h"
 #include "readiness/stream_events.h"
 #include "registry/connection_path.h"
 #include "registry/fd_table.h"
@@ -32,11 +33,18 @@ bool moving_back(int fd) {
   return socket && socket->moving_back();
 }
 
-// The prefixed registrations of epfd whose prefix is there: reported into events[n...], up to
-// maxevents; returns the new n. Edge-triggered and one-shot ones are reported once, the others while
-// the prefix lasts; one whose prefix is gone is forgotten (the kernel reports the socket from then on).
-int report_prefixed_locked(int epfd, epoll_event* events, int n, int maxevents) {
-  for (size_t i = g_prefixed.size(); i-- > 0 && n < maxevents;) {
+// What an entry's stream has now (epoll_report.h).
+Look look_now(const Entry& e) {
+  Look look;
+  look.events = ready_events(e, &look.moved);
+  return look;
+}
+
+// The prefixed registrations of epfd whose prefix is there, reported without a kernel event.
+// Edge-triggered and one-shot ones are reported once, the others while the prefix lasts; one whose
+// prefix is gone is forgotten (the kernel reports the socket from then on).
+void report_prefixed_locked(int epfd, EpollReport& report) {
+  for (size_t i = g_prefixed.size(); i-- > 0 && !report.full();) {
     Prefixed p = g_prefixed[i];
     if (p.epfd != epfd) continue;
     SocketHold socket = SocketHold::of(p.fd);
@@ -45,7 +53,7 @@ int report_prefixed_locked(int epfd, epoll_event* events, int n, int maxevents) 
       continue;
     }
     auto wanted = static_cast<short>(p.event.events & (EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLPRI));
-    events[n++] = {static_cast<uint16_t>(prefixed_poll_events(p.fd, wanted)), p.event.data};
+    report.report_unfired({static_cast<uint16_t>(prefixed_poll_events(p.fd, wanted)), p.event.data});
     if (p.event.events & (EPOLLET | EPOLLONESHOT)) {
       erase_prefixed_locked(i);
       if (p.event.events & EPOLLONESHOT) {
@@ -54,7 +62,18 @@ int report_prefixed_locked(int epfd, epoll_event* events, int n, int maxevents) 
       }
     }
   }
-  return n;
+}
+
+// The entries the report found gone back to TCP leave their readiness fds for their sockets; one
+// whose connection another thread is moving (a fork) is awaited. True when the set's entries changed.
+bool move_gone_locked(std::vector<Entry*>& gone, int* awaited_fd) {
+  bool changed = !gone.empty();
+  for (Entry* e : gone) {
+    if (!alive_locked(e)) continue;  // moved already, with another descriptor of the same socket
+    if (!move_back_now_locked(e)) *awaited_fd = e->fd;
+  }
+  gone.clear();
+  return changed;
 }
 
 
@@ -68,7 +87,8 @@ bool epoll_wait_upgraded(int epfd, epoll_event* events, int maxevents, int timeo
     return false;
   }
   // Scratch kept per thread: an event loop calls this for every wakeup, and it should not allocate.
-  static thread_local std::vector<Entry*> mine, reported;
+  static thread_local std::vector<Entry*> mine;
+  static thread_local EpollReport report;
   // A set that holds a socket whose upgrade is pending takes this path too: the upgrade may move that
   // registration onto its stream while we wait, and the event that then comes carries our Entry.
   auto take_mine = [&] {
@@ -95,84 +115,29 @@ bool epoll_wait_upgraded(int epfd, epoll_event* events, int maxevents, int timeo
     std::lock_guard lock(g_mutex);  // entries may not go away while we look at them
     take_mine();
     if (awaited_fd >= 0 && !moving_back(awaited_fd)) awaited_fd = -1;
-    int n = 0;
-    reported.clear();
-    // Level-triggered entries are reported while their stream is ready, fired or not: the readiness
-    // fd only signals changes.
-    // (Edge-triggered ones are looked at only when their fd fired: a look would take the event.)
-    bool moved = false;
-    for (Entry* e : mine) {
-      if (n == maxevents || !alive_locked(e) || e->disabled || (e->events & EPOLLET)) continue;
-      bool gone = false;
-      uint32_t ev = ready_events(*e, &gone);
-      if (gone) {
-        if (!move_back_now_locked(e)) awaited_fd = e->fd;
-        moved = true;
-        continue;
-      }
-      if (ev == 0) continue;
-      events[n++] = {ev, e->data};
-      reported.push_back(e);
-      if (e->events & EPOLLONESHOT) e->disabled = true;
-    }
-    if (moved) take_mine();
-    const int prefixed_from = n;
-    n = report_prefixed_locked(epfd, events, n, maxevents);
-    const int prefixed_to = n;
-    int wait_ms = n > 0 ? 0 : deadline.poll_ms();
+    report.start(events, maxevents, look_now);
+    report.report_level_triggered(mine);
+    if (move_gone_locked(report.take_gone(), &awaited_fd)) take_mine();
+    report_prefixed_locked(epfd, report);
+    int wait_ms = report.count() > 0 ? 0 : deadline.poll_ms();
     if (awaited_fd >= 0 && wait_ms != 0) wait_ms = 1;
     int rc = 0;
-    if (n < maxevents) {
+    if (!report.full()) {
       g_mutex.unlock();
-      rc = wait(epfd, events + n, maxevents - n, wait_ms, context);
+      rc = wait(epfd, events + report.count(), maxevents - report.count(), wait_ms, context);
       g_mutex.lock();
       take_mine();  // an upgrade may have moved a registration meanwhile
     }
     if (rc < 0) {
-      *result = n > 0 ? n : -1;
+      *result = report.count() > 0 ? report.count() : -1;
       return true;
     }
-    int out = n;
-    for (int i = n; i < n + rc; ++i) {
-      epoll_event got = events[i];
-      Entry* e = nullptr;
-      for (Entry* candidate : mine) {
-        if (candidate == got.data.ptr && alive_locked(candidate)) e = candidate;
-      }
-      if (e == nullptr && ours_locked(got.data.ptr)) continue;  // a registration gone meanwhile (retired())
-      if (e == nullptr) {
-        // The application's own descriptor; one reported for its prefix already gets the kernel's
-        // events added, not a second entry.
-        bool merged = false;
-        for (int j = prefixed_from; j < prefixed_to && !merged; ++j) {
-          if (events[j].data.u64 == got.data.u64) {
-            events[j].events |= got.events;
-            merged = true;
-          }
-        }
-        if (!merged) events[out++] = got;
-        continue;
-      }
-      bool already = false;
-      for (Entry* r : reported) already |= r == e;
-      if (already || e->disabled) continue;
-      bool gone = false;
-      uint32_t ev = ready_events(*e, &gone);
-      if (gone) {
-        // Its registration is the socket's again: the next real wait reports what the socket has.
-        if (!move_back_now_locked(e)) awaited_fd = e->fd;
-        take_mine();
-        continue;
-      }
-      if (ev != 0) {
-        events[out++] = {ev, e->data};
-        reported.push_back(e);
-        if (e->events & EPOLLONESHOT) e->disabled = true;
-      }
-    }
-    if (out > 0 || (wait_ms == 0 && awaited_fd < 0) || (awaited_fd >= 0 && deadline.passed())) {
-      for (Entry* e : reported) keep_signalled(*e);
-      *result = out;
+    report.translate_fired(rc, mine, ours_locked);
+    // Their registrations are the sockets' again: the next real wait reports what the sockets have.
+    move_gone_locked(report.take_gone(), &awaited_fd);
+    if (report.count() > 0 || (wait_ms == 0 && awaited_fd < 0) || (awaited_fd >= 0 && deadline.passed())) {
+      for (Entry* e : report.reported()) keep_signalled(*e);
+      *result = report.count();
       errno = saved_errno;  // success leaves errno alone, as the kernel's epoll_wait does
       return true;
     }

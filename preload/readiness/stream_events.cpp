@@ -7,15 +7,20 @@
 
 namespace tcp2rdma::preload {
 
-short stream_poll_events(transport::RdmaStream* stream, short requested, bool* moved) noexcept {
-  transport::Readiness r = stream->readiness();
-  if (moved != nullptr) *moved = r.moved;
+short poll_events_of(const transport::Readiness& r, short requested) noexcept {
   short events = 0;
   if (r.readable) events |= static_cast<short>(requested & (POLLIN | POLLRDNORM));
   if (r.writable) events |= static_cast<short>(requested & (POLLOUT | POLLWRNORM));
   if (r.failed) events |= POLLERR | POLLHUP;
-  else if (r.peer_closed) events |= static_cast<short>(requested & POLLRDHUP);
+  // A reset ends the receiving side too: the kernel reports POLLRDHUP for it as for the peer's end.
+  if (r.failed || r.peer_closed) events |= static_cast<short>(requested & POLLRDHUP);
   return events;
+}
+
+short stream_poll_events(transport::RdmaStream* stream, short requested, bool* moved) noexcept {
+  transport::Readiness r = stream->readiness();
+  if (moved != nullptr) *moved = r.moved;
+  return poll_events_of(r, requested);
 }
 
 short prefixed_poll_events(int fd, short requested) noexcept {

@@ -4,9 +4,15 @@
 
 namespace tcp2rdma::transport {
 class RdmaStream;
+struct Readiness;
 }
 
 namespace tcp2rdma::preload {
+
+// What a socket in the same state would report to poll(2), among `requested`: readable (bytes, the
+// end, or an error) is POLLIN, writable POLLOUT; a failed stream, like a reset socket, is POLLERR and
+// POLLHUP whatever was asked, and POLLRDHUP (asked) as the peer's end is.
+short poll_events_of(const transport::Readiness& r, short requested) noexcept;
 
 // poll(2) events of the stream now, among `requested` (POLLIN, POLLOUT; POLLHUP and POLLERR always).
 // *moved (if given) is set when the stream has moved back to TCP: the socket is to be looked at instead.
