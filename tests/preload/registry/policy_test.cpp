@@ -1,5 +1,5 @@
 // The decision and its log line for connections made through the wrappers (linked into this program).
-// Each TEST runs in its own process with its own TCP2RDMA_LOG file (tests/preload/CMakeLists.txt): the
+// Each TEST runs in its own process with its own TCP2RDMA_LOG file (tests/preload/registry/CMakeLists.txt): the
 // module decides where it logs when it loads, and loads the rules once per process.
 #include <arpa/inet.h>
 #include <fcntl.h>

@@ -9,7 +9,7 @@
 # The reader must end with a reset (or another error) after the bytes that arrived, never a clean end.
 set -u
 shim=$1 rules=$2 kind=$3
-sh "$(dirname "$0")/../../integration/guest/wait-listening.sh" "$T2R_WORK/reader.err" || exit 1
+sh "$(dirname "$0")/../../../integration/guest/wait-listening.sh" "$T2R_WORK/reader.err" || exit 1
 env LD_PRELOAD="$shim" TCP2RDMA_RULES="$rules" TCP2RDMA_LOG="$T2R_WORK/shim-$T2R_HOST.log" \
   nc "$T2R_PEER" 5012 < /dev/zero > /dev/null 2> /tmp/nc.err &
 nc=$!
