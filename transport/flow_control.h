@@ -83,6 +83,9 @@ class FlowControl {
   FlowError on_close_arrived();
   FlowError on_move_arrived();  // the peer's "to TCP": nothing more comes on the stream
   uint64_t readable() const { return produced_ - consumed_; }
+  // The peer's stream is here up to `produced` (arrived), and read by our application up to `consumed`.
+  uint64_t produced() const { return produced_; }
+  uint64_t consumed() const { return consumed_; }
   uint64_t our_ring_offset() const { return consumed_ & (config_.our_ring_size - 1); }
   bool peer_closed() const { return peer_closed_; }
   bool peer_moved() const { return peer_moved_; }

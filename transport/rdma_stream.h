@@ -20,6 +20,7 @@
 
 #include "deadline.h"
 #include "flow_control.h"
+#include "path_failover.h"
 #include "registration_cache.h"
 #include "status.h"
 #include "wire.h"
@@ -147,6 +148,28 @@ class RdmaStream {
   bool reads_moved() const;
   // Our sending side had been shut down before it went back: the TCP socket's must be too.
   bool write_was_shut() const;
+
+  // When the RDMA path fails (docs/protocol.md, "When the RDMA path fails"; stream_failover.cpp).
+  // Whether the stream failed on its path (a completion in error, a device removal, a disconnect
+  // without an end), not by the peer's word (an abort, a broken protocol): the connection may go on
+  // over TCP.
+  bool path_failed() const;
+  // Where each direction stands once the path is stopped for good: the queue pair in the error state,
+  // every completion that was queued before taken. What the failover record says, and what the peer's
+  // is checked against.
+  struct PathEnd {
+    SentCursors sent;
+    ReceivedCursors received;
+    bool write_shut = false;  // our sending side was shut on the stream (the TCP socket's must be too)
+    bool peer_closed = false;
+  };
+  PathEnd stop_path();
+  // Leaves the path at the peer's word that it has our stream up to `peer_received` (checked: an
+  // impossible claim is kProtocolError with *why, and nothing is taken). *unread gets every byte of
+  // the peer's here not yet read, *resend ours from `peer_received` on, to send again on TCP. From
+  // then on the stream is moved(): reads and writes return kMovedToTcp.
+  Status leave_path(uint64_t peer_received, std::vector<uint8_t>* unread, std::vector<uint8_t>* resend,
+                    FailoverError* why);
   // Bytes that belong before the first byte the peer sends on this stream: the tail of the TCP
   // connection a stream takes over (the preload layer's switch). read() and readiness() serve
   // them first. Called once, before the stream is handed to anyone else.
@@ -236,6 +259,17 @@ class RdmaStream {
   void fail_and_stop(Status s);
   void drain_after_failure(std::unique_lock<std::mutex>& lock);
   bool moved_locked() const;
+
+  // Failover bookkeeping (stream_failover.cpp), with mu_ held.
+  // A data message was posted, ending our stream at `end`: remembered until its completion.
+  void note_data_posted(uint64_t end, bool zero_copy);
+  // A send completion: a data message's success moves acked_ (a zero-copy one retained_from_ too,
+  // its bytes being the caller's again).
+  void note_send_completion(const ibv_wc& wc);
+  // A zero-copy write that stops before all its bytes were acknowledged copies the rest into the
+  // bounce mirror from the caller's buffer, which it still holds (src is our cursor src_cursor).
+  void keep_unacknowledged(const uint8_t* src, uint64_t src_cursor);
+  SentCursors sent_cursors() const;
   bool peer_done() const { return flow_->peer_closed() || flow_->peer_moved(); }
 
   // Data path (stream_io.cpp), with mu_ held.
@@ -300,6 +334,19 @@ class RdmaStream {
   std::unique_ptr<FlowControl> flow_;
   std::vector<uint8_t> prefix_;  // set_unread_prefix: served before the ring
   size_t prefix_pos_ = 0;
+  // What a failover needs (docs/protocol.md, "When the RDMA path fails").
+  struct InFlight {
+    uint64_t end;  // our cursor after the message
+    bool zero_copy;
+  };
+  std::vector<InFlight> in_flight_;  // data messages not yet completed, oldest first (a circle)
+  size_t in_flight_head_ = 0;
+  size_t in_flight_count_ = 0;
+  uint64_t acked_ = 0;          // every data message of ours before this cursor is acknowledged
+  uint64_t retained_from_ = 0;  // the bounce mirror holds our bytes from here (or the peer's consumed) on
+  bool path_failed_ = false;    // the failure was the path's, not the peer's word
+  bool left_path_ = false;      // leave_path: everything went to TCP
+  bool path_stopped_ = false;   // stop_path: the queue pair is in the error state for good
 };
 
 }  // namespace tcp2rdma::transport

@@ -82,7 +82,9 @@ Status RdmaStream::write_copy(const uint8_t* src, size_t len, int flags, size_t*
     uint32_t imm = encode_imm(MessageType::kData, static_cast<uint32_t>(room));
     Status s;
     if (room <= max_inline_ && room <= options_.inline_threshold) {
-      // Small: the adapter copies it into the work request now, so no staging copy is needed.
+      // Small: the adapter copies it into the work request now. The bounce mirror gets it too (at
+      // most 128 bytes): it may have to be sent again on TCP if the path fails (stream_failover.cpp).
+      std::memcpy(bounce_ + offset, src, room);
       s = post_write(src, static_cast<uint32_t>(room), 0, offset, imm, true, IBV_SEND_INLINE, kWrCopy);
       ++counters_.inline_messages;
     } else {
@@ -105,6 +107,8 @@ Status RdmaStream::write_zero_copy(const uint8_t* src, size_t len, int flags, si
                                    std::unique_lock<std::mutex>& lock) {
   ibv_mr* mr = nullptr;
   if (Status s = registrations_->acquire(src, len, &mr); s != Status::kOk) return s;
+  const uint8_t* const first = src;
+  const uint64_t first_cursor = flow_->sent();
   Status result = Status::kOk;
   size_t left = len;
   while (left > 0) {
@@ -159,6 +163,9 @@ Status RdmaStream::write_zero_copy(const uint8_t* src, size_t len, int flags, si
     fail_and_stop(failed() ? failure_ : Status::kReset);
     drain_after_failure(lock);
   }
+  // Bytes taken but not acknowledged may have to go again on TCP (the path's failure): the caller's
+  // buffer is its own after we return, so they are copied into the bounce mirror now.
+  if (failed()) keep_unacknowledged(first, first_cursor);
   registrations_->release(mr);
   if (result == Status::kOk && *done == 0 && len > 0) return Status::kWouldBlock;
   return result;
@@ -255,6 +262,10 @@ Status RdmaStream::read(const iovec* iov, int iovcnt, int flags, size_t* done) {
     if (flow_->peer_moved() && !flow_->peer_closed()) {
       // Every byte the peer sent on the stream is read: the rest is on TCP (before any failure of
       // the stream, which no longer matters).
+      s = *done > 0 ? Status::kOk : Status::kMovedToTcp;
+      break;
+    }
+    if (left_path_) {  // leave_path took the rest: it is on TCP now, after the socket's prefix
       s = *done > 0 ? Status::kOk : Status::kMovedToTcp;
       break;
     }

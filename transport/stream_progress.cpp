@@ -63,8 +63,10 @@ Status RdmaStream::post_write(const void* local, uint32_t length, uint32_t lkey,
   wr.wr.rdma.rkey = peer_rkey_;
   if (int e = ibv_post_send(id_->qp, &wr, &bad); e != 0) {
     note_failure("posting a send failed", strerror(e));
+    path_failed_ = true;
     return Status::kReset;
   }
+  if (wr_id == kWrCopy || wr_id == kWrZeroCopy) note_data_posted(flow_->sent() + length, wr_id == kWrZeroCopy);
   ++sends_outstanding_;
   ++sends_since_keepalive_;
   if (wr_id == kWrZeroCopy) ++zcopy_outstanding_;
@@ -136,11 +138,7 @@ bool RdmaStream::read_mailbox(MailboxUpdate* update) {
 Status RdmaStream::handle_completion(const ibv_wc& wc) {
   ++counters_.completions;
   bool is_send = wc.wr_id != kWrReceive;  // not the opcode: undefined in an error completion
-  if (is_send) {
-    --sends_outstanding_;
-    if (wc.wr_id == kWrZeroCopy) --zcopy_outstanding_;
-    if (wc.wr_id == kWrCopy || wc.wr_id == kWrZeroCopy) --data_outstanding_;
-  }
+  if (is_send) note_send_completion(wc);
   if (wc.status != IBV_WC_SUCCESS) {
     // After an orderly end from the peer, or once we disconnected, the queue pair's flushed work is
     // the expected tail of the connection. So is a credit update or keepalive that finds the peer
@@ -152,6 +150,7 @@ Status RdmaStream::handle_completion(const ibv_wc& wc) {
     bool late_signal = wc.wr_id == kWrSignal && flow_->peer_closed() && data_outstanding_ == 0 && !close_owed_;
     if (!flushed_tail && !late_signal) {
       note_failure(is_send ? "a send failed" : "a receive failed", ibv_wc_status_str(wc.status));
+      path_failed_ = true;
       return Status::kReset;
     }
     disconnect_seen_ = true;  // nothing more can be sent
@@ -188,6 +187,7 @@ Status RdmaStream::handle_completion(const ibv_wc& wc) {
     note_failure("the peer broke the protocol", to_string(e));
     return Status::kProtocolError;
   }
+  if (path_stopped_) return Status::kOk;  // stop_path takes what arrived; nothing is received again
   if (Status s = post_receive(); s != Status::kOk) return s;
   flow_->on_reposted(1);
   return Status::kOk;
@@ -202,7 +202,10 @@ Status RdmaStream::handle_cm_events() {
         type == RDMA_CM_EVENT_TIMEWAIT_EXIT) {
       disconnect_seen_ = true;
     }
-    if (type == RDMA_CM_EVENT_DEVICE_REMOVAL && !peer_done()) note_failure("the RDMA device", "was removed");
+    if (type == RDMA_CM_EVENT_DEVICE_REMOVAL && !peer_done()) {
+      note_failure("the RDMA device", "was removed");
+      path_failed_ = true;
+    }
   }
   return Status::kOk;
 }
@@ -241,6 +244,7 @@ Status RdmaStream::progress() {
     }
   }
   if (n < 0) {
+    path_failed_ = true;
     fail(Status::kReset);
     return failure_;
   }
@@ -248,6 +252,7 @@ Status RdmaStream::progress() {
   // process, or the link) is gone: a reset, never a clean end of stream.
   if (disconnect_seen_ && !peer_done() && !disconnected_) {
     note_failure("the peer disconnected", "without an end of its stream");
+    path_failed_ = true;  // or the peer died: its TCP socket tells (docs/protocol.md)
     fail(Status::kReset);
     return failure_;
   }
@@ -319,9 +324,7 @@ void RdmaStream::drain_after_failure(std::unique_lock<std::mutex>& lock) {
     int n = ibv_poll_cq(cq_, 16, wcs);
     for (int i = 0; i < n; ++i) {
       ++counters_.completions;
-      if (wcs[i].wr_id != kWrReceive) --sends_outstanding_;
-      if (wcs[i].wr_id == kWrZeroCopy) --zcopy_outstanding_;
-      if (wcs[i].wr_id == kWrCopy || wcs[i].wr_id == kWrZeroCopy) --data_outstanding_;
+      if (wcs[i].wr_id != kWrReceive) note_send_completion(wcs[i]);
     }
     if (n <= 0) {
       lock.unlock();
@@ -332,6 +335,7 @@ void RdmaStream::drain_after_failure(std::unique_lock<std::mutex>& lock) {
 }
 
 bool RdmaStream::moved_locked() const {
+  if (left_path_) return true;  // leave_path took every unread byte
   return move_sent_ && flow_->peer_moved() && flow_->readable() == 0 && prefix_left() == 0;
 }
 

@@ -178,6 +178,8 @@ Status RdmaStream::start(uint8_t peer_ring_log2, uint32_t peer_rkey, uint8_t pee
   uint64_t theirs = stream_cursor_origin(client_nonce_, server_nonce_, !is_client);
   flow_ = std::make_unique<FlowControl>(FlowConfig{peer_ring_size_, ours, peer_depth, peer_depth, ring_size_, theirs,
                                                    options_.recv_queue_depth, options_.recv_queue_depth});
+  in_flight_.resize(options_.send_queue_depth);
+  acked_ = retained_from_ = ours;
   cq_armed_ = false;
   return Status::kOk;
 }

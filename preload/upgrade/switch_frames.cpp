@@ -2,23 +2,10 @@
 
 #include <cstring>
 
+#include "util/little_endian.h"
+
 namespace tcp2rdma::preload {
 namespace {
-
-void put16(uint8_t* p, uint16_t v) {
-  for (int i = 0; i < 2; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-void put32(uint8_t* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-void put64(uint8_t* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-uint64_t get(const uint8_t* p, int bytes) {
-  uint64_t v = 0;
-  for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
-}
 
 // Every frame starts with magic u32, version u16 and a reserved u16 that must be zero, so that a later
 // version can give it a meaning without an old receiver misreading it.
@@ -28,7 +15,7 @@ void put_header(uint8_t* p, uint32_t magic) {
   put16(p + 6, 0);
 }
 bool header_ok(const uint8_t* p, uint32_t magic) {
-  return get(p, 4) == magic && get(p + 4, 2) == kSwitchVersion && get(p + 6, 2) == 0;
+  return get_le(p, 4) == magic && get_le(p + 4, 2) == kSwitchVersion && get_le(p + 6, 2) == 0;
 }
 
 }  // namespace
@@ -57,16 +44,16 @@ std::array<uint8_t, kRecordSize> encode_record(const NoncePair& nonces) {
 }
 
 std::optional<Hello> decode_hello(std::span<const uint8_t, kHelloSize> f) {
-  uint64_t flags = get(f.data() + 6, 2);
-  if (get(f.data(), 4) != kHelloMagic || get(f.data() + 4, 2) != kSwitchVersion || (flags & ~kHelloTcpEnded) != 0) {
+  uint64_t flags = get_le(f.data() + 6, 2);
+  if (get_le(f.data(), 4) != kHelloMagic || get_le(f.data() + 4, 2) != kSwitchVersion || (flags & ~kHelloTcpEnded) != 0) {
     return std::nullopt;
   }
-  return Hello{get(f.data() + 8, 8), flags == kHelloTcpEnded};
+  return Hello{get_le(f.data() + 8, 8), flags == kHelloTcpEnded};
 }
 
 std::optional<uint64_t> decode_ack(std::span<const uint8_t, kAckSize> f) {
   if (!header_ok(f.data(), kAckMagic)) return std::nullopt;
-  return get(f.data() + 8, 8);
+  return get_le(f.data() + 8, 8);
 }
 
 std::optional<NoncePair> decode_record(std::span<const uint8_t, kRecordSize> f) {

@@ -1,0 +1,124 @@
+// When the RDMA path fails (docs/protocol.md, "When the RDMA path fails"): what the stream keeps so that
+// the connection can go on over TCP at the exact byte offset, and how it leaves its path. The exchange
+// on TCP itself is the preload layer's; its arithmetic is path_failover.h.
+#include <sched.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "own_calls.h"
+#include "rdma_stream.h"
+
+namespace tcp2rdma::transport {
+
+void RdmaStream::note_data_posted(uint64_t end, bool zero_copy) {
+  // At most send_queue_depth sends are outstanding, so the circle never overflows.
+  in_flight_[(in_flight_head_ + in_flight_count_) % in_flight_.size()] = {end, zero_copy};
+  ++in_flight_count_;
+}
+
+void RdmaStream::note_send_completion(const ibv_wc& wc) {
+  --sends_outstanding_;
+  bool data = wc.wr_id == kWrCopy || wc.wr_id == kWrZeroCopy;
+  if (wc.wr_id == kWrZeroCopy) --zcopy_outstanding_;
+  if (data) --data_outstanding_;
+  if (!data || in_flight_count_ == 0) return;
+  // RC completes sends in the order they were posted: this is the oldest data message.
+  InFlight done = in_flight_[in_flight_head_];
+  in_flight_head_ = (in_flight_head_ + 1) % in_flight_.size();
+  --in_flight_count_;
+  if (wc.status != IBV_WC_SUCCESS) return;
+  acked_ = done.end;
+  if (done.zero_copy) retained_from_ = done.end;  // those bytes are in the peer's ring, not here
+}
+
+void RdmaStream::keep_unacknowledged(const uint8_t* src, uint64_t src_cursor) {
+  uint64_t sent = flow_->sent();
+  // The later of the first byte not acknowledged and this write's first byte.
+  uint64_t from = acked_ - src_cursor <= sent - src_cursor ? acked_ : src_cursor;
+  for (uint64_t c = from; c != sent;) {
+    uint64_t offset = c & (peer_ring_size_ - 1);
+    uint64_t n = std::min(sent - c, peer_ring_size_ - offset);  // the mirror wraps as the ring does
+    std::memcpy(bounce_ + offset, src + (c - src_cursor), n);
+    c += n;
+  }
+}
+
+SentCursors RdmaStream::sent_cursors() const {
+  return {flow_->peer_consumed(), retained_from_, flow_->sent()};
+}
+
+bool RdmaStream::path_failed() const {
+  std::lock_guard lock(mu_);
+  return path_failed_;
+}
+
+RdmaStream::PathEnd RdmaStream::stop_path() {
+  OwnCalls own;  // own_calls.h
+  std::unique_lock lock(mu_);
+  if (!path_stopped_) {
+    path_stopped_ = true;  // handle_completion reposts nothing from here
+    fail_and_stop(failed() ? failure_ : Status::kReset);
+    // Every completion queued before the error state, then the flushed ones: a data message that
+    // arrived counts, one flushed does not. Bounded: the flush completes every outstanding request.
+    auto deadline = Deadline::in_ms(options_.timeout_ms);
+    for (;;) {
+      ibv_wc wcs[16];
+      int n = ibv_poll_cq(cq_, 16, wcs);
+      for (int i = 0; i < n; ++i) {
+        if (wcs[i].status != IBV_WC_SUCCESS) {
+          ++counters_.completions;
+          if (wcs[i].wr_id != kWrReceive) note_send_completion(wcs[i]);
+          continue;
+        }
+        // What arrived is taken as it would have been. The peer's abort or a protocol violation
+        // among it is the peer's word, not the path's: no failover then.
+        if (Status s = handle_completion(wcs[i]); s != Status::kOk) {
+          failure_ = s;
+          path_failed_ = false;
+        }
+      }
+      if (n < 0 || (n == 0 && (sends_outstanding_ == 0 || deadline.passed()))) break;
+      if (n == 0) {
+        lock.unlock();
+        sched_yield();
+        lock.lock();
+      }
+    }
+  }
+  PathEnd end;
+  end.sent = sent_cursors();
+  end.received = {flow_->consumed(), flow_->produced(), ring_size_};
+  end.write_shut = write_shut_;
+  end.peer_closed = flow_->peer_closed();
+  return end;
+}
+
+Status RdmaStream::leave_path(uint64_t peer_received, std::vector<uint8_t>* unread, std::vector<uint8_t>* resend,
+                              FailoverError* why) {
+  OwnCalls own;  // own_calls.h
+  std::unique_lock lock(mu_);
+  uint64_t n = 0;
+  *why = bytes_to_resend(sent_cursors(), peer_received, &n);
+  if (*why != FailoverError::kNone) return Status::kProtocolError;
+  resend->resize(n);
+  for (uint64_t done = 0; done < n;) {
+    uint64_t offset = (peer_received + done) & (peer_ring_size_ - 1);
+    uint64_t chunk = std::min(n - done, peer_ring_size_ - offset);
+    std::memcpy(resend->data() + done, bounce_ + offset, chunk);
+    done += chunk;
+  }
+  // The peer's bytes here, in order: what is left of the prefix, then the ring.
+  unread->resize(prefix_left() + flow_->readable());
+  iovec whole{unread->data(), unread->size()};
+  size_t taken = copy_prefix(&whole, 1, true);
+  whole = {unread->data() + taken, unread->size() - taken};
+  copy_out(&whole, 1, 0, true);
+  left_path_ = true;
+  move_sent_ = true;  // our bytes go on on TCP: writes, close and abort act as after a move
+  cv_.notify_all();
+  wake_pollers();
+  return Status::kOk;
+}
+
+}  // namespace tcp2rdma::transport
