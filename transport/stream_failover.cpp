@@ -86,6 +86,11 @@ RdmaStream::PathEnd RdmaStream::stop_path() {
       }
     }
   }
+  // A write under way in another thread (the failure woke it) must be out first: a zero-copy one
+  // copies its unacknowledged bytes into the bounce mirror on its way out, and until then the mirror
+  // holds older bytes there (seen: a resend of stale bytes when the reader's thread failed over while
+  // the writer still waited for its completions). Writes stop at once on a failed stream.
+  cv_.wait(lock, [&] { return !writer_busy_; });
   PathEnd end;
   end.sent = sent_cursors();
   end.received = {flow_->consumed(), flow_->produced(), ring_size_};

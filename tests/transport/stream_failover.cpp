@@ -8,7 +8,8 @@
 // from the stream, from what was left unread in it, from the peer's resend and from TCP after.
 //   stream_failover server PORT SEED SECONDS      TCP on PORT, the stream on PORT+1
 //   stream_failover client ADDR PORT SEED SECONDS
-// Each writes "<role> sent N" to $T2R_WORK/sent-<role> and, once the peer's end has come, compares
+// Each says so in $T2R_WORK/connected-<role> once its stream is up. Each writes "<role> sent N" to
+// $T2R_WORK/sent-<role> and, once the peer's end has come, compares
 // what it received with the peer's file. Exit 0 only when both directions are exact and the path did
 // fail over (a run the cut missed proves nothing).
 #include <netinet/in.h>
@@ -195,6 +196,9 @@ std::string work_file(const char* name) {
 }
 
 int run(Side& side, int seconds) {
+  // The wire is cut only once both streams are up (wire_cut.sh waits for both files): a cut during
+  // setup would fail the setup, not test the failover.
+  std::ofstream(work_file((std::string("connected-") + side.role).c_str())) << "up\n";
   bool write_ok = false, read_ok = false;
   uint64_t sent = 0;
   std::thread writer([&] { sent = write_for(side, seconds, &write_ok); });

@@ -1,7 +1,9 @@
 #!/bin/sh
-# wire_cut.sh DELAY SECONDS: after DELAY seconds this guest drops every frame on the test link for
-# SECONDS (netem loss 100%), longer than RC's retries, then lets them through again. Run in both guests
+# wire_cut.sh DELAY SECONDS: once both ends of stream_failover have their stream up ($T2R_WORK/connected-
+# server and -client), waits DELAY seconds, then drops every frame on this guest's test link for
+# SECONDS (netem loss 100%), longer than RC's retries, and lets them through again. Run in both guests
 # for a total outage.
+until [ -f "$T2R_WORK/connected-server" ] && [ -f "$T2R_WORK/connected-client" ]; do sleep 0.1; done
 sleep "$1"
 tc qdisc add dev "$T2R_NETDEV" root netem loss 100%
 sleep "$2"
