@@ -317,7 +317,7 @@ class RdmaStream {
   uint64_t last_mailbox_seq_read_ = 0;
   int sends_outstanding_ = 0;
   int zcopy_outstanding_ = 0;
-  int data_outstanding_ = 0;  // data messages (copy or zero-copy) not yet acknowledged
+  int data_outstanding_ = 0;  // data messages (copy or zero-copy) not yet completed: in_flight_'s count
   uint64_t sends_since_keepalive_ = 0;
   Status failure_ = Status::kOk;
   char failure_detail_[128] = "";
@@ -341,12 +341,11 @@ class RdmaStream {
   };
   std::vector<InFlight> in_flight_;  // data messages not yet completed, oldest first (a circle)
   size_t in_flight_head_ = 0;
-  size_t in_flight_count_ = 0;
   uint64_t acked_ = 0;          // every data message of ours before this cursor is acknowledged
   uint64_t retained_from_ = 0;  // the bounce mirror holds our bytes from here (or the peer's consumed) on
   bool path_failed_ = false;    // the failure was the path's, not the peer's word
   bool left_path_ = false;      // leave_path: everything went to TCP
-  bool path_stopped_ = false;   // stop_path: the queue pair is in the error state for good
+  bool queue_stopped_ = false;  // fail_and_stop: the queue pair is in the error state for good
 };
 
 }  // namespace tcp2rdma::transport

@@ -1,8 +1,6 @@
 // When the RDMA path fails (docs/protocol.md, "When the RDMA path fails"): what the stream keeps so that
 // the connection can go on over TCP at the exact byte offset, and how it leaves its path. The exchange
 // on TCP itself is the preload layer's; its arithmetic is path_failover.h.
-#include <sched.h>
-
 #include <algorithm>
 #include <cstring>
 
@@ -13,20 +11,18 @@ namespace tcp2rdma::transport {
 
 void RdmaStream::note_data_posted(uint64_t end, bool zero_copy) {
   // At most send_queue_depth sends are outstanding, so the circle never overflows.
-  in_flight_[(in_flight_head_ + in_flight_count_) % in_flight_.size()] = {end, zero_copy};
-  ++in_flight_count_;
+  in_flight_[(in_flight_head_ + data_outstanding_) % in_flight_.size()] = {end, zero_copy};
+  ++data_outstanding_;
 }
 
 void RdmaStream::note_send_completion(const ibv_wc& wc) {
   --sends_outstanding_;
-  bool data = wc.wr_id == kWrCopy || wc.wr_id == kWrZeroCopy;
   if (wc.wr_id == kWrZeroCopy) --zcopy_outstanding_;
-  if (data) --data_outstanding_;
-  if (!data || in_flight_count_ == 0) return;
+  if ((wc.wr_id != kWrCopy && wc.wr_id != kWrZeroCopy) || data_outstanding_ == 0) return;
   // RC completes sends in the order they were posted: this is the oldest data message.
   InFlight done = in_flight_[in_flight_head_];
   in_flight_head_ = (in_flight_head_ + 1) % in_flight_.size();
-  --in_flight_count_;
+  --data_outstanding_;
   if (wc.status != IBV_WC_SUCCESS) return;
   acked_ = done.end;
   if (done.zero_copy) retained_from_ = done.end;  // those bytes are in the peer's ring, not here
@@ -56,36 +52,8 @@ bool RdmaStream::path_failed() const {
 RdmaStream::PathEnd RdmaStream::stop_path() {
   OwnCalls own;  // own_calls.h
   std::unique_lock lock(mu_);
-  if (!path_stopped_) {
-    path_stopped_ = true;  // handle_completion reposts nothing from here
-    fail_and_stop(failed() ? failure_ : Status::kReset);
-    // Every completion queued before the error state, then the flushed ones: a data message that
-    // arrived counts, one flushed does not. Bounded: the flush completes every outstanding request.
-    auto deadline = Deadline::in_ms(options_.timeout_ms);
-    for (;;) {
-      ibv_wc wcs[16];
-      int n = ibv_poll_cq(cq_, 16, wcs);
-      for (int i = 0; i < n; ++i) {
-        if (wcs[i].status != IBV_WC_SUCCESS) {
-          ++counters_.completions;
-          if (wcs[i].wr_id != kWrReceive) note_send_completion(wcs[i]);
-          continue;
-        }
-        // What arrived is taken as it would have been. The peer's abort or a protocol violation
-        // among it is the peer's word, not the path's: no failover then.
-        if (Status s = handle_completion(wcs[i]); s != Status::kOk) {
-          failure_ = s;
-          path_failed_ = false;
-        }
-      }
-      if (n < 0 || (n == 0 && (sends_outstanding_ == 0 || deadline.passed()))) break;
-      if (n == 0) {
-        lock.unlock();
-        sched_yield();
-        lock.lock();
-      }
-    }
-  }
+  if (!queue_stopped_) fail_and_stop(failed() ? failure_ : Status::kReset);
+  drain_after_failure(lock);  // every completion queued: what arrived counts, what was flushed does not
   // A write under way in another thread (the failure woke it) must be out first: a zero-copy one
   // copies its unacknowledged bytes into the bounce mirror on its way out, and until then the mirror
   // holds older bytes there (seen: a resend of stale bytes when the reader's thread failed over while

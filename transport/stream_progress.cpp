@@ -66,11 +66,10 @@ Status RdmaStream::post_write(const void* local, uint32_t length, uint32_t lkey,
     path_failed_ = true;
     return Status::kReset;
   }
-  if (wr_id == kWrCopy || wr_id == kWrZeroCopy) note_data_posted(flow_->sent() + length, wr_id == kWrZeroCopy);
   ++sends_outstanding_;
   ++sends_since_keepalive_;
   if (wr_id == kWrZeroCopy) ++zcopy_outstanding_;
-  if (wr_id == kWrCopy || wr_id == kWrZeroCopy) ++data_outstanding_;
+  if (wr_id == kWrCopy || wr_id == kWrZeroCopy) note_data_posted(flow_->sent() + length, wr_id == kWrZeroCopy);
   return Status::kOk;
 }
 
@@ -187,7 +186,7 @@ Status RdmaStream::handle_completion(const ibv_wc& wc) {
     note_failure("the peer broke the protocol", to_string(e));
     return Status::kProtocolError;
   }
-  if (path_stopped_) return Status::kOk;  // stop_path takes what arrived; nothing is received again
+  if (queue_stopped_) return Status::kOk;  // the queue pair is in the error state: nothing arrives again
   if (Status s = post_receive(); s != Status::kOk) return s;
   flow_->on_reposted(1);
   return Status::kOk;
@@ -308,6 +307,7 @@ void RdmaStream::send_owed_close() {
 
 void RdmaStream::fail_and_stop(Status s) {
   fail(s);
+  queue_stopped_ = true;  // handle_completion reposts no receive from here
   if (id_ != nullptr && id_->qp != nullptr) {
     ibv_qp_attr attr{};
     attr.qp_state = IBV_QPS_ERR;
@@ -317,16 +317,25 @@ void RdmaStream::fail_and_stop(Status s) {
 
 void RdmaStream::drain_after_failure(std::unique_lock<std::mutex>& lock) {
   // A queue pair in the error state flushes every outstanding work request with a completion; until
-  // each is polled, the adapter may still be reading its buffer.
+  // each is polled, the adapter may still be reading its buffer. The completions queued before the
+  // error are taken as they would have been: a data message that arrived counts (a failover reports
+  // it as received), one flushed does not. The peer's abort or a protocol violation among them is
+  // the peer's word, not the path's.
   auto deadline = Deadline::in_ms(options_.timeout_ms);
-  while (zcopy_outstanding_ > 0 && !deadline.passed()) {
+  while (sends_outstanding_ > 0 && !deadline.passed()) {
     ibv_wc wcs[16];
     int n = ibv_poll_cq(cq_, 16, wcs);
     for (int i = 0; i < n; ++i) {
-      ++counters_.completions;
-      if (wcs[i].wr_id != kWrReceive) note_send_completion(wcs[i]);
+      if (wcs[i].status != IBV_WC_SUCCESS) {
+        ++counters_.completions;
+        if (wcs[i].wr_id != kWrReceive) note_send_completion(wcs[i]);
+      } else if (Status s = handle_completion(wcs[i]); s != Status::kOk) {
+        path_failed_ = false;
+        if (failure_ == Status::kReset) failure_ = s;
+      }
     }
-    if (n <= 0) {
+    if (n < 0) break;
+    if (n == 0) {
       lock.unlock();
       sched_yield();
       lock.lock();
