@@ -43,6 +43,11 @@ struct StreamOptions {
   uint8_t ack_timeout_log2 = 16;    // each try of a send waits 4.096 us * 2^this for its ack (about
                                     // 270 ms); after 7 retries the connection is reset
   size_t registration_cache_entries = 16;
+  // When the path fails (path_failed), the stream waits to be failed over instead of reporting a
+  // reset: calls return kPathFailed and readiness() reports nothing until leave_path and
+  // finish_leaving (the connection goes on over TCP) or give_up_path (a reset after all). The
+  // preload layer sets it; a stream nobody fails over must not (its calls would wait for ever).
+  bool fail_over = false;
 };
 
 // How much of a write of `len` bytes goes by zero-copy: all of it at or above the threshold.
@@ -154,6 +159,8 @@ class RdmaStream {
   // without an end), not by the peer's word (an abort, a broken protocol): the connection may go on
   // over TCP.
   bool path_failed() const;
+  // A fail_over stream waits to be failed over (its calls return kPathFailed).
+  bool failover_pending() const;
   // Where each direction stands once the path is stopped for good: the queue pair in the error state,
   // every completion that was queued before taken. What the failover record says, and what the peer's
   // is checked against.
@@ -166,10 +173,23 @@ class RdmaStream {
   PathEnd stop_path();
   // Leaves the path at the peer's word that it has our stream up to `peer_received` (checked: an
   // impossible claim is kProtocolError with *why, and nothing is taken). *unread gets every byte of
-  // the peer's here not yet read, *resend ours from `peer_received` on, to send again on TCP. From
-  // then on the stream is moved(): reads and writes return kMovedToTcp.
+  // the peer's here not yet read, *resend ours from `peer_received` on, to send again on TCP.
   Status leave_path(uint64_t peer_received, std::vector<uint8_t>* unread, std::vector<uint8_t>* resend,
                     FailoverError* why);
+  // After leave_path, once the resend is on TCP and the peer's bytes are where the application reads
+  // them first: the stream is moved(), reads and writes return kMovedToTcp, pollers are woken.
+  void finish_leaving();
+  // The failover cannot happen (the peer is gone, lied, or never answered): the stream is reset after
+  // all, with `s` (kReset or kTimeout) for every call from now on; pollers are woken.
+  void give_up_path(Status s, const char* why);
+  // For a watcher of idle connections: takes the stream's news (connection events, completions) and,
+  // with `probe`, sends a keepalive if nothing was sent since the last one. Returns what it found.
+  struct PathCheck {
+    bool failover_due = false;  // a fail_over stream waits to be failed over (kPathFailed)
+    bool moving = false;        // a move back to TCP began, from either side (the TCP socket carries bytes)
+    bool over = false;          // failed otherwise, or ended: nothing more to watch
+  };
+  PathCheck check_path(bool probe);
   // Bytes that belong before the first byte the peer sends on this stream: the tail of the TCP
   // connection a stream takes over (the preload layer's switch). read() and readiness() serve
   // them first. Called once, before the stream is handed to anyone else.
@@ -194,6 +214,7 @@ class RdmaStream {
   std::string failure_detail() const;
   uint64_t client_nonce() const { return client_nonce_; }
   int timeout_ms() const { return options_.timeout_ms; }
+  int keepalive_ms() const { return options_.keepalive_ms; }
   uint64_t server_nonce() const { return server_nonce_; }
   // Bytes of our receive ring and of the peer's (what each side's options asked for).
   uint64_t ring_size() const { return ring_size_; }
@@ -280,6 +301,14 @@ class RdmaStream {
   size_t copy_prefix(const iovec* iov, int iovcnt, bool consume);
   size_t prefix_left() const { return prefix_.size() - prefix_pos_; }
   bool failed() const { return failure_ != Status::kOk; }
+  // A fail_over stream whose path failed and that is neither failed over nor given up yet.
+  bool failover_due() const { return options_.fail_over && path_failed_ && !path_given_up_ && !left_path_; }
+  // What a call reports outward: a reset while the failover is due is kPathFailed.
+  Status outward(Status s) const {
+    return failover_due() && (s == Status::kReset || s == Status::kTimeout || s == Status::kResources)
+               ? Status::kPathFailed
+               : s;
+  }
   void fail(Status s);
   void note_failure(const char* what, const char* detail);
 
@@ -344,7 +373,8 @@ class RdmaStream {
   uint64_t acked_ = 0;          // every data message of ours before this cursor is acknowledged
   uint64_t retained_from_ = 0;  // the bounce mirror holds our bytes from here (or the peer's consumed) on
   bool path_failed_ = false;    // the failure was the path's, not the peer's word
-  bool left_path_ = false;      // leave_path: everything went to TCP
+  bool left_path_ = false;      // finish_leaving: everything went to TCP
+  bool path_given_up_ = false;  // give_up_path: the failover cannot happen; a reset after all
   bool queue_stopped_ = false;  // fail_and_stop: the queue pair is in the error state for good
 };
 

@@ -25,6 +25,7 @@ const char* to_string(Status status) {
     case Status::kInterrupted: return "interrupted by a signal";
     case Status::kMovedToTcp: return "moved back to TCP";
     case Status::kRefused: return "the peer asked for a larger ring than this side allows";
+    case Status::kPathFailed: return "the RDMA path failed (failing over to TCP)";
     case Status::kDescriptors: return "no descriptor left above the application's limit (RLIMIT_NOFILE)";
   }
   return "?";

@@ -21,6 +21,8 @@ enum class Status {
   kMovedToTcp,     // read or write: this direction of the connection goes on on its TCP socket
   kDescriptors,    // no descriptor left above the application's RLIMIT_NOFILE (own_descriptors.h)
   kRefused,        // the peer asked for more than our options allow (its ring): it is not served
+  kPathFailed,     // (a fail_over stream) the RDMA path failed: the connection goes on over TCP once it
+                   // has failed over (leave_path), or is reset if it cannot (give_up_path)
 };
 
 const char* to_string(Status status);

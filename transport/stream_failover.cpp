@@ -2,6 +2,7 @@
 // the connection can go on over TCP at the exact byte offset, and how it leaves its path. The exchange
 // on TCP itself is the preload layer's; its arithmetic is path_failover.h.
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "own_calls.h"
@@ -49,9 +50,19 @@ bool RdmaStream::path_failed() const {
   return path_failed_;
 }
 
+bool RdmaStream::failover_pending() const {
+  std::lock_guard lock(mu_);
+  return failover_due();
+}
+
 RdmaStream::PathEnd RdmaStream::stop_path() {
   OwnCalls own;  // own_calls.h
   std::unique_lock lock(mu_);
+  if (!failed()) {
+    // Stopped while it worked here: the peer found the path failed first (its record came on TCP).
+    note_failure("the peer's side of the path failed", "its failover record came on TCP");
+    path_failed_ = true;
+  }
   if (!queue_stopped_) fail_and_stop(failed() ? failure_ : Status::kReset);
   drain_after_failure(lock);  // every completion queued: what arrived counts, what was flushed does not
   // A write under way in another thread (the failure woke it) must be out first: a zero-copy one
@@ -87,11 +98,49 @@ Status RdmaStream::leave_path(uint64_t peer_received, std::vector<uint8_t>* unre
   size_t taken = copy_prefix(&whole, 1, true);
   whole = {unread->data() + taken, unread->size() - taken};
   copy_out(&whole, 1, 0, true);
+  return Status::kOk;
+}
+
+void RdmaStream::finish_leaving() {
+  OwnCalls own;  // own_calls.h
+  std::lock_guard lock(mu_);
   left_path_ = true;
   move_sent_ = true;  // our bytes go on on TCP: writes, close and abort act as after a move
   cv_.notify_all();
   wake_pollers();
-  return Status::kOk;
+}
+
+void RdmaStream::give_up_path(Status s, const char* why) {
+  OwnCalls own;  // own_calls.h
+  std::lock_guard lock(mu_);
+  path_given_up_ = true;
+  if (!queue_stopped_) fail_and_stop(s);
+  failure_ = s;
+  // The path's failure is what the log said first; why it could not fail over is added.
+  size_t used = std::strlen(failure_detail_);
+  if (used + 3 < sizeof failure_detail_) {
+    snprintf(failure_detail_ + used, sizeof failure_detail_ - used, "%s%s", used > 0 ? "; " : "", why);
+  }
+  cv_.notify_all();
+  kick();
+  wake_pollers();
+}
+
+RdmaStream::PathCheck RdmaStream::check_path(bool probe) {
+  OwnCalls own;  // own_calls.h
+  std::lock_guard lock(mu_);
+  PathCheck check;
+  if (!failed()) {
+    // Connection events first (a device removal shows only there), then completions, as in wait().
+    // An application's poller loses nothing: its readiness() judges the stream's state, not the fds.
+    handle_cm_events();
+    progress();
+    if (probe && !failed()) keepalive_locked();
+  }
+  check.failover_due = failover_due();
+  check.moving = move_sent_ || move_owed_ || flow_->peer_moved();
+  check.over = (failed() && !check.failover_due) || (flow_->peer_closed() && write_shut_) || disconnected_;
+  return check;
 }
 
 }  // namespace tcp2rdma::transport

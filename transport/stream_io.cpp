@@ -34,7 +34,7 @@ Status RdmaStream::write(const iovec* iov, int iovcnt, int flags, size_t* done) 
   writer_busy_ = false;
   cv_.notify_all();
   // Like the kernel: bytes taken are reported; an error after them comes with the next call.
-  return *done > 0 ? Status::kOk : s;
+  return *done > 0 ? Status::kOk : outward(s);
 }
 
 Status RdmaStream::write_piece(const uint8_t* src, size_t len, int flags, size_t* done,
@@ -265,7 +265,7 @@ Status RdmaStream::read(const iovec* iov, int iovcnt, int flags, size_t* done) {
       s = *done > 0 ? Status::kOk : Status::kMovedToTcp;
       break;
     }
-    if (left_path_) {  // leave_path took the rest: it is on TCP now, after the socket's prefix
+    if (left_path_) {  // the failover took the rest: it is on TCP now, after the socket's prefix
       s = *done > 0 ? Status::kOk : Status::kMovedToTcp;
       break;
     }
@@ -295,7 +295,7 @@ Status RdmaStream::read(const iovec* iov, int iovcnt, int flags, size_t* done) {
   }
   reader_busy_ = false;
   cv_.notify_all();
-  return s;
+  return outward(s);
 }
 
 Status RdmaStream::shutdown_write() {
@@ -312,8 +312,8 @@ Status RdmaStream::shutdown_write() {
     write_shut_ = true;
     return Status::kOk;
   }
-  if (s != Status::kOk) return s;
-  if (disconnect_seen_) return Status::kReset;
+  if (s != Status::kOk) return outward(s);
+  if (disconnect_seen_) return outward(Status::kReset);
   // Like the kernel's FIN, the close is queued, never waited for: it goes now if the peer left us a
   // receive, else at the next progress once its credit update comes (a peer that never sends one
   // cannot make this call block). Writes fail from here.
@@ -321,7 +321,7 @@ Status RdmaStream::shutdown_write() {
   close_owed_ = true;
   send_owed_close();
   kick();  // a writer asleep on credits stops now
-  return failed() ? failure_ : Status::kOk;
+  return failed() ? outward(failure_) : Status::kOk;
 }
 
 Status RdmaStream::flush() {
@@ -338,7 +338,7 @@ Status RdmaStream::flush_locked(std::unique_lock<std::mutex>& lock, Deadline dea
     progress();
     if (sends_outstanding_ > 0 || close_owed_) wait(lock, false, deadline.poll_ms());
   }
-  return failed() ? failure_ : Status::kOk;
+  return failed() ? outward(failure_) : Status::kOk;
 }
 
 Status RdmaStream::close() {

@@ -344,7 +344,7 @@ void RdmaStream::drain_after_failure(std::unique_lock<std::mutex>& lock) {
 }
 
 bool RdmaStream::moved_locked() const {
-  if (left_path_) return true;  // leave_path took every unread byte
+  if (left_path_) return true;  // the failover (leave_path) took every unread byte
   return move_sent_ && flow_->peer_moved() && flow_->readable() == 0 && prefix_left() == 0;
 }
 
@@ -488,6 +488,12 @@ Readiness RdmaStream::readiness() {
     r.writable = r.failed || write_shut_ || move_sent_ || disconnect_seen_ ||
                  (flow_->data_room(1) > 0 && send_queue_has_room(2));
     r.moved = moved_locked();
+    if (failover_due()) {
+      // Failing over: nothing is ready until the connection is on TCP or reset (finish_leaving and
+      // give_up_path wake the pollers); nothing is armed, the queue pair being dead.
+      r.failed = r.readable = r.writable = false;
+      return r;
+    }
     if ((r.readable && r.writable) || r.moved) return r;
     // Not writable: ask the peer to tell us when it is. Either way, arm the channel so that the fd
     // fires on the next change; a completion caught while arming is news to look at first.

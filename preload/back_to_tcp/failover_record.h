@@ -9,7 +9,7 @@
 #include <optional>
 #include <span>
 
-#include "upgrade/switch_frames.h"
+#include "util/nonce_pair.h"
 
 namespace tcp2rdma::preload {
 

@@ -31,7 +31,7 @@ ssize_t tcp_after_move(const StreamRef& ref, int fd, const iovec* iov, int iovcn
   TrackedSocket* socket = ref.socket();
   // Another thread moving the connection (a fork) sets the prefix right after taking the bytes, then
   // finishes the move: wait for it, so that no read goes to the kernel before the prefix.
-  while (socket->moving_back()) sched_yield();
+  while (socket->being_moved()) sched_yield();
   transport::RdmaStream* stream = ref;
   if (stream != nullptr && stream->moved()) complete_move_back(socket, fd);
   if (receiving && socket->prefix.present()) return prefix_recv(socket, fd, iov, iovcnt, msg_flags);

@@ -3,11 +3,13 @@
 #include <signal.h>
 #include <sys/socket.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <vector>
 
 #include "back_to_tcp/move_back.h"
+#include "back_to_tcp/path_watcher.h"
 #include "libc/real_calls.h"
 #include "rdma_stream.h"
 #include "registry/fd_table.h"
@@ -73,6 +75,29 @@ void log_failure(const StreamRef& ref, int fd, Status s) {
   log_line("fd %d: the rdma stream failed (%s): %s", fd, transport::to_string(s), stream->failure_detail().c_str());
 }
 
+// The stream's path failed (kPathFailed): the call waits for the failover (path_watcher.h), or says
+// EAGAIN when non-blocking, then goes where the connection is now: TCP after the prefix, or the
+// stream's reset when no failover could happen.
+ssize_t after_failover(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags, bool receiving) {
+  switch (await_failover(ref.socket(), fd, nonblocking(ref, msg_flags))) {
+    case FailoverWait::kWouldBlock: errno = EAGAIN; return -1;
+    case FailoverWait::kInterrupted: errno = EINTR; return -1;
+    case FailoverWait::kOver: break;
+  }
+  StreamRef now = route_of(SocketHold(ref.socket()));
+  if (!now.ours()) return kernel_io(fd, iov, iovcnt, msg_flags, receiving);  // on TCP, nothing to read first
+  return receiving ? stream_recv(now, fd, iov, iovcnt, msg_flags) : stream_send(now, fd, iov, iovcnt, msg_flags);
+}
+
+// A blocking call that moved `done` bytes on the stream before its path failed: the rest after the
+// failover, on TCP, as one call (MSG_WAITALL, or a send that returns only when all is taken).
+ssize_t rest_after_failover(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags, size_t done,
+                            bool receiving) {
+  std::vector<iovec> rest = iov_after(iov, iovcnt, done);
+  ssize_t more = after_failover(ref, fd, rest.data(), static_cast<int>(rest.size()), msg_flags, receiving);
+  return static_cast<ssize_t>(done + (more > 0 ? static_cast<size_t>(more) : 0));
+}
+
 // A call that moved `done` bytes on the stream and goes on on TCP for the rest (move_back.h).
 ssize_t rest_on_tcp(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags, size_t done,
                     bool receiving) {
@@ -92,10 +117,11 @@ ssize_t recv_on_stream(const StreamRef& ref, int fd, const iovec* iov, int iovcn
   Status s = stream->read(iov, iovcnt, flags, &done);
   while (s == Status::kInterrupted && !interrupted_call_fails()) s = stream->read(iov, iovcnt, flags, &done);
   if (s == Status::kMovedToTcp) return tcp_after_move(ref, fd, iov, iovcnt, msg_flags, true);
-  // MSG_WAITALL stopped at the peer's marker: the rest comes on TCP.
-  if (s == Status::kOk && (flags & transport::kWaitAll) && done > 0 && done < iov_total(iov, iovcnt) &&
-      stream->reads_moved()) {
-    return rest_on_tcp(ref, fd, iov, iovcnt, msg_flags, done, true);
+  if (s == Status::kPathFailed) return after_failover(ref, fd, iov, iovcnt, msg_flags, true);
+  // MSG_WAITALL stopped at the peer's marker, or at the path's failure: the rest comes on TCP.
+  if (s == Status::kOk && (flags & transport::kWaitAll) && done > 0 && done < iov_total(iov, iovcnt)) {
+    if (stream->reads_moved()) return rest_on_tcp(ref, fd, iov, iovcnt, msg_flags, done, true);
+    if (stream->failover_pending()) return rest_after_failover(ref, fd, iov, iovcnt, msg_flags, done, true);
   }
   if (s != Status::kOk) {
     log_failure(ref, fd, s);
@@ -112,9 +138,12 @@ ssize_t send_on_stream(const StreamRef& ref, int fd, const iovec* iov, int iovcn
   Status s = stream->write(iov, iovcnt, flags, &done);
   while (s == Status::kInterrupted && !interrupted_call_fails()) s = stream->write(iov, iovcnt, flags, &done);
   if (s == Status::kMovedToTcp) return tcp_after_move(ref, fd, iov, iovcnt, msg_flags, false);
-  // A blocking write cut short at our marker: the rest goes on TCP, right after it.
-  if (s == Status::kOk && flags == 0 && done < iov_total(iov, iovcnt) && stream->writes_moved()) {
-    return rest_on_tcp(ref, fd, iov, iovcnt, msg_flags, done, false);
+  if (s == Status::kPathFailed) return after_failover(ref, fd, iov, iovcnt, msg_flags, false);
+  // A blocking write cut short at our marker, or by the path's failure: the rest goes on TCP, right
+  // after it (after the failover's resend).
+  if (s == Status::kOk && flags == 0 && done < iov_total(iov, iovcnt)) {
+    if (stream->writes_moved()) return rest_on_tcp(ref, fd, iov, iovcnt, msg_flags, done, false);
+    if (stream->failover_pending()) return rest_after_failover(ref, fd, iov, iovcnt, msg_flags, done, false);
   }
   if (s == Status::kOk) return static_cast<ssize_t>(done);
   log_failure(ref, fd, s);
@@ -143,13 +172,21 @@ ssize_t stream_send(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, 
   });
 }
 
-int stream_shutdown(transport::RdmaStream* stream, int fd, int how) noexcept {
+int stream_shutdown(const StreamRef& ref, int fd, int how) noexcept {
   // Only the sending side has something to tell the peer; the TCP connection stays whole as the
   // control channel.
   if (how != SHUT_WR && how != SHUT_RDWR) return 0;
   return keeping_errno_on_success([&] {
+    transport::RdmaStream* stream = ref;
     Status s = stream->shutdown_write();
     if (s == Status::kMovedToTcp) return real().shutdown(fd, SHUT_WR);  // our bytes go on TCP now
+    if (s == Status::kPathFailed) {
+      // Failing over: TCP's sending side is shut once the resend is out (mark_connection_back_on_tcp),
+      // or here if that happened meanwhile; a shutdown never waits, as the kernel's does not.
+      ref.socket()->shut_after_failover.store(true);
+      std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with mark_connection_back_on_tcp's
+      return ref.socket()->back_on_tcp() ? real().shutdown(fd, SHUT_WR) : 0;
+    }
     if (s == Status::kOk) return 0;
     errno = s == Status::kReset ? ENOTCONN : errno_of(s);
     return -1;

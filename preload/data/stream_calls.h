@@ -40,7 +40,7 @@ ssize_t stream_send(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, 
 // the connection moves meanwhile, the call goes on on the stream (session_calls.cpp).
 ssize_t session_recv(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept;
 ssize_t session_send(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept;
-int stream_shutdown(transport::RdmaStream* stream, int fd, int how) noexcept;
+int stream_shutdown(const StreamRef& ref, int fd, int how) noexcept;
 // Bytes readable now (FIONREAD).
 int stream_readable_bytes(transport::RdmaStream* stream) noexcept;
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "back_to_tcp/move_back.h"
+#include "back_to_tcp/path_watcher.h"
 #include "libc/interposed.h"
 #include "listener/prefork_listeners.h"
 #include "process/exec_guard.h"
@@ -37,6 +38,7 @@ T2R_INTERPOSE pid_t fork(void) {
   errno = saved;
   if (pid == 0) {
     tcp2rdma::preload::note_forked_child();  // inherited streams and listeners are not ours to use
+    tcp2rdma::preload::forget_path_watcher_after_fork();
     tcp2rdma::preload::renew_listener_locks();
     tcp2rdma::preload::disown_parent_streams();
   } else {

@@ -170,7 +170,7 @@ void move_back_locked(TrackedSocket* socket) {
 bool move_back_now_locked(Entry* e) {
   SocketHold socket = SocketHold::of(e->fd);
   if (!socket) return true;
-  if (socket->moving_back()) return false;
+  if (socket->being_moved()) return false;
   mark_connection_back_on_tcp(socket.get(), e->fd);
   move_back_locked(socket.get());
   return true;

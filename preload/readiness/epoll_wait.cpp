@@ -30,7 +30,7 @@ using transport::Deadline;
 // Whether descriptor fd's connection is being moved back by another thread.
 bool moving_back(int fd) {
   SocketHold socket = SocketHold::of(fd);
-  return socket && socket->moving_back();
+  return socket && socket->being_moved();
 }
 
 // What an entry's stream has now (epoll_report.h).

@@ -2,6 +2,7 @@
 
 #include <sys/socket.h>
 
+#include <atomic>
 #include <cerrno>
 
 #include "libc/real_calls.h"
@@ -21,11 +22,18 @@ const char* connection_label(const TrackedSocket* socket) noexcept {
 bool mark_connection_back_on_tcp(TrackedSocket* socket, int fd, bool by_mover) noexcept {
   // Exactly one call makes it so: the mover's, or (when no thread of ours moves it) the first to see
   // the peer's move.
-  if (!socket->move_path(by_mover ? Path::kMovingBack : Path::kRdma, Path::kBackOnTcp)) return false;
+  bool marked = by_mover ? socket->move_path(Path::kMovingBack, Path::kBackOnTcp) ||
+                               socket->move_path(Path::kFailingOver, Path::kBackOnTcp)
+                         : socket->move_path(Path::kRdma, Path::kBackOnTcp);
+  if (!marked) return false;
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with stream_shutdown's (shut_after_failover)
   SavedErrno keep_errno;
   transport::RdmaStream* stream = socket->own_stream();
-  // The stream's end (our shutdown(SHUT_WR) went onto it) is the TCP socket's now.
-  if (stream != nullptr && stream->write_was_shut()) real().shutdown(fd, SHUT_WR);
+  // The stream's end (our shutdown(SHUT_WR) went onto it, or came while the connection failed over)
+  // is the TCP socket's now.
+  if ((stream != nullptr && stream->write_was_shut()) || socket->shut_after_failover.load()) {
+    real().shutdown(fd, SHUT_WR);
+  }
   // The side that moved says so itself, with what it kept (move_back).
   if (!by_mover) log_line("%s: back on tcp (the peer moved)", connection_label(socket));
   return true;

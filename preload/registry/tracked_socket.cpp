@@ -7,6 +7,7 @@
 #include <chrono>
 #include <mutex>
 #include <shared_mutex>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -39,7 +40,22 @@ std::vector<TrackedSocket*>& live_sockets() {
   static auto* sockets = new std::vector<TrackedSocket*>;
   return *sockets;
 }
+// The same sockets by serial (SocketHold::live), under live_mutex.
+std::unordered_map<uint64_t, TrackedSocket*>& live_by_serial() {
+  static auto* sockets = new std::unordered_map<uint64_t, TrackedSocket*>;
+  return *sockets;
+}
+std::atomic<uint64_t> g_next_serial{1};
 }  // namespace
+
+SocketHold SocketHold::live(uint64_t serial) noexcept {
+  std::lock_guard lock(live_mutex());
+  auto it = live_by_serial().find(serial);
+  // A socket whose last reference went is being destroyed: its destructor waits for this lock to
+  // take it off the map, and must not find it held again.
+  if (it == live_by_serial().end() || !it->second->try_add_ref()) return {};
+  return SocketHold(it->second, Adopt{});
+}
 
 unsigned fork_generation() noexcept { return g_fork_generation.load(std::memory_order_relaxed); }
 void note_forked_child() noexcept {
@@ -102,6 +118,7 @@ const char* to_string(Path path) noexcept {
     case Path::kRdma: return "rdma";
     case Path::kMovingBack: return "moving back";
     case Path::kBackOnTcp: return "back on tcp";
+    case Path::kFailingOver: return "failing over";
   }
   return "?";
 }
@@ -117,17 +134,21 @@ Path TrackedSocket::path() const noexcept {
 bool TrackedSocket::move_path(Path from, Path to) noexcept {
   bool allowed = (from == Path::kTcp && (to == Path::kUpgradePending || to == Path::kRdma)) ||
                  (from == Path::kUpgradePending && to == Path::kTcp) ||
-                 (from == Path::kRdma && (to == Path::kMovingBack || to == Path::kBackOnTcp)) ||
-                 (from == Path::kMovingBack && (to == Path::kRdma || to == Path::kBackOnTcp));
+                 (from == Path::kRdma && (to == Path::kMovingBack || to == Path::kBackOnTcp ||
+                                          to == Path::kFailingOver)) ||
+                 (from == Path::kMovingBack && (to == Path::kRdma || to == Path::kBackOnTcp)) ||
+                 (from == Path::kFailingOver && (to == Path::kRdma || to == Path::kBackOnTcp));
   return allowed && path_.compare_exchange_strong(from, to, std::memory_order_acq_rel);
 }
 
 void TrackedSocket::set_stream(std::unique_ptr<transport::RdmaStream> stream) noexcept {
   generation_ = fork_generation();
+  serial_ = g_next_serial.fetch_add(1, std::memory_order_relaxed);
   stream_.store(stream.release(), std::memory_order_release);
   move_path(Path::kTcp, Path::kRdma);
   std::lock_guard lock(live_mutex());
   live_sockets().push_back(this);
+  live_by_serial().emplace(serial_, this);
 }
 
 void replace_with_unconnected_socket(int fd, int domain) noexcept {
@@ -201,6 +222,7 @@ TrackedSocket::~TrackedSocket() {
     std::lock_guard lock(live_mutex());
     auto& live = live_sockets();
     live.erase(std::remove(live.begin(), live.end(), this), live.end());
+    live_by_serial().erase(serial_);
   }
   if (transport::RdmaStream* s = own_stream()) {
     close_later(s, linger_seconds.load());  // stream_closer.h: close() returns at once, as the kernel's

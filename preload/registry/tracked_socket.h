@@ -59,6 +59,8 @@ enum class SocketRole : uint8_t {
 //   kRdma -> kMovingBack -> kBackOnTcp        this process moves it back (fork, exec, spawn)
 //   kMovingBack -> kRdma                      that move failed: it stays on RDMA
 //   kRdma -> kBackOnTcp                       the peer moved it back
+//   kRdma -> kFailingOver -> kBackOnTcp       the RDMA path failed: it goes on over TCP (failover.h)
+//   kFailingOver -> kRdma                     it could not: the stream is reset after all
 enum class Path : uint8_t {
   kTcp,             // the kernel socket alone: never selected, stayed TCP, or not upgraded yet
   kUpgradePending,  // a non-blocking connect decided for RDMA, waiting for the connection to be up
@@ -67,6 +69,7 @@ enum class Path : uint8_t {
   kRdma,            // on the stream
   kMovingBack,      // a thread of this process is moving it back to TCP; calls that meet the move wait
   kBackOnTcp,       // on TCP again, after the prefix of the peer's bytes that were on the stream
+  kFailingOver,     // the RDMA path failed; the path watcher moves the connection onto TCP; calls wait
 };
 const char* to_string(Path path) noexcept;
 
@@ -86,6 +89,13 @@ class TrackedSocket {
   // delivered first) and the socket deleted.
   void release() noexcept {
     if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+  // One more reference unless the last one is gone already (the socket is being destroyed).
+  bool try_add_ref() noexcept {
+    for (int n = refs_.load(std::memory_order_relaxed); n > 0;) {
+      if (refs_.compare_exchange_weak(n, n + 1, std::memory_order_acquire, std::memory_order_relaxed)) return true;
+    }
+    return false;
   }
 
   // The RDMA stream this connection moved onto, or null while it is on TCP. Set once, before the
@@ -122,6 +132,18 @@ class TrackedSocket {
   // A thread of this process is moving the connection back: a call that found the stream moved waits
   // for the prefix before it reads on TCP.
   bool moving_back() const noexcept { return path_is(Path::kMovingBack); }
+  // Moving back or failing over: a thread of this process is putting the connection onto TCP, and a
+  // call that found the stream moved waits for it to finish (the prefix, the registrations).
+  bool being_moved() const noexcept {
+    Path p = path_.load(std::memory_order_acquire);
+    return p == Path::kMovingBack || p == Path::kFailingOver;
+  }
+  // The application shut down its sending side while the connection failed over: the failover shuts
+  // the TCP socket's once its resend is out (failover.h).
+  std::atomic<bool> shut_after_failover{false};
+  // Names this socket among every socket with a stream (hold_live), from set_stream on; never reused
+  // in the process, so a watcher that keeps it finds a closed socket gone, never another one.
+  uint64_t serial() const noexcept { return serial_; }
   // The peer's bytes that had arrived on the stream unread when the connection moved back, served
   // before the kernel's (copied into a forked child with the rest of this memory).
   TcpPrefix prefix;
@@ -170,7 +192,9 @@ class TrackedSocket {
   std::atomic<UpgradeSession*> session_{nullptr};
   std::atomic<Path> path_{Path::kTcp};
   unsigned generation_ = 0;
+  uint64_t serial_ = 0;
   std::atomic<ListenerParts*> listener_parts_{nullptr};
+  friend class SocketHold;
 };
 
 // A reference to a socket held for the length of a call: another thread's close() then only takes the
@@ -186,6 +210,8 @@ class SocketHold {
   explicit SocketHold(TrackedSocket* socket) noexcept : socket_(socket) {
     if (socket_ != nullptr) socket_->add_ref();
   }
+  // The socket with a stream that `serial` names (TrackedSocket::serial), held; empty once it is gone.
+  static SocketHold live(uint64_t serial) noexcept;
   SocketHold(SocketHold&& other) noexcept : socket_(other.socket_) { other.socket_ = nullptr; }
   SocketHold& operator=(SocketHold&& other) noexcept {
     if (this != &other) {

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <vector>
 
+#include "back_to_tcp/path_watcher.h"
 #include "libc/real_calls.h"
 #include "rdma_stream.h"
 #include "registry/tracked_socket.h"
@@ -45,14 +46,6 @@ uint64_t max_tcp_tail() {
     return std::max<uint64_t>(2 * (r + w), uint64_t{8} << 20);
   }();
   return bound;
-}
-
-NoncePair nonces_of(const transport::RdmaStream& stream) {
-  NoncePair n;  // the transport's 64-bit nonces fill the first 8 bytes of the record's 16
-  uint64_t c = stream.client_nonce(), s = stream.server_nonce();
-  std::memcpy(n.client.data(), &c, sizeof c);
-  std::memcpy(n.server.data(), &s, sizeof s);
-  return n;
 }
 
 // Exactly n bytes to or from the TCP socket within the deadline, whatever its O_NONBLOCK.
@@ -192,7 +185,7 @@ UpgradeOutcome switch_onto(int fd, TrackedSocket* socket, UpgradeSession* sessio
   Hello peer;
   uint64_t tail = 0;
   std::vector<uint8_t> tcp_tail;
-  NoncePair nonces = nonces_of(*stream);
+  NoncePair nonces = nonce_pair(stream->client_nonce(), stream->server_nonce());
   auto record = encode_record(nonces);
   Step step = exchange_counts(*stream, ours, received, is_client, deadline, &peer, &tail);
   if (step.kind == Step::kGoOn && is_client && !tcp_exchange(fd, record.data(), record.size(), true, deadline)) {
@@ -218,6 +211,7 @@ UpgradeOutcome switch_onto(int fd, TrackedSocket* socket, UpgradeSession* sessio
   int fl = real().fcntl(fd, F_GETFL);
   socket->nonblocking.store(fl >= 0 && (fl & O_NONBLOCK), std::memory_order_relaxed);
   socket->set_stream(std::move(stream));
+  watch_path(socket, fd);  // from now on a failed path carries the connection on over TCP
   return {true, true, ""};
 }
 

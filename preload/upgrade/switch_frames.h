@@ -8,17 +8,9 @@
 #include <optional>
 #include <span>
 
+#include "util/nonce_pair.h"
+
 namespace tcp2rdma::preload {
-
-using Nonce = std::array<uint8_t, 16>;
-
-// The two nonces of one RDMA connection: the client's from its connect private data, the server's
-// from its accept private data. Both ends hold the same pair once the RC connection is established.
-struct NoncePair {
-  Nonce client{};
-  Nonce server{};
-  bool operator==(const NoncePair&) const = default;
-};
 
 // HELLO and ACK, the first bytes of each side's RDMA stream; and the record written on TCP right
 // after the last application byte sent over TCP. Little-endian, fixed size, no padding.

@@ -78,6 +78,7 @@ bool fail_over(Side& side) {
   }
   // The ring is small (64 KiB): both resends fit in TCP's buffers, so neither waits for the other.
   if (!tcp_all(side.tcp, resend.data(), resend.size(), true)) return false;
+  side.stream->finish_leaving();
   std::printf("%s: fell back to TCP (%s): %zu bytes left unread on the stream, %zu resent, %llu coming\n",
               side.role, side.stream->failure_detail().c_str(), side.unread.size(), resend.size(), ull(coming));
   return true;

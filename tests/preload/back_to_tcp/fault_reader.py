@@ -1,33 +1,42 @@
 #!/usr/bin/env python3
-"""fault_reader.py PORT: accepts one connection and reads it until its end or an error, checking that
-every byte is a zero (the sender sends /dev/zero). Prints "listening" on standard error first, and at
-the end one line on standard output: "end: eof N", "end: reset N" or "end: error NAME N" (N bytes read).
-Exits 0 only when the stream did not end cleanly (a reset or another error) after more than nothing:
-the RDMA path was broken under the transfer, and the application must be told, never given a clean
-end after lost bytes (issue 13). Exit 1 on a clean end, 2 on a byte that is not a zero."""
+"""fault_reader.py PORT SIZE SHA256 [RATE]: accepts one connection and reads it to its end, at most RATE
+bytes a second (default 6 MiB/s, so that the transfer is still under way when its RDMA path breaks),
+hashing what it reads. Prints "listening" on standard error first, and at the end one line on
+standard output: "end: eof N SHA" or "end: reset N" or "end: error NAME N" (N bytes read). Exits 0
+only on a clean end after exactly SIZE bytes whose SHA-256 is SHA256: every byte arrived, in order,
+once, although the RDMA path broke under the transfer (issue 15)."""
+import hashlib
 import socket
 import sys
+import time
 
-port = int(sys.argv[1])
+port, size, want = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+rate = float(sys.argv[4]) if len(sys.argv) > 4 else 6 * 1024 * 1024
 srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
 srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 srv.bind(("0.0.0.0", port))
 srv.listen(1)
 print("listening", file=sys.stderr, flush=True)
 conn, _ = srv.accept()
+digest = hashlib.sha256()
 total = 0
+start = time.monotonic()
 try:
     while True:
-        data = conn.recv(1 << 20)
+        ahead = total / rate - (time.monotonic() - start)
+        if ahead > 0:
+            time.sleep(ahead)
+        data = conn.recv(256 * 1024)
         if not data:
-            print(f"end: eof {total}", flush=True)
-            sys.exit(1)
-        if data.count(0) != len(data):
-            print(f"end: a byte that was never sent, near {total}", flush=True)
-            sys.exit(2)
+            break
+        digest.update(data)
         total += len(data)
 except ConnectionResetError:
     print(f"end: reset {total}", flush=True)
+    sys.exit(1)
 except OSError as e:
     print(f"end: error {type(e).__name__} {total}", flush=True)
-sys.exit(0 if total > 0 else 1)
+    sys.exit(1)
+got = digest.hexdigest()
+print(f"end: eof {total} {got}", flush=True)
+sys.exit(0 if total == size and got == want else 1)

@@ -3,6 +3,7 @@
 set -u
 shim=$1 rules=$2 kind=$3
 here=$(dirname "$0")
+log=$T2R_WORK/shim-$T2R_HOST.log
 (
   case "$kind" in
     wire) until [ -f "$T2R_WORK/outage" ]; do sleep 0.1; done
@@ -10,11 +11,12 @@ here=$(dirname "$0")
     device-a) until [ -f "$T2R_WORK/remove" ]; do sleep 0.1; done; rdma link delete rxe0 ;;
   esac
 ) &
-env LD_PRELOAD="$shim" TCP2RDMA_RULES="$rules" TCP2RDMA_LOG="$T2R_WORK/shim-$T2R_HOST.log" \
-  timeout 120 python3 "$here/fault_reader.py" 5012 > /tmp/end 2> "$T2R_WORK/reader.err"
+until [ -s "$T2R_WORK/data.sha" ]; do sleep 0.1; done
+env LD_PRELOAD="$shim" TCP2RDMA_RULES="$rules" TCP2RDMA_LOG="$log" \
+  timeout 150 python3 "$here/fault_reader.py" 5012 50331648 "$(cat "$T2R_WORK/data.sha")" > /tmp/end 2> "$T2R_WORK/reader.err"
 status=$?
 touch "$T2R_WORK/reader.done"
 cat /tmp/end
-grep 'upgraded to rdma\|rdma stream failed' "$T2R_WORK/shim-$T2R_HOST.log"
+grep 'upgraded to rdma\|rdma path failed\|rdma stream failed' "$log"
 wait
-[ $status -eq 0 ] && grep -q 'upgraded to rdma' "$T2R_WORK/shim-$T2R_HOST.log"
+[ $status -eq 0 ] && grep -q 'upgraded to rdma' "$log" && grep -q 'back on tcp (rdma path failed' "$log"

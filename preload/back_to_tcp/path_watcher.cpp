@@ -1,0 +1,333 @@
+#include "back_to_tcp/path_watcher.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "back_to_tcp/failover.h"
+#include "keep_forever.h"
+#include "libc/real_calls.h"
+#include "own_descriptors.h"
+#include "rdma_stream.h"
+#include "registry/connection_path.h"
+#include "registry/fd_table.h"
+#include "registry/tracked_socket.h"
+#include "util/log.h"
+#include "util/quiet_thread.h"
+#include "util/signal_restart.h"
+
+namespace tcp2rdma::preload {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The watcher's epoll data: 0 is its wake-up eventfd, a socket's serial (never 0) its watch on the
+// application's descriptor, the serial with kJobBit its failover's own descriptor.
+constexpr uint64_t kWake = 0;
+constexpr uint64_t kJobBit = uint64_t{1} << 63;
+// A connection whose keepalive is off (0) is still looked at this often, to forget it once closed.
+constexpr auto kIdleLook = std::chrono::seconds(60);
+// How long the peer's kernel may hold our failover record without its module answering. Its watcher
+// answers within a round trip of seeing it; this only ends a failover whose peer can never answer
+// (its module has no watcher, or lost the connection), as TCP would end one whose peer is gone.
+constexpr auto kAnswerTimeout = std::chrono::seconds(60);
+
+struct Watched {
+  int fd;
+  std::chrono::milliseconds every;  // the stream's keepalive interval (0: none, looked at kIdleLook)
+  Clock::time_point next;
+};
+
+struct Request {  // a failover an application's call asked for
+  SocketHold socket;
+  int fd;
+  int tcp;
+};
+
+struct Job {
+  std::unique_ptr<Failover> failover;
+  uint32_t registered = 0;  // its events in the epoll set (0: not in it)
+  bool waiting = false;     // its record is with the peer's kernel and no answer came yet
+  Clock::time_point waiting_since{};
+};
+
+struct Watcher {
+  std::mutex mutex;  // watched, requests and the start; a leaf: nothing is called under it
+  std::unordered_map<uint64_t, Watched> watched;  // by socket serial
+  std::vector<Request> requests;
+  bool running = false;
+  bool cannot_run = false;
+  Clock::time_point planned = Clock::time_point::max();  // when the thread wakes next by itself
+  int epfd = -1;
+  int wake_fd = -1;
+  std::unordered_map<uint64_t, Job> jobs;  // the watcher thread's alone
+};
+Watcher*& watcher_slot() {
+  static Watcher* watcher = new Watcher;  // never destroyed: the thread runs until the process ends
+  return watcher;
+}
+
+void run(Watcher* w);
+
+// Descriptors above the application's range (own_descriptors.h), then the thread.
+bool start_locked(Watcher* w) {
+  if (w->running || w->cannot_run) return w->running;
+  {
+    transport::OwnDescriptors window;
+    w->epfd = window.place(real().epoll_create1(EPOLL_CLOEXEC));
+    w->wake_fd = window.place(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  }
+  epoll_event ev{EPOLLIN, {.u64 = kWake}};
+  if (w->epfd >= 0 && w->wake_fd >= 0 && real().epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->wake_fd, &ev) == 0) {
+    std::thread thread = start_quiet_thread([w] { run(w); });
+    w->running = thread.joinable();
+    if (w->running) thread.detach();
+  }
+  if (!w->running) {
+    w->cannot_run = true;
+    log_line("path watcher: cannot start (%s): a connection whose RDMA path fails is reset, not failed over",
+             w->epfd < 0 || w->wake_fd < 0 ? "no descriptor" : "no thread");
+  }
+  return w->running;
+}
+
+void wake(Watcher* w) { (void)eventfd_write(w->wake_fd, 1); }
+
+// The failover's own descriptor of fd's socket: the connection then outlives an application close()
+// until the failover is over. Low (in the application's range) only when nothing is free above it.
+int own_descriptor(int fd) {
+  transport::OwnDescriptors window;
+  return window.place_if_room(real().fcntl(fd, F_DUPFD_CLOEXEC, 0));
+}
+
+// No failover can happen for the socket (it is on Path::kFailingOver): its stream is reset.
+void reset_instead(TrackedSocket* socket, const char* why) {
+  if (transport::RdmaStream* stream = socket->own_stream()) stream->give_up_path(transport::Status::kReset, why);
+  socket->move_path(Path::kFailingOver, Path::kRdma);
+  log_line("%s: reset (rdma path failed; no failover: %s)", connection_label(socket), why);
+}
+
+// Claims the failover of a socket on RDMA for the caller (Path::kRdma -> kFailingOver) and makes its
+// descriptor; false when another thread has it already, or (reset) when it cannot be had.
+bool claim(TrackedSocket* socket, int fd, int* tcp) {
+  if (!socket->move_path(Path::kRdma, Path::kFailingOver)) return false;
+  *tcp = fd_table().find(fd) == socket ? own_descriptor(fd) : -1;
+  if (*tcp < 0) {
+    reset_instead(socket, "no descriptor of its TCP socket left");
+    return false;
+  }
+  return true;
+}
+
+void forget(Watcher* w, uint64_t serial) {
+  std::lock_guard lock(w->mutex);
+  w->watched.erase(serial);
+}
+
+// Runs the job's next steps; registers its descriptor for what it waits for, or ends it.
+void advance(Watcher* w, uint64_t serial) {
+  auto it = w->jobs.find(serial);
+  if (it == w->jobs.end()) return;
+  Job& job = it->second;
+  short wanted = job.failover->step();
+  uint32_t events = (wanted & POLLIN ? uint32_t{EPOLLIN} : 0u) | (wanted & POLLOUT ? uint32_t{EPOLLOUT} : 0u);
+  int tcp = job.failover->tcp();
+  if (events == 0) {
+    if (job.registered != 0) real().epoll_ctl(w->epfd, EPOLL_CTL_DEL, tcp, nullptr);
+    w->jobs.erase(it);  // closes its descriptor
+    return;
+  }
+  if (events != job.registered) {
+    epoll_event ev{events, {.u64 = serial | kJobBit}};
+    real().epoll_ctl(w->epfd, job.registered != 0 ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, tcp, &ev);
+    job.registered = events;
+  }
+}
+
+void start_job(Watcher* w, SocketHold socket, int fd, int tcp) {
+  uint64_t serial = socket->serial();
+  forget(w, serial);  // the job looks after the connection now
+  w->jobs[serial].failover = std::make_unique<Failover>(std::move(socket), fd, tcp);
+  advance(w, serial);
+}
+
+void begin(Watcher* w, SocketHold socket, int fd) {
+  int tcp = -1;
+  if (claim(socket.get(), fd, &tcp)) start_job(w, std::move(socket), fd, tcp);
+}
+
+// Looks at one watched connection: its stream's news and (`probe`) a keepalive. Forgets it once it is
+// gone or off RDMA for good; fails it over when its path failed.
+void look_at(Watcher* w, uint64_t serial, int fd, bool probe) {
+  SocketHold socket = SocketHold::live(serial);
+  Path path = socket ? socket->path() : Path::kTcp;
+  if (path == Path::kMovingBack || path == Path::kFailingOver) return;  // another thread has it now
+  transport::RdmaStream* stream = path == Path::kRdma ? socket->own_stream() : nullptr;
+  if (stream == nullptr) return forget(w, serial);
+  transport::RdmaStream::PathCheck check = stream->check_path(probe);
+  if (check.failover_due) return begin(w, std::move(socket), fd);
+  if (check.over) forget(w, serial);
+}
+
+// The watch on a connection's TCP socket fired: while it is on RDMA, its TCP socket carries only the
+// peer's failover record or the peer's end.
+void tcp_news(Watcher* w, uint64_t serial) {
+  int fd = -1;
+  {
+    std::lock_guard lock(w->mutex);
+    auto it = w->watched.find(serial);
+    if (it == w->watched.end()) return;
+    fd = it->second.fd;
+  }
+  SocketHold socket = SocketHold::live(serial);
+  if (!socket || !socket->path_is(Path::kRdma) || fd_table().find(fd) != socket.get()) return;
+  transport::RdmaStream::PathCheck check = socket->own_stream()->check_path(false);
+  if (check.failover_due) return begin(w, std::move(socket), fd);
+  if (check.moving || check.over) return;  // bytes after a move back are the application's
+  char byte = 0;
+  ssize_t r = real().recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (r > 0) return begin(w, std::move(socket), fd);  // the peer failed over first: its record is here
+  if (r < 0 && (errno == EAGAIN || errno == EINTR)) {
+    epoll_event ev{EPOLLIN | EPOLLRDHUP | EPOLLONESHOT, {.u64 = serial}};
+    real().epoll_ctl(w->epfd, EPOLL_CTL_MOD, fd, &ev);
+  }
+  // Otherwise the peer's TCP socket is closed while its stream works (its application closed it and
+  // the stream ends on its own): should the path fail now, no failover can happen, and the failover's
+  // first send says so (a reset). The watch stays spent.
+}
+
+void take_requests(Watcher* w) {
+  eventfd_t n = 0;
+  (void)eventfd_read(w->wake_fd, &n);
+  std::vector<Request> requests;
+  {
+    std::lock_guard lock(w->mutex);
+    requests.swap(w->requests);
+  }
+  for (Request& r : requests) start_job(w, std::move(r.socket), r.fd, r.tcp);
+}
+
+// Keepalives and looks that are due; failovers whose peer never answers. Returns the time until the
+// next thing due (ms, -1: nothing).
+int tick(Watcher* w) {
+  auto now = Clock::now();
+  std::vector<std::pair<uint64_t, Watched>> due;
+  auto next = Clock::time_point::max();
+  {
+    std::lock_guard lock(w->mutex);
+    for (auto& [serial, watched] : w->watched) {
+      if (watched.next <= now) {
+        due.emplace_back(serial, watched);
+        watched.next = now + (watched.every.count() > 0 ? watched.every : kIdleLook);
+      }
+      next = std::min(next, watched.next);
+    }
+  }
+  for (auto& [serial, watched] : due) look_at(w, serial, watched.fd, watched.every.count() > 0);
+  std::vector<uint64_t> unanswered;
+  for (auto& [serial, job] : w->jobs) {
+    bool waiting = job.failover->waiting_for_answer();
+    if (waiting && !job.waiting) job.waiting_since = now;
+    job.waiting = waiting;
+    if (waiting && now - job.waiting_since >= kAnswerTimeout) unanswered.push_back(serial);
+    if (waiting) next = std::min(next, now + std::chrono::seconds(1));
+  }
+  for (uint64_t serial : unanswered) {
+    w->jobs[serial].failover->give_up_unanswered();
+    advance(w, serial);
+  }
+  {
+    std::lock_guard lock(w->mutex);
+    for (auto& [serial, watched] : w->watched) next = std::min(next, watched.next);  // added meanwhile
+    w->planned = next;
+  }
+  if (next == Clock::time_point::max()) return -1;
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(next - Clock::now()).count() + 1;
+  return static_cast<int>(std::clamp<long long>(ms, 0, 60 * 1000));
+}
+
+void run(Watcher* w) {
+  epoll_event events[64];
+  int sleep_ms = -1;
+  for (;;) {
+    int n = real().epoll_wait(w->epfd, events, 64, sleep_ms);
+    for (int i = 0; i < n; ++i) {
+      uint64_t data = events[i].data.u64;
+      if (data == kWake) {
+        take_requests(w);
+      } else if (data & kJobBit) {
+        advance(w, data & ~kJobBit);
+      } else {
+        tcp_news(w, data);
+      }
+    }
+    sleep_ms = tick(w);
+  }
+}
+
+}  // namespace
+
+void watch_path(TrackedSocket* socket, int fd) noexcept {
+  Watcher* w = watcher_slot();
+  transport::RdmaStream* stream = socket->own_stream();
+  if (stream == nullptr) return;
+  std::lock_guard lock(w->mutex);
+  if (!start_locked(w)) return;
+  auto every = std::chrono::milliseconds(std::max(stream->keepalive_ms(), 0));
+  auto next = Clock::now() + (every.count() > 0 ? every : kIdleLook);
+  w->watched[socket->serial()] = {fd, every, next};
+  epoll_event ev{EPOLLIN | EPOLLRDHUP | EPOLLONESHOT, {.u64 = socket->serial()}};
+  if (real().epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) real().epoll_ctl(w->epfd, EPOLL_CTL_MOD, fd, &ev);
+  if (next < w->planned) {
+    w->planned = next;
+    wake(w);  // it sleeps until its own next look, later than this one's
+  }
+}
+
+FailoverWait await_failover(TrackedSocket* socket, int fd, bool nonblocking) noexcept {
+  int tcp = -1;
+  if (claim(socket, fd, &tcp)) {
+    Watcher* w = watcher_slot();
+    std::unique_lock lock(w->mutex);
+    if (start_locked(w)) {
+      w->requests.push_back({SocketHold(socket), fd, tcp});
+      wake(w);
+    } else {
+      lock.unlock();
+      real().close(tcp);
+      reset_instead(socket, "no path watcher");
+    }
+  }
+  if (nonblocking) return socket->path_is(Path::kFailingOver) ? FailoverWait::kWouldBlock : FailoverWait::kOver;
+  // A blocking call sleeps until the failover is over: a few milliseconds after the peer's record, or
+  // as long as TCP itself cannot carry it (an outage), as a blocked call on TCP would wait. The sleep
+  // is poll(2)'s, so that a signal handler interrupts it as it would the kernel's call.
+  for (int ms = 1; socket->path_is(Path::kFailingOver); ms = std::min(ms * 2, 20)) {
+    if (real().poll(nullptr, 0, ms) < 0 && errno == EINTR && interrupted_call_fails()) {
+      return FailoverWait::kInterrupted;
+    }
+  }
+  return FailoverWait::kOver;
+}
+
+void forget_path_watcher_after_fork() noexcept {
+  Watcher* parent = std::exchange(watcher_slot(), new Watcher);
+  // The parent's epoll set and eventfd are its own; this process closes its copies of them.
+  if (parent->epfd >= 0) real().close(parent->epfd);
+  if (parent->wake_fd >= 0) real().close(parent->wake_fd);
+  transport::keep_forever(parent);
+}
+
+}  // namespace tcp2rdma::preload
