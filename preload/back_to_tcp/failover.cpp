@@ -20,9 +20,14 @@ namespace tcp2rdma::preload {
 using transport::FailoverError;
 using transport::Status;
 
-Failover::Failover(SocketHold socket, int fd, int tcp)
-    : socket_(std::move(socket)), stream_(socket_->own_stream()), fd_(fd), tcp_(tcp),
+Failover::Failover(SocketHold socket, int tcp)
+    : socket_(std::move(socket)), stream_(socket_->own_stream()), tcp_(tcp),
       started_(std::chrono::steady_clock::now()) {
+  if (stream_ == nullptr) {  // not this process's stream (never so: the watcher watches its own)
+    phase_ = Phase::kOver;
+    socket_->move_path(Path::kFailingOver, Path::kRdma);
+    return;
+  }
   end_ = stream_->stop_path();  // the queue pair is dead from here; every completion queued is taken
   reason_ = stream_->failure_detail();
   if (!stream_->path_failed()) {
@@ -91,6 +96,7 @@ bool Failover::take_peer_record() {
   }
   // The application reads what was left on the stream first, then the peer's resend, then TCP.
   unread_ = std::move(unread);
+  kept_from_stream_ = unread_.size();
   unread_.reserve(unread_.size() + coming_);
   return true;
 }
@@ -131,21 +137,27 @@ void Failover::finish() {
   phase_ = Phase::kOver;
   // The prefix before the move: a call that finds the connection on TCP must find its bytes first.
   stream_->finish_leaving();
-  complete_move_back(socket_.get(), fd_, /*by_mover=*/true);
+  // Our own descriptor, not the application's (see the constructor).
+  complete_move_back(socket_.get(), tcp_, /*by_mover=*/true);
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started_);
-  log_line("%s: back on tcp (rdma path failed: %s; %zu bytes resent; %zu of the peer's kept to read first; %lld ms)",
+  transport::StreamCounters on_rdma = stream_->counters();
+  log_line("%s: back on tcp (rdma path failed: %s; %zu bytes resent; %zu of the peer's kept to read first; "
+           "%llu bytes sent and %llu read on rdma before; %lld ms)",
            connection_label(socket_.get()), reason_.c_str(), resend_.size(), kept,
+           static_cast<unsigned long long>(on_rdma.bytes_sent), static_cast<unsigned long long>(on_rdma.bytes_received),
            static_cast<long long>(ms.count()));
 }
 
 bool Failover::waiting_for_answer() const {
-  if (phase_ != Phase::kExchange || ours_sent_ < ours_.size() || theirs_got_ == theirs_.size()) return false;
+  bool ours_out = phase_ == Phase::kExchange ? ours_sent_ == ours_.size() : resend_sent_ == resend_.size();
+  bool theirs_due = phase_ == Phase::kExchange ? theirs_got_ < theirs_.size() : coming_ > 0;
+  if (phase_ == Phase::kOver || !ours_out || !theirs_due) return false;
   int unacknowledged = 0;
   return real().ioctl(tcp_, SIOCOUTQ, &unacknowledged) == 0 && unacknowledged == 0;
 }
 
 void Failover::give_up_unanswered() {
-  give_up(Status::kTimeout, "the peer's tcp2rdma never answered the failover record");
+  give_up(Status::kTimeout, "the peer's tcp2rdma stopped answering the failover");
 }
 
 void Failover::give_up(Status s, const std::string& why) {

@@ -21,12 +21,12 @@ namespace tcp2rdma::preload {
 
 class Failover {
  public:
-  // `socket` is on Path::kFailingOver and stays held until the failover is over; `fd` is the
-  // application's descriptor of it (for the log and the epoll registrations), `tcp` the failover's own
-  // descriptor of the same socket (closed with the Failover: the connection outlives an application
-  // close() until its resend is out, as kernel TCP delivers a closed socket's bytes). Stops the
-  // stream's path (bounded by the stream's timeout).
-  Failover(SocketHold socket, int fd, int tcp);
+  // `socket` is on Path::kFailingOver and stays held until the failover is over; `tcp` is the
+  // failover's own descriptor of it (a dup, closed with the Failover: the connection outlives an
+  // application close() until its resend is out, as kernel TCP delivers a closed socket's bytes, and
+  // the application's descriptor number may name another socket by then). Stops the stream's path
+  // (bounded by the stream's timeout).
+  Failover(SocketHold socket, int tcp);
   ~Failover();
   Failover(const Failover&) = delete;
   Failover& operator=(const Failover&) = delete;
@@ -36,10 +36,12 @@ class Failover {
   // stream was reset after all.
   short step();
   int tcp() const { return tcp_; }
-  // Our record has reached the peer's kernel (nothing of ours is unacknowledged on TCP) and the
-  // peer's has not come: its module may never answer (gone, or not watching).
+  // Everything of ours is out and acknowledged by the peer's kernel, and the peer's record or resend
+  // is not all here: its module may never answer (gone, or not watching). received() counts what
+  // came, so that a watcher can tell a slow answer from none.
   bool waiting_for_answer() const;
-  // The peer's kernel has had our record for too long without an answer: the stream is reset.
+  uint64_t received() const { return theirs_got_ + (unread_.size() - kept_from_stream_); }
+  // The peer's kernel has had everything of ours for too long without an answer: the stream is reset.
   void give_up_unanswered();
 
  private:
@@ -59,7 +61,6 @@ class Failover {
 
   SocketHold socket_;
   transport::RdmaStream* stream_;
-  int fd_;
   int tcp_;
   Phase phase_ = Phase::kExchange;
   std::chrono::steady_clock::time_point started_;
@@ -70,6 +71,7 @@ class Failover {
   size_t ours_sent_ = 0;
   size_t theirs_got_ = 0;
   std::vector<uint8_t> unread_;   // the peer's bytes left unread on the stream, then its resend
+  size_t kept_from_stream_ = 0;   // how many of unread_ came from the stream
   std::vector<uint8_t> resend_;   // ours, from the peer's `received` on
   size_t resend_sent_ = 0;
   uint64_t coming_ = 0;           // bytes of the peer's resend still to read

@@ -39,9 +39,10 @@ constexpr uint64_t kWake = 0;
 constexpr uint64_t kJobBit = uint64_t{1} << 63;
 // A connection whose keepalive is off (0) is still looked at this often, to forget it once closed.
 constexpr auto kIdleLook = std::chrono::seconds(60);
-// How long the peer's kernel may hold our failover record without its module answering. Its watcher
-// answers within a round trip of seeing it; this only ends a failover whose peer can never answer
-// (its module has no watcher, or lost the connection), as TCP would end one whose peer is gone.
+// How long the peer's kernel may hold all of our failover (record, resend) while nothing of the
+// peer's comes. Its watcher answers within a round trip of seeing our record and resends at once;
+// this only ends a failover whose peer can never answer (its module has no watcher, or lost the
+// connection), as TCP ends a connection whose peer is gone.
 constexpr auto kAnswerTimeout = std::chrono::seconds(60);
 
 struct Watched {
@@ -52,14 +53,14 @@ struct Watched {
 
 struct Request {  // a failover an application's call asked for
   SocketHold socket;
-  int fd;
-  int tcp;
+  int tcp;  // its own descriptor of the socket (claim)
 };
 
 struct Job {
   std::unique_ptr<Failover> failover;
   uint32_t registered = 0;  // its events in the epoll set (0: not in it)
-  bool waiting = false;     // its record is with the peer's kernel and no answer came yet
+  bool waiting = false;     // all of ours is with the peer's kernel, and the peer's is still due
+  uint64_t received = 0;    // of the peer's, when we last looked
   Clock::time_point waiting_since{};
 };
 
@@ -156,16 +157,16 @@ void advance(Watcher* w, uint64_t serial) {
   }
 }
 
-void start_job(Watcher* w, SocketHold socket, int fd, int tcp) {
+void start_job(Watcher* w, SocketHold socket, int tcp) {
   uint64_t serial = socket->serial();
   forget(w, serial);  // the job looks after the connection now
-  w->jobs[serial].failover = std::make_unique<Failover>(std::move(socket), fd, tcp);
+  w->jobs[serial].failover = std::make_unique<Failover>(std::move(socket), tcp);
   advance(w, serial);
 }
 
 void begin(Watcher* w, SocketHold socket, int fd) {
   int tcp = -1;
-  if (claim(socket.get(), fd, &tcp)) start_job(w, std::move(socket), fd, tcp);
+  if (claim(socket.get(), fd, &tcp)) start_job(w, std::move(socket), tcp);
 }
 
 // Looks at one watched connection: its stream's news and (`probe`) a keepalive. Forgets it once it is
@@ -216,7 +217,7 @@ void take_requests(Watcher* w) {
     std::lock_guard lock(w->mutex);
     requests.swap(w->requests);
   }
-  for (Request& r : requests) start_job(w, std::move(r.socket), r.fd, r.tcp);
+  for (Request& r : requests) start_job(w, std::move(r.socket), r.tcp);
 }
 
 // Keepalives and looks that are due; failovers whose peer never answers. Returns the time until the
@@ -239,8 +240,10 @@ int tick(Watcher* w) {
   std::vector<uint64_t> unanswered;
   for (auto& [serial, job] : w->jobs) {
     bool waiting = job.failover->waiting_for_answer();
-    if (waiting && !job.waiting) job.waiting_since = now;
+    uint64_t received = job.failover->received();
+    if (waiting && (!job.waiting || received != job.received)) job.waiting_since = now;  // slow is not silent
     job.waiting = waiting;
+    job.received = received;
     if (waiting && now - job.waiting_since >= kAnswerTimeout) unanswered.push_back(serial);
     if (waiting) next = std::min(next, now + std::chrono::seconds(1));
   }
@@ -302,7 +305,7 @@ FailoverWait await_failover(TrackedSocket* socket, int fd, bool nonblocking) noe
     Watcher* w = watcher_slot();
     std::unique_lock lock(w->mutex);
     if (start_locked(w)) {
-      w->requests.push_back({SocketHold(socket), fd, tcp});
+      w->requests.push_back({SocketHold(socket), tcp});
       wake(w);
     } else {
       lock.unlock();
