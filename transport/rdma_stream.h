@@ -187,7 +187,7 @@ class RdmaStream {
   struct PathCheck {
     bool failover_due = false;  // a fail_over stream waits to be failed over (kPathFailed)
     bool moving = false;        // a move back to TCP began, from either side (the TCP socket carries bytes)
-    bool over = false;          // failed otherwise, or ended: nothing more to watch
+    bool over = false;          // failed otherwise, or disconnected by us: nothing more to watch
   };
   PathCheck check_path(bool probe);
   // Bytes that belong before the first byte the peer sends on this stream: the tail of the TCP

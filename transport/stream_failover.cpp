@@ -139,7 +139,8 @@ RdmaStream::PathCheck RdmaStream::check_path(bool probe) {
   }
   check.failover_due = failover_due();
   check.moving = move_sent_ || move_owed_ || flow_->peer_moved();
-  check.over = (failed() && !check.failover_due) || (flow_->peer_closed() && write_shut_) || disconnected_;
+  // Ended both ways is not over: our end may not be acknowledged yet, and a failover still owes it.
+  check.over = (failed() && !check.failover_due) || disconnected_;
   return check;
 }
 

@@ -3,7 +3,6 @@
 #include <signal.h>
 #include <sys/socket.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <vector>
@@ -183,9 +182,7 @@ int stream_shutdown(const StreamRef& ref, int fd, int how) noexcept {
     if (s == Status::kPathFailed) {
       // Failing over: TCP's sending side is shut once the resend is out (mark_connection_back_on_tcp),
       // or here if that happened meanwhile; a shutdown never waits, as the kernel's does not.
-      ref.socket()->shut_after_failover.store(true);
-      std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with mark_connection_back_on_tcp's
-      return ref.socket()->back_on_tcp() ? real().shutdown(fd, SHUT_WR) : 0;
+      return ref.socket()->shut_when_on_tcp() ? real().shutdown(fd, SHUT_WR) : 0;
     }
     if (s == Status::kOk) return 0;
     errno = s == Status::kReset ? ENOTCONN : errno_of(s);

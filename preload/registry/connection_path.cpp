@@ -2,7 +2,6 @@
 
 #include <sys/socket.h>
 
-#include <atomic>
 #include <cerrno>
 
 #include "libc/real_calls.h"
@@ -26,12 +25,12 @@ bool mark_connection_back_on_tcp(TrackedSocket* socket, int fd, bool by_mover) n
                                socket->move_path(Path::kFailingOver, Path::kBackOnTcp)
                          : socket->move_path(Path::kRdma, Path::kBackOnTcp);
   if (!marked) return false;
-  std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with stream_shutdown's (shut_after_failover)
   SavedErrno keep_errno;
   transport::RdmaStream* stream = socket->own_stream();
   // The stream's end (our shutdown(SHUT_WR) went onto it, or came while the connection failed over)
   // is the TCP socket's now.
-  if ((stream != nullptr && stream->write_was_shut()) || socket->shut_after_failover.load()) {
+  bool asked_meanwhile = socket->on_tcp_shut_asked();
+  if ((stream != nullptr && stream->write_was_shut()) || asked_meanwhile) {
     real().shutdown(fd, SHUT_WR);
   }
   // The side that moved says so itself, with what it kept (move_back).

@@ -138,9 +138,13 @@ class TrackedSocket {
     Path p = path_.load(std::memory_order_acquire);
     return p == Path::kMovingBack || p == Path::kFailingOver;
   }
-  // The application shut down its sending side while the connection failed over: the failover shuts
-  // the TCP socket's once its resend is out (failover.h).
-  std::atomic<bool> shut_after_failover{false};
+  // A shutdown(SHUT_WR) while the connection fails over is TCP's once the resend is out. The
+  // application's call and the end of the failover each say so here; exactly one of them learns that
+  // the other came first and shuts TCP's sending side (one atomic, so no fence is needed).
+  // The application's: true when the connection is on TCP already (the caller shuts it down).
+  bool shut_when_on_tcp() noexcept { return tcp_shut_.fetch_or(kShutAsked) & kOnTcp; }
+  // The mover's, once on TCP: true when the application asked for the shutdown meanwhile.
+  bool on_tcp_shut_asked() noexcept { return tcp_shut_.fetch_or(kOnTcp) & kShutAsked; }
   // Names this socket among every socket with a stream (hold_live), from set_stream on; never reused
   // in the process, so a watcher that keeps it finds a closed socket gone, never another one.
   uint64_t serial() const noexcept { return serial_; }
@@ -193,6 +197,8 @@ class TrackedSocket {
   std::atomic<Path> path_{Path::kTcp};
   unsigned generation_ = 0;
   uint64_t serial_ = 0;
+  static constexpr uint8_t kShutAsked = 1, kOnTcp = 2;
+  std::atomic<uint8_t> tcp_shut_{0};
   std::atomic<ListenerParts*> listener_parts_{nullptr};
   friend class SocketHold;
 };
