@@ -444,6 +444,9 @@ Status RdmaStream::wait(std::unique_lock<std::mutex>& lock, bool interruptible, 
 
 Status RdmaStream::keepalive_locked() {
   if (failed() || disconnected_ || disconnect_seen_) return failure_;
+  // After the peer's end its queue pair may be gone any moment (its close destroys it): a probe would
+  // only count a retry error at rxe. Our own sends, if any, still find a dead path.
+  if (flow_->peer_closed()) return Status::kOk;
   if (sends_since_keepalive_ == 0 && send_queue_has_room(1)) {
     // A zero-byte RDMA Write consumes no receive and raises nothing at the peer; only its
     // acknowledgement matters. A dead peer never sends one: the completion fails after the retries.

@@ -186,5 +186,52 @@ TEST(ConnectionPath, ChangesOnlyAlongItsTransitionsAndOnceUnderRaces) {
   EXPECT_EQ(close(fd), 0);
 }
 
+// A failover is claimed once (the watcher and an application's call may both find the path failed),
+// ends on TCP or back on the (reset) stream, and only its mover marks it back on TCP: a reader that
+// sees the stream left waits instead (being_moved).
+TEST(ConnectionPath, AFailoverIsClaimedOnceAndEndedOnlyByItsMover) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  TrackedSocket* t = tracked(fd);
+  ASSERT_NE(t, nullptr);
+  EXPECT_FALSE(t->move_path(Path::kTcp, Path::kFailingOver));  // only a connection on RDMA fails over
+  ASSERT_TRUE(t->move_path(Path::kTcp, Path::kRdma));
+  std::atomic<int> claims{0};
+  std::vector<std::thread> finders;
+  for (int i = 0; i < 8; ++i) {
+    finders.emplace_back([&] {
+      if (t->move_path(Path::kRdma, Path::kFailingOver)) ++claims;
+    });
+  }
+  for (auto& f : finders) f.join();
+  EXPECT_EQ(claims.load(), 1);
+  EXPECT_TRUE(t->being_moved());
+  EXPECT_FALSE(t->moving_back());  // not a fork's move: move_streams_back leaves it alone
+  EXPECT_FALSE(mark_connection_back_on_tcp(t, fd));  // a reader that saw the stream left
+  EXPECT_FALSE(t->move_path(Path::kFailingOver, Path::kMovingBack));
+  ASSERT_TRUE(t->move_path(Path::kFailingOver, Path::kRdma));  // given up: the stream's reset
+  ASSERT_TRUE(t->move_path(Path::kRdma, Path::kFailingOver));
+  EXPECT_TRUE(mark_connection_back_on_tcp(t, fd, /*by_mover=*/true));
+  EXPECT_TRUE(t->back_on_tcp());
+  EXPECT_FALSE(t->move_path(Path::kBackOnTcp, Path::kFailingOver));
+  EXPECT_STREQ(to_string(Path::kFailingOver), "failing over");
+  EXPECT_EQ(close(fd), 0);
+}
+
+// A shutdown(SHUT_WR) during a failover and the failover's end: exactly one of them shuts TCP's side.
+TEST(ConnectionPath, AShutdownDuringAFailoverIsDoneOnceWhoeverComesSecond) {
+  for (int round = 0; round < 200; ++round) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    TrackedSocket* t = tracked(fd);
+    ASSERT_NE(t, nullptr);
+    std::atomic<int> shutters{0};
+    std::thread app([&] { shutters += t->shut_when_on_tcp(); });
+    std::thread mover([&] { shutters += t->on_tcp_shut_asked(); });
+    app.join();
+    mover.join();
+    EXPECT_EQ(shutters.load(), 1);
+    EXPECT_EQ(close(fd), 0);
+  }
+}
+
 }  // namespace
 }  // namespace tcp2rdma::preload
