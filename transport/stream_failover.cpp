@@ -130,7 +130,10 @@ RdmaStream::PathCheck RdmaStream::check_path(bool probe) {
   OwnCalls own;  // own_calls.h
   std::lock_guard lock(mu_);
   PathCheck check;
-  if (!failed()) {
+  // After the peer's end it sends nothing more, and its close may destroy its queue pair any moment:
+  // progress here would only send credit updates into it (rxe counts a retry error for each). Our
+  // own sends, the application's, still find a dead path.
+  if (!failed() && !flow_->peer_closed()) {
     // Connection events first (a device removal shows only there), then completions, as in wait().
     // An application's poller loses nothing: its readiness() judges the stream's state, not the fds.
     handle_cm_events();
