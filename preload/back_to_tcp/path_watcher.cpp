@@ -194,19 +194,22 @@ void tcp_news(Watcher* w, uint64_t serial) {
   }
   SocketHold socket = SocketHold::live(serial);
   if (!socket || !socket->path_is(Path::kRdma) || fd_table().find(fd) != socket.get()) return;
-  transport::RdmaStream::PathCheck check = socket->own_stream()->check_path(false);
-  if (check.failover_due) return begin(w, std::move(socket), fd);
-  if (check.moving || check.over) return;  // bytes after a move back are the application's
   char byte = 0;
   ssize_t r = real().recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-  if (r > 0) return begin(w, std::move(socket), fd);  // the peer failed over first: its record is here
   if (r < 0 && (errno == EAGAIN || errno == EINTR)) {
     epoll_event ev{EPOLLIN | EPOLLRDHUP | EPOLLONESHOT, {.u64 = serial}};
     real().epoll_ctl(w->epfd, EPOLL_CTL_MOD, fd, &ev);
+    return;
   }
-  // Otherwise the peer's TCP socket is closed while its stream works (its application closed it and
-  // the stream ends on its own): should the path fail now, no failover can happen, and the failover's
-  // first send says so (a reset). The watch stays spent.
+  // An end (or an error): the peer closed its socket, and its stream ends on its own; the stream is
+  // left alone (progress now would send credit updates into a queue pair the peer's close is about to
+  // destroy). Should the path fail later, there is no one to fail over with: the failover's first
+  // send says so (a reset). The watch stays spent.
+  if (r <= 0) return;
+  // A byte: the peer's failover record, unless the bytes are the application's after a move back.
+  transport::RdmaStream::PathCheck check = socket->own_stream()->check_path(false);
+  if (check.moving || check.over) return;
+  begin(w, std::move(socket), fd);
 }
 
 void take_requests(Watcher* w) {
