@@ -23,11 +23,6 @@ using transport::Status;
 Failover::Failover(SocketHold socket, int tcp)
     : socket_(std::move(socket)), stream_(socket_->own_stream()), tcp_(tcp),
       started_(std::chrono::steady_clock::now()) {
-  if (stream_ == nullptr) {  // not this process's stream (never so: the watcher watches its own)
-    phase_ = Phase::kOver;
-    socket_->move_path(Path::kFailingOver, Path::kRdma);
-    return;
-  }
   end_ = stream_->stop_path();  // the queue pair is dead from here; every completion queued is taken
   reason_ = stream_->failure_detail();
   if (!stream_->path_failed()) {
@@ -160,13 +155,18 @@ void Failover::give_up_unanswered() {
   give_up(Status::kTimeout, "the peer's tcp2rdma stopped answering the failover");
 }
 
+void reset_instead_of_failover(TrackedSocket* socket, Status s, const std::string& why) noexcept {
+  transport::RdmaStream* stream = socket->own_stream();
+  std::string reason = stream != nullptr ? stream->failure_detail() : "";
+  if (stream != nullptr) stream->give_up_path(s, why.c_str());
+  socket->move_path(Path::kFailingOver, Path::kRdma);  // on the stream, which reports the reset
+  log_line("%s: reset (rdma path failed: %s; no failover: %s)", connection_label(socket), reason.c_str(), why.c_str());
+}
+
 void Failover::give_up(Status s, const std::string& why) {
   phase_ = Phase::kOver;
-  stream_->give_up_path(s, why.c_str());
-  reset_connection(tcp_);
-  socket_->move_path(Path::kFailingOver, Path::kRdma);  // on the stream, which reports the reset
-  log_line("%s: reset (rdma path failed: %s; no failover: %s)", connection_label(socket_.get()), reason_.c_str(),
-           why.c_str());
+  reset_connection(tcp_);  // the peer, if it is there, must not wait for our record or resend
+  reset_instead_of_failover(socket_.get(), s, why);
 }
 
 bool Failover::send_some(const uint8_t* data, size_t len, size_t* n) {

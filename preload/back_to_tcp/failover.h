@@ -19,6 +19,10 @@
 
 namespace tcp2rdma::preload {
 
+// No failover can happen for `socket` (on Path::kFailingOver): its stream is reset after all, with
+// `s` (kReset or kTimeout), the connection goes back to its (failed) stream, and the log says why.
+void reset_instead_of_failover(TrackedSocket* socket, transport::Status s, const std::string& why) noexcept;
+
 class Failover {
  public:
   // `socket` is on Path::kFailingOver and stays held until the failover is over; `tcp` is the

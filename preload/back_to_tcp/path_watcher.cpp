@@ -113,20 +113,14 @@ int own_descriptor(int fd) {
   return window.place_if_room(real().fcntl(fd, F_DUPFD_CLOEXEC, 0));
 }
 
-// No failover can happen for the socket (it is on Path::kFailingOver): its stream is reset.
-void reset_instead(TrackedSocket* socket, const char* why) {
-  if (transport::RdmaStream* stream = socket->own_stream()) stream->give_up_path(transport::Status::kReset, why);
-  socket->move_path(Path::kFailingOver, Path::kRdma);
-  log_line("%s: reset (rdma path failed; no failover: %s)", connection_label(socket), why);
-}
-
 // Claims the failover of a socket on RDMA for the caller (Path::kRdma -> kFailingOver) and makes its
 // descriptor; false when another thread has it already, or (reset) when it cannot be had.
 bool claim(TrackedSocket* socket, int fd, int* tcp) {
-  if (!socket->move_path(Path::kRdma, Path::kFailingOver)) return false;
+  // Only this process's own stream fails over (a forked child's copy has none: own_stream).
+  if (socket->own_stream() == nullptr || !socket->move_path(Path::kRdma, Path::kFailingOver)) return false;
   *tcp = fd_table().find(fd) == socket ? own_descriptor(fd) : -1;
   if (*tcp < 0) {
-    reset_instead(socket, "no descriptor of its TCP socket left");
+    reset_instead_of_failover(socket, transport::Status::kReset, "no descriptor of its TCP socket left");
     return false;
   }
   return true;
@@ -313,7 +307,7 @@ FailoverWait await_failover(TrackedSocket* socket, int fd, bool nonblocking) noe
     } else {
       lock.unlock();
       real().close(tcp);
-      reset_instead(socket, "no path watcher");
+      reset_instead_of_failover(socket, transport::Status::kReset, "no path watcher");
     }
   }
   if (nonblocking) return socket->path_is(Path::kFailingOver) ? FailoverWait::kWouldBlock : FailoverWait::kOver;
