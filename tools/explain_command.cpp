@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "commands.h"
+#include "rdma_address.h"
 #include "rule_loader.h"
 #include "units.h"
 
@@ -84,6 +85,33 @@ void print_options(const config::ConnectionOptions& o) {
   std::printf("  keepalive         %s\n", config::format_duration_us(o.keepalive_us).c_str());
 }
 
+std::string endpoint_text(const sockaddr_storage& s) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  if (s.ss_family == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&s)->sin_addr, host, sizeof host);
+    return std::string(host) + ":" + std::to_string(ntohs(reinterpret_cast<const sockaddr_in*>(&s)->sin_port));
+  }
+  inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&s)->sin6_addr, host, sizeof host);
+  return "[" + std::string(host) + "]:" + std::to_string(ntohs(reinterpret_cast<const sockaddr_in6*>(&s)->sin6_port));
+}
+
+// Where rdma_cm is pointed for the connection: a client's request goes to the remote address, a
+// server's listener is at the local one (when given). An IPv4-mapped address is used as the IPv4 one.
+void print_rdma_address(bool client, const std::optional<sockaddr_storage>& remote,
+                        const std::optional<sockaddr_storage>& local) {
+  const std::optional<sockaddr_storage>& side = client ? remote : local;
+  if (!side) return;
+  const sockaddr* address = reinterpret_cast<const sockaddr*>(&*side);
+  std::string used = endpoint_text(transport::rdma_address(address));
+  const char* verb = client ? "connects to" : "listens at";
+  if (transport::is_ipv4_mapped(address)) {
+    std::printf("rdma_cm:  %s %s (%s is IPv4-mapped; the application still sees it)\n", verb, used.c_str(),
+                endpoint_text(*side).c_str());
+  } else {
+    std::printf("rdma_cm:  %s %s\n", verb, used.c_str());
+  }
+}
+
 }  // namespace
 
 int explain_command(std::span<char*> args) {
@@ -137,6 +165,7 @@ int explain_command(std::span<char*> args) {
     std::printf("rule:     %s (%s:%d)\n", decision.rule->name.c_str(), loaded.rules.source().c_str(),
                 decision.rule->line);
   }
+  if (decision.options->transport == config::Transport::kRdma) print_rdma_address(role == "client", remote, local);
   std::puts("options:");
   print_options(*decision.options);
   return 0;

@@ -10,6 +10,7 @@
 #include "os_calls.h"
 #include "own_calls.h"
 #include "own_descriptors.h"
+#include "rdma_address.h"
 #include "tuple_address.h"
 #include "setup_events.h"
 
@@ -29,7 +30,7 @@ bool tuple_matches(const TcpTuple& tuple, const sockaddr* source, const sockaddr
 }
 
 Status StreamListener::listen(const sockaddr* address, const StreamOptions& options,
-                              std::unique_ptr<StreamListener>* out) {
+                              std::unique_ptr<StreamListener>* out, bool ipv6_only) {
   OwnCalls own;  // own_calls.h
   if (!valid_options(options)) return Status::kInvalid;
   if (memlock_holds_no_stream()) return Status::kMemoryLock;
@@ -44,7 +45,15 @@ Status StreamListener::listen(const sockaddr* address, const StreamOptions& opti
   int flags = os().fcntl(listener->channel_->fd, F_GETFL);
   if (flags < 0 || os().fcntl(listener->channel_->fd, F_SETFL, flags | O_NONBLOCK) != 0) return Status::kResources;
   if (rdma_create_id(listener->channel_, &listener->id_, nullptr, RDMA_PS_TCP) != 0) return Status::kResources;
-  if (rdma_bind_addr(listener->id_, const_cast<sockaddr*>(address)) != 0) {
+  sockaddr_storage bind_to = rdma_address(address);  // an IPv4-mapped address as the IPv4 one it is
+  if (bind_to.ss_family == AF_INET6) {
+    // Set, not left to the host's net.ipv6.bindv6only: the application's socket decided it.
+    int only = ipv6_only ? 1 : 0;
+    if (rdma_set_option(listener->id_, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &only, sizeof only) != 0) {
+      return Status::kResources;
+    }
+  }
+  if (rdma_bind_addr(listener->id_, reinterpret_cast<sockaddr*>(&bind_to)) != 0) {
     return errno == EADDRINUSE ? Status::kAddressInUse : Status::kNoDevice;
   }
   if (rdma_listen(listener->id_, 64) != 0) return Status::kResources;

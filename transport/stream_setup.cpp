@@ -18,6 +18,7 @@
 #include "own_descriptors.h"
 #include "rdma_stream.h"
 #include "setup_events.h"
+#include "rdma_address.h"
 #include "tuple_address.h"
 #include "stream_listener.h"
 
@@ -189,12 +190,12 @@ Status RdmaStream::connect(const sockaddr* address, const Pairing& pairing, cons
   OwnCalls own;  // own_calls.h
   if (!valid_options(options)) return Status::kInvalid;
   if (memlock_holds_no_stream()) return Status::kMemoryLock;
+  sockaddr_storage there = rdma_address(address);  // an IPv4-mapped address as the IPv4 one it is
+  if (there.ss_family != AF_INET && there.ss_family != AF_INET6) return Status::kInvalid;
   uint16_t redirect_port = 0;
-  Status s = connect_once(address, pairing, options, out, &redirect_port);
+  Status s = connect_once(reinterpret_cast<const sockaddr*>(&there), pairing, options, out, &redirect_port);
   if (redirect_port == 0) return s;
   // Sent on by a pre-fork server's directory (docs/protocol.md, "Redirect"): once, never further.
-  sockaddr_storage there{};
-  std::memcpy(&there, address, address->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in));
   if (there.ss_family == AF_INET6) {
     reinterpret_cast<sockaddr_in6*>(&there)->sin6_port = htons(redirect_port);
   } else {

@@ -1,6 +1,6 @@
 # Sourced first by every run script inside the guest (chroot of the host's root): brings up the link
-# named by T2R_NETDEV with T2R_SELF, puts the Soft-RoCE device rxe0 on it and waits until its port is
-# ACTIVE. Exits with 97 (testbed failure, not a test failure) when that cannot be done.
+# named by T2R_NETDEV with T2R_SELF (and T2R_SELF6), puts the Soft-RoCE device rxe0 on it and waits
+# until its port is ACTIVE. Exits with 97 (testbed failure, not a test failure) when that cannot be done.
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/tmp
 export T2R_RDMA_DEV=rxe0
 testbed_fail() { echo "testbed: $*" >&2; echo 97 > "$T2R_WORK/exit-$T2R_HOST"; exit 97; }
@@ -10,6 +10,10 @@ if [ "$T2R_NETDEV" = dummy0 ] && ! ip link show dummy0 >/dev/null 2>&1; then
   ip link add dummy0 type dummy || testbed_fail "cannot create dummy0"
 fi
 ip addr add "$T2R_SELF/24" dev "$T2R_NETDEV" || testbed_fail "cannot address $T2R_NETDEV"
+# IPv6 beside it (fd77::N for 10.77.0.N; no duplicate address detection to wait for), for the tests of
+# native IPv6 and dual-stack connections.
+export T2R_SELF6="fd77::${T2R_SELF##*.}" T2R_PEER6="fd77::${T2R_PEER##*.}"
+ip -6 addr add "$T2R_SELF6/64" dev "$T2R_NETDEV" nodad || testbed_fail "cannot give $T2R_NETDEV an IPv6 address"
 ip link set "$T2R_NETDEV" up || testbed_fail "cannot bring up $T2R_NETDEV"
 rdma link add rxe0 type rxe netdev "$T2R_NETDEV" || testbed_fail "rdma link add rxe0 failed"
 i=0

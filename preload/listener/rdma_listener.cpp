@@ -10,6 +10,7 @@
 #include "libc/real_calls.h"
 #include "listener/listener_directory.h"
 #include "listener/listener_state.h"
+#include "rdma_address.h"
 #include "rdma_stream.h"
 #include "registry/connection_policy.h"
 #include "registry/tracked_socket.h"
@@ -24,6 +25,30 @@ using transport::Deadline;
 
 enum class ListenerKind { kOnListenersPort, kOnOwnPort, kDirectory };
 
+// The socket's IPV6_V6ONLY (false for an IPv4 socket, or when it cannot be read: the kernel's
+// default on Linux).
+bool ipv6_only(int fd, const sockaddr_storage& local) {
+  int only = 0;
+  socklen_t len = sizeof only;
+  return local.ss_family == AF_INET6 && real().getsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &only, &len) == 0 && only != 0;
+}
+
+// Says where the RDMA listener of a dual-stack socket listens, when that is not plain from its address:
+// an IPv4-mapped address (at the IPv4 one), the IPv6 wildcard (for one family or both).
+void log_dual_stack(int fd, const sockaddr_storage& local, bool v6_only) {
+  const sockaddr* address = reinterpret_cast<const sockaddr*>(&local);
+  char socket_side[64], rdma_side[64];
+  format_endpoint(local, true, socket_side, sizeof socket_side);
+  if (transport::is_ipv4_mapped(address)) {
+    format_endpoint(transport::rdma_address(address), true, rdma_side, sizeof rdma_side);
+    log_line("fd %d listener: RDMA listener at %s (the socket's %s is IPv4-mapped)", fd, rdma_side, socket_side);
+  } else if (local.ss_family == AF_INET6 &&
+             IN6_IS_ADDR_UNSPECIFIED(&reinterpret_cast<const sockaddr_in6*>(&local)->sin6_addr)) {
+    log_line("fd %d listener: RDMA listener at %s for %s", fd, socket_side,
+             v6_only ? "IPv6 only (IPV6_V6ONLY)" : "IPv6 and IPv4 (dual-stack)");
+  }
+}
+
 // An rdma_cm listener for `listener` at its address: on its port (kOnListenersPort, kDirectory) or on
 // one rdma_cm picks (kOnOwnPort).
 transport::Status make_rdma_listener(int fd, TrackedSocket* socket, ListenerKind kind, bool log_failure) {
@@ -36,10 +61,11 @@ transport::Status make_rdma_listener(int fd, TrackedSocket* socket, ListenerKind
   if (own_port && local.ss_family == AF_INET6) reinterpret_cast<sockaddr_in6*>(&local)->sin6_port = 0;
   if (own_port && local.ss_family == AF_INET) reinterpret_cast<sockaddr_in*>(&local)->sin_port = 0;
   std::unique_ptr<transport::StreamListener> rdma;
+  bool v6_only = ipv6_only(fd, local);
   // Options of the listener's own streams come from the rule that matches each accepted connection;
   // the defaults here only size what a request is checked against.
-  transport::Status s =
-      transport::StreamListener::listen(reinterpret_cast<sockaddr*>(&local), transport::StreamOptions{}, &rdma);
+  transport::Status s = transport::StreamListener::listen(reinterpret_cast<sockaddr*>(&local),
+                                                          transport::StreamOptions{}, &rdma, v6_only);
   std::lock_guard lock(listener->mutex);
   if (s != transport::Status::kOk) {
     if (log_failure) log_line("fd %d listener: no RDMA listener on its port (%s): its connections stay tcp", fd, why_not(s));
@@ -49,6 +75,7 @@ transport::Status make_rdma_listener(int fd, TrackedSocket* socket, ListenerKind
     listener->directory_listener = std::move(rdma);
     return s;
   }
+  if (log_failure) log_dual_stack(fd, local, v6_only);
   listener->own_rdma_port = own_port ? rdma->port() : 0;
   listener->rdma_listener = std::move(rdma);
   listener->listener_generation = fork_generation();

@@ -52,7 +52,8 @@ void build_policy() {
   g_policy = policy;
 }
 
-// "10.77.0.2:5201" or "[fd00::1]:5201"; "?" when the kernel has no address for that side.
+}  // namespace
+
 void format_endpoint(const sockaddr_storage& s, bool valid, char* out, size_t size) {
   char host[INET6_ADDRSTRLEN] = "?";
   if (!valid) {
@@ -67,8 +68,6 @@ void format_endpoint(const sockaddr_storage& s, bool valid, char* out, size_t si
     snprintf(out, size, "[%s]:%u", host, ntohs(v6->sin6_port));
   }
 }
-
-}  // namespace
 
 const config::ProcessRuleSet& process_rules() {
   std::call_once(g_policy_once, build_policy);

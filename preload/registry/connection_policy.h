@@ -24,6 +24,10 @@ const config::ProcessRuleSet& process_rules();
 config::Decision decide_connection(int fd, config::Role role, const sockaddr* remote_hint = nullptr,
                                    socklen_t remote_hint_len = 0);
 
+// "10.77.0.2:5201" or "[fd00::1]:5201" into out; "?" when !valid (the kernel has no address for that
+// side).
+void format_endpoint(const sockaddr_storage& s, bool valid, char* out, size_t size);
+
 // With TCP2RDMA_LOG: one line for the connection: addresses, the rule, what it says, and `path`, the
 // way the bytes really go ("upgraded to rdma", "stays tcp (why)"). Never changes errno.
 void log_connection(int fd, config::Role role, const config::Decision& decision, const char* path,

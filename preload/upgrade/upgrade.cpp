@@ -64,15 +64,8 @@ bool tuple_of(int fd, bool is_client, transport::TcpTuple* tuple, sockaddr_stora
   tuple->client_port = client_port;
   tuple->server_port = server_port;
   tuple->family = server_family;
-  if (tuple->family == AF_INET && server->ss_family == AF_INET6) {
-    // Connect to the IPv4 address rdma_cm can route, not its mapped form.
-    sockaddr_in v4{};
-    v4.sin_family = AF_INET;
-    v4.sin_port = htons(tuple->server_port);
-    std::memcpy(&v4.sin_addr, tuple->server_addr, 4);
-    std::memset(server, 0, sizeof *server);
-    std::memcpy(server, &v4, sizeof v4);
-  }
+  // An IPv4-mapped server address is kept: the transport connects to the IPv4 address it is
+  // (rdma_address.h).
   return client_family == tuple->family;
 }
 

@@ -84,6 +84,24 @@ TEST_F(Cli, ExplainNamesTheRuleItsLineAndTheOptions) {
   EXPECT_NE(r.output.find("rule:     none matched"), std::string::npos) << r.output;
 }
 
+TEST_F(Cli, ExplainShowsTheAddressRdmaCmIsGivenForAnIpv4MappedOne) {
+  std::string rules = file("m.yaml", "version: 1\nrules:\n  - name: lab\n    match: {remote: 10.0.0.0/8}\n"
+                                     "    transport: rdma\n  - {name: local-lab, match: {local: 10.0.0.0/8}, transport: rdma}\n");
+  CliResult r = run("explain --rules " + rules + " --program java --role client --remote '[::ffff:10.77.0.1]:5000'");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("rule:     lab"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rdma_cm:  connects to 10.77.0.1:5000 ([::ffff:10.77.0.1]:5000 is IPv4-mapped"),
+            std::string::npos) << r.output;
+  r = run("explain --rules " + rules + " --program java --role server --remote '[fd00::2]:40000' --local '[::ffff:10.77.0.1]:5000'");
+  EXPECT_NE(r.output.find("rule:     local-lab"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rdma_cm:  listens at 10.77.0.1:5000 ([::ffff:10.77.0.1]:5000 is IPv4-mapped"),
+            std::string::npos) << r.output;
+  r = run("explain --rules " + rules + " --program nc --role client --remote 10.1.2.3:22");
+  EXPECT_NE(r.output.find("rdma_cm:  connects to 10.1.2.3:22\n"), std::string::npos) << r.output;
+  r = run("explain --rules " + rules + " --program nc --role client --remote 192.168.1.1:22");
+  EXPECT_EQ(r.output.find("rdma_cm:"), std::string::npos) << r.output;  // TCP: no rdma_cm at all
+}
+
 TEST_F(Cli, ExplainUsageAndRuleErrors) {
   EXPECT_EQ(run("explain --program nc --role client").status, 2);
   EXPECT_EQ(run("explain --program nc --role peer --remote 1.2.3.4:5").status, 2);
