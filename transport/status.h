@@ -16,7 +16,8 @@ enum class Status {
   kProtocolError,  // the peer broke the protocol; the connection was aborted
   kShutDown,       // write after shutdown_write() or close()
   kInvalid,        // bad options or arguments
-  kAddressInUse,   // a listener: another rdma_cm listener (of another process) holds the port
+  kAddressInUse,   // a listener: another rdma_cm listener holds the port (for this address, or one
+                   // overlapping it)
   kInterrupted,    // a blocking read or write slept and a signal handler ran before anything moved
   kMovedToTcp,     // read or write: this direction of the connection goes on on its TCP socket
   kDescriptors,    // no descriptor left above the application's RLIMIT_NOFILE (own_descriptors.h)

@@ -54,7 +54,11 @@ Status StreamListener::listen(const sockaddr* address, const StreamOptions& opti
     }
   }
   if (rdma_bind_addr(listener->id_, reinterpret_cast<sockaddr*>(&bind_to)) != 0) {
-    return errno == EADDRINUSE ? Status::kAddressInUse : Status::kNoDevice;
+    // rdma_cm says a taken port two ways: EADDRINUSE when another listener has this very address,
+    // EADDRNOTAVAIL when one on another address of the family overlaps it (a wildcard and a specific
+    // address, IPv4 and a dual-stack [::]); EADDRNOTAVAIL also means an address that is not local,
+    // which an application's bound socket never has. No RDMA device for the address is ENODEV.
+    return errno == EADDRINUSE || errno == EADDRNOTAVAIL ? Status::kAddressInUse : Status::kNoDevice;
   }
   if (rdma_listen(listener->id_, 64) != 0) return Status::kResources;
   *out = std::move(listener);

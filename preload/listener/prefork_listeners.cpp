@@ -40,8 +40,8 @@ void make_directory(ListenerState* l, bool keeps_listener) {
 
 // Makes an RDMA listener on the listener's port with `make`, trying `attempts` times 50 ms apart: the
 // process that held the port lets go of it a moment later (a parent just after fork returns, an
-// exited holder as its descriptors close). While it still holds it, rdma_bind_addr does not always
-// say EADDRINUSE (seen in CI as "no RDMA device"), so every failure is retried.
+// exited holder as its descriptors close). Every failure is retried, not only a taken port: a port
+// held on an overlapping address once read as "no RDMA device" (EADDRNOTAVAIL, now kAddressInUse too).
 template <typename Make>
 transport::Status retrying(int attempts, Make make) {
   transport::Status s = make();

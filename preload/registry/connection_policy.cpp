@@ -154,7 +154,7 @@ const char* why_not(transport::Status s) {
   switch (s) {
     case transport::Status::kRejected: return "the peer has no tcp2rdma listener (rejected)";
     case transport::Status::kNoDevice: return "no RDMA device";
-    case transport::Status::kAddressInUse: return "another process holds the RDMA port";
+    case transport::Status::kAddressInUse: return "another rdma_cm listener holds the RDMA port";
     case transport::Status::kNoRoute: return "no RDMA route to the peer";
     case transport::Status::kMemoryLock: return "cannot register memory (RLIMIT_MEMLOCK)";
     case transport::Status::kResources: return "cannot create RDMA resources";
