@@ -21,6 +21,7 @@
 #include "libc/real_calls.h"
 #include "own_descriptors.h"
 #include "rdma_stream.h"
+#include "registry/socket_registry.h"
 #include "registry/connection_path.h"
 #include "registry/fd_table.h"
 #include "registry/tracked_socket.h"
@@ -118,7 +119,10 @@ int own_descriptor(int fd) {
 bool claim(TrackedSocket* socket, int fd, int* tcp) {
   // Only this process's own stream fails over (a forked child's copy has none: own_stream).
   if (socket->own_stream() == nullptr || !socket->move_path(Path::kRdma, Path::kFailingOver)) return false;
-  *tcp = fd_table().find(fd) == socket ? own_descriptor(fd) : -1;
+  {
+    auto numbers = hold_descriptor_numbers();  // fd is not freed between the check and the dup
+    *tcp = fd_table().find(fd) == socket ? own_descriptor(fd) : -1;
+  }
   if (*tcp < 0) {
     reset_instead_of_failover(socket, transport::Status::kReset, "no descriptor of its TCP socket left");
     return false;
@@ -187,13 +191,18 @@ void tcp_news(Watcher* w, uint64_t serial) {
     fd = it->second.fd;
   }
   SocketHold socket = SocketHold::live(serial);
-  if (!socket || !socket->path_is(Path::kRdma) || fd_table().find(fd) != socket.get()) return;
-  char byte = 0;
-  ssize_t r = real().recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-  if (r < 0 && (errno == EAGAIN || errno == EINTR)) {
-    epoll_event ev{EPOLLIN | EPOLLRDHUP | EPOLLONESHOT, {.u64 = serial}};
-    real().epoll_ctl(w->epfd, EPOLL_CTL_MOD, fd, &ev);
-    return;
+  if (!socket || !socket->path_is(Path::kRdma)) return;
+  ssize_t r = 0;
+  {
+    auto numbers = hold_descriptor_numbers();  // fd is not freed between the check and the peek
+    if (fd_table().find(fd) != socket.get()) return;
+    char byte = 0;
+    r = real().recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (r < 0 && (errno == EAGAIN || errno == EINTR)) {
+      epoll_event ev{EPOLLIN | EPOLLRDHUP | EPOLLONESHOT, {.u64 = serial}};
+      real().epoll_ctl(w->epfd, EPOLL_CTL_MOD, fd, &ev);
+      return;
+    }
   }
   // An end (or an error): the peer closed its socket, and its stream ends on its own; the stream is
   // left alone (progress now would send credit updates into a queue pair the peer's close is about to

@@ -5,6 +5,8 @@
 
 #include <cerrno>
 #include <cstdarg>
+#include <mutex>
+#include <vector>
 
 #include "data/stream_calls.h"
 #include "libc/interposed.h"
@@ -58,8 +60,11 @@ T2R_INTERPOSE int close(int fd) {
   }
   // Out of the table before the number is free (socket_registry.h, untrack). Linux releases the
   // descriptor even when close reports an error (EINTR, EIO), so the entry goes either way.
+  std::unique_lock<std::mutex> numbers;  // a tracked number is freed under it (socket_registry.h)
+  if (tcp2rdma::preload::fd_table().find(fd) != nullptr) numbers = tcp2rdma::preload::hold_descriptor_numbers();
   tcp2rdma::preload::TrackedSocket* socket = tcp2rdma::preload::untrack(fd);
   int rc = real().close(fd);
+  if (numbers) numbers.unlock();
   if (socket != nullptr) {
     int saved_errno = errno;
     socket->release();  // with the last descriptor, the stream ends here (as before, after the close)
@@ -81,8 +86,13 @@ T2R_INTERPOSE int close_range(unsigned int first, unsigned int last, int flags) 
   auto as_fd = [](unsigned n) { return n > static_cast<unsigned>(INT_MAX) ? INT_MAX : static_cast<int>(n); };
   tcp2rdma::preload::for_each_tracked_fd(
       [](int fd, tcp2rdma::preload::SocketHold&) { tcp2rdma::preload::settle_session(fd); }, as_fd(first), as_fd(last));
-  auto sockets = tcp2rdma::preload::untrack_range(first, last);
-  int rc = real().close_range(first, last, flags);
+  std::vector<tcp2rdma::preload::TrackedSocket*> sockets;
+  int rc = 0;
+  {
+    auto numbers = tcp2rdma::preload::hold_descriptor_numbers();  // socket_registry.h
+    sockets = tcp2rdma::preload::untrack_range(first, last);
+    rc = real().close_range(first, last, flags);
+  }
   int saved_errno = errno;
   for (auto* socket : sockets) socket->release();
   errno = saved_errno;
@@ -95,18 +105,24 @@ T2R_INTERPOSE int dup(int fd) {
   return rc;
 }
 
-T2R_INTERPOSE int dup2(int fd, int fd2) {
+// dup2 and dup3 onto a tracked number free it: under hold_descriptor_numbers (socket_registry.h) until
+// the table says what the number names now.
+template <typename Dup>
+int dup_onto(int fd, int fd2, Dup dup) {
   if (fd != fd2) tcp2rdma::preload::settle_session(fd2);  // dup2 closes fd2 first
-  int rc = real().dup2(fd, fd2);
+  std::unique_lock<std::mutex> numbers;
+  if (fd != fd2 && tcp2rdma::preload::fd_table().find(fd2) != nullptr) numbers = tcp2rdma::preload::hold_descriptor_numbers();
+  int rc = dup();
   if (rc >= 0) tcp2rdma::preload::track_duplicate(fd, rc);
   return rc;
 }
 
+T2R_INTERPOSE int dup2(int fd, int fd2) {
+  return dup_onto(fd, fd2, [&] { return real().dup2(fd, fd2); });
+}
+
 T2R_INTERPOSE int dup3(int fd, int fd2, int flags) {
-  if (fd != fd2) tcp2rdma::preload::settle_session(fd2);
-  int rc = real().dup3(fd, fd2, flags);
-  if (rc >= 0) tcp2rdma::preload::track_duplicate(fd, rc);
-  return rc;
+  return dup_onto(fd, fd2, [&] { return real().dup3(fd, fd2, flags); });
 }
 
 T2R_INTERPOSE int fcntl(int fd, int cmd, ...) {

@@ -15,6 +15,7 @@
 #include "process/exec_guard.h"
 #include "process/spawn_guard.h"
 #include "readiness/epoll_sets.h"
+#include "registry/socket_registry.h"
 #include "registry/tracked_socket.h"
 #include "registry/upgrade_session.h"
 
@@ -30,8 +31,10 @@ T2R_INTERPOSE pid_t fork(void) {
   tcp2rdma::preload::mark_listeners_to_hand_on();
   tcp2rdma::preload::epoll_hold_for_fork();
   tcp2rdma::preload::spawn_hold_for_fork();
+  tcp2rdma::preload::numbers_hold_for_fork();
   pid_t pid = real().fork();
   int saved = errno;
+  tcp2rdma::preload::numbers_release_after_fork();
   tcp2rdma::preload::spawn_release_after_fork();
   tcp2rdma::preload::epoll_release_after_fork();
   tcp2rdma::preload::open_fork_gate(pid == 0);

@@ -13,6 +13,8 @@
 namespace tcp2rdma::preload {
 namespace {
 
+std::mutex g_numbers;  // hold_descriptor_numbers
+
 void replace(int fd, TrackedSocket* socket) noexcept {
   TrackedSocket* previous = nullptr;
   if (!fd_table().exchange(fd, socket, &previous)) {
@@ -67,5 +69,11 @@ std::vector<TrackedSocket*> untrack_range(unsigned first, unsigned last) noexcep
   }
   return taken;
 }
+
+std::unique_lock<std::mutex> hold_descriptor_numbers() noexcept { return std::unique_lock(g_numbers); }
+
+void numbers_hold_for_fork() noexcept { g_numbers.lock(); }
+
+void numbers_release_after_fork() noexcept { g_numbers.unlock(); }
 
 }  // namespace tcp2rdma::preload

@@ -4,6 +4,8 @@
 // changes errno.
 #pragma once
 
+#include <mutex>
+
 #include <vector>
 
 #include "registry/tracked_socket.h"
@@ -31,5 +33,18 @@ void track_close(int fd) noexcept;
 // connection (own_calls.h tells what that once did).
 TrackedSocket* untrack(int fd) noexcept;
 std::vector<TrackedSocket*> untrack_range(unsigned first, unsigned last) noexcept;
+
+// A thread that uses an application's descriptor number after checking that it still names a
+// connection (the path watcher: a peek at the connection's TCP socket, a dup for its failover) holds
+// this across the check and the use, and the module frees a tracked number (close, dup2 or dup3 onto
+// it, close_range) under it: no free of the number, and no reuse of it by another socket, can fall
+// between a check and its use (the watcher would peek at, or fail over on, someone else's socket;
+// ThreadSanitizer saw the close and the peek race). Held for a system call or two, never while
+// anything else is waited for.
+[[nodiscard]] std::unique_lock<std::mutex> hold_descriptor_numbers() noexcept;
+// The fork wrapper takes it around the real fork, so that no child inherits it held by a thread the
+// child does not have.
+void numbers_hold_for_fork() noexcept;
+void numbers_release_after_fork() noexcept;
 
 }  // namespace tcp2rdma::preload
