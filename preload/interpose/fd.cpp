@@ -20,6 +20,16 @@ using tcp2rdma::preload::real;
 
 namespace {
 
+// Whether freeing fd's number must hold hold_descriptor_numbers (socket_registry.h): the path watcher
+// uses only the numbers of connections on RDMA or failing over. No other close takes it: a close may
+// block (SO_LINGER) and must not hold up the process's other closes. (After the session is settled,
+// a connection not on RDMA never comes to it.)
+bool watched_number(int fd) {
+  auto socket = tcp2rdma::preload::SocketHold::of(fd);
+  using tcp2rdma::preload::Path;
+  return socket && (socket->path_is(Path::kRdma) || socket->path_is(Path::kFailingOver));
+}
+
 // fcntl's third argument is an int, a pointer or absent depending on cmd. On x86-64 all of them travel
 // in one 64-bit register or stack slot, so reading a pointer and passing it on forwards every case.
 int fcntl_common(int (*real_fcntl)(int, int, ...), int fd, int cmd, void* arg) {
@@ -60,8 +70,8 @@ T2R_INTERPOSE int close(int fd) {
   }
   // Out of the table before the number is free (socket_registry.h, untrack). Linux releases the
   // descriptor even when close reports an error (EINTR, EIO), so the entry goes either way.
-  std::unique_lock<std::mutex> numbers;  // a tracked number is freed under it (socket_registry.h)
-  if (tcp2rdma::preload::fd_table().find(fd) != nullptr) numbers = tcp2rdma::preload::hold_descriptor_numbers();
+  std::unique_lock<std::mutex> numbers;  // a watched number is freed under it (socket_registry.h)
+  if (watched_number(fd)) numbers = tcp2rdma::preload::hold_descriptor_numbers();
   tcp2rdma::preload::TrackedSocket* socket = tcp2rdma::preload::untrack(fd);
   int rc = real().close(fd);
   if (numbers) numbers.unlock();
@@ -105,13 +115,13 @@ T2R_INTERPOSE int dup(int fd) {
   return rc;
 }
 
-// dup2 and dup3 onto a tracked number free it: under hold_descriptor_numbers (socket_registry.h) until
+// dup2 and dup3 onto a watched number free it: under hold_descriptor_numbers (socket_registry.h) until
 // the table says what the number names now.
 template <typename Dup>
 int dup_onto(int fd, int fd2, Dup dup) {
   if (fd != fd2) tcp2rdma::preload::settle_session(fd2);  // dup2 closes fd2 first
   std::unique_lock<std::mutex> numbers;
-  if (fd != fd2 && tcp2rdma::preload::fd_table().find(fd2) != nullptr) numbers = tcp2rdma::preload::hold_descriptor_numbers();
+  if (fd != fd2 && watched_number(fd2)) numbers = tcp2rdma::preload::hold_descriptor_numbers();
   int rc = dup();
   if (rc >= 0) tcp2rdma::preload::track_duplicate(fd, rc);
   return rc;

@@ -36,8 +36,8 @@ std::vector<TrackedSocket*> untrack_range(unsigned first, unsigned last) noexcep
 
 // A thread that uses an application's descriptor number after checking that it still names a
 // connection (the path watcher: a peek at the connection's TCP socket, a dup for its failover) holds
-// this across the check and the use, and the module frees a tracked number (close, dup2 or dup3 onto
-// it, close_range) under it: no free of the number, and no reuse of it by another socket, can fall
+// this across the check and the use, and the module frees the number of a connection on RDMA or
+// failing over (close, dup2 or dup3 onto it; close_range, any number) under it: no free of the number, and no reuse of it by another socket, can fall
 // between a check and its use (the watcher would peek at, or fail over on, someone else's socket;
 // ThreadSanitizer saw the close and the peek race). Held for a system call or two, never while
 // anything else is waited for.
