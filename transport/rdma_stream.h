@@ -23,6 +23,7 @@
 #include "path_failover.h"
 #include "registration_cache.h"
 #include "status.h"
+#include "stream_link.h"
 #include "wire.h"
 
 namespace tcp2rdma::transport {
@@ -198,7 +199,7 @@ class RdmaStream {
   // Pollable (POLLIN) when the stream may have news: call readiness() then. When readiness() reports
   // less than readable and writable, or a call returned kWouldBlock, the fd will fire on the next change,
   // even when a blocking call of ours sleeps through that change and takes its events.
-  int readiness_fd() const { return readiness_fd_; }
+  int readiness_fd() const { return link_->readiness_fd(); }
   Readiness readiness();
   // Makes readiness_fd readable now and until the next readiness(), whatever our own calls do
   // meanwhile: for a poller that registers an already-ready stream and must be told at once
@@ -223,22 +224,20 @@ class RdmaStream {
 
  private:
   friend class StreamListener;
-  RdmaStream() = default;
+  RdmaStream() : link_(std::make_unique<StreamLink>()) {}
 
-  // What a send completion was for (its wr_id).
-  static constexpr uint64_t kWrSignal = 0;  // mailbox update, wakeup, arm, end, keepalive
-  static constexpr uint64_t kWrCopy = 1;    // data from the bounce buffer, or inline
-  static constexpr uint64_t kWrZeroCopy = 2;
-  static constexpr uint64_t kWrReceive = 3;  // a posted receive: an error completion's opcode is not
-                                             // valid, its wr_id is (ibv_poll_cq(3))
-  static constexpr size_t kMailboxSlot = 64;  // the mailbox's place after the ring, and each outgoing copy
+  static constexpr uint64_t kWrSignal = StreamLink::kWrSignal;
+  static constexpr uint64_t kWrCopy = StreamLink::kWrCopy;
+  static constexpr uint64_t kWrZeroCopy = StreamLink::kWrZeroCopy;
+  static constexpr uint64_t kWrReceive = StreamLink::kWrReceive;
+  static constexpr size_t kMailboxSlot = StreamLink::kMailboxSlot;  // the mailbox's place after the ring
 
   // Setup (stream_setup.cpp).
   // One connection attempt; a valid redirect sets *redirect_port (else 0) and returns kRejected.
   static Status connect_once(const sockaddr* address, const Pairing& pairing, const StreamOptions& options,
                              std::unique_ptr<RdmaStream>* out, uint16_t* redirect_port);
+  // The link for `id` (stream_link.h), then our ring in its protection domain.
   Status create_resources(rdma_cm_id* id, const StreamOptions& options);
-  Status create_wait_set();
   Status start(uint8_t peer_ring_log2, uint32_t peer_rkey, uint8_t peer_depth, bool is_client);
   // What a ConnectRequest and an AcceptReply alike say of our side: the protocol, our ring, our receives.
   template <typename SetupMessage>
@@ -254,14 +253,13 @@ class RdmaStream {
   Status progress();
   void drain_channels();
   Status handle_completion(const ibv_wc& wc);
-  Status handle_cm_events();
+  void handle_cm_events();
   Status send_credits();
   Status request_wakeup();
   bool read_mailbox(MailboxUpdate* update);
-  Status post_receive();
   Status post_write(const void* local, uint32_t length, uint32_t lkey, uint64_t remote_offset, uint32_t imm,
                     bool with_imm, int send_flags, uint64_t wr_id);
-  bool send_queue_has_room(int n) const { return sends_outstanding_ + n <= options_.send_queue_depth; }
+  bool send_queue_has_room(int n) const { return link_->send_queue_has_room(n); }
   // Polls the completion queue for up to busy_poll_us, then sleeps until something may have changed.
   // `interruptible` (an application's blocking read or write): a signal handler that ran during the
   // sleep ends the wait with kInterrupted, so the caller can report it as the kernel would.
@@ -314,37 +312,23 @@ class RdmaStream {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  bool poller_ = false;       // a thread sleeps on epoll_fd_
+  bool poller_ = false;       // a thread sleeps in the link's sleep()
   bool writer_busy_ = false;  // a write() is in progress (writes are not interleaved)
   bool reader_busy_ = false;
 
   StreamOptions options_;
-  rdma_event_channel* cm_channel_ = nullptr;
-  rdma_cm_id* id_ = nullptr;
-  ibv_comp_channel* comp_channel_ = nullptr;
-  ibv_cq* cq_ = nullptr;
-  ibv_pd* pd_ = nullptr;  // the stream's own protection domain: its queue pair reaches only its memory
-  bool cq_armed_ = false;
-  int epoll_fd_ = -1;  // comp channel, cm channel, kick_fd_: what our own sleeps wait on
-  int kick_fd_ = -1;   // eventfd: wakes the sleeping thread when another one changed the state
-  int readiness_fd_ = -1;  // comp channel, cm channel, look_fd_: what the application's pollers watch
-  int look_fd_ = -1;       // eventfd: "look again" for pollers; only readiness() drains it
-  std::atomic<bool> look_pending_{false};  // set after each write to look_fd_: readiness() reads it only then
+  // The queue pair and what is per queue pair (stream_link.h): this stream's own, for now.
+  std::unique_ptr<StreamLink> link_;
   bool polled_ = false;  // readiness() was called: someone polls, and our sleeps must pass news on
   uint8_t* ring_ = nullptr;  // our receive ring, then our mailbox; registered at iova 0
   ibv_mr* ring_mr_ = nullptr;
   uint8_t* bounce_ = nullptr;  // staging for our outgoing bytes, mirrors the peer's ring offsets
   ibv_mr* bounce_mr_ = nullptr;
-  uint8_t* mailbox_out_ = nullptr;  // what we write into the peer's mailbox, one slot per send WR
-  ibv_mr* mailbox_out_mr_ = nullptr;
-  std::unique_ptr<RegistrationCache> registrations_;
-  uint32_t max_inline_ = 0;
   uint64_t ring_size_ = 0;
   uint64_t peer_ring_size_ = 0;
   uint32_t peer_rkey_ = 0;
   uint64_t mailbox_seq_ = 0;
   uint64_t last_mailbox_seq_read_ = 0;
-  int sends_outstanding_ = 0;
   int zcopy_outstanding_ = 0;
   int data_outstanding_ = 0;  // data messages (copy or zero-copy) not yet completed: in_flight_'s count
   uint64_t sends_since_keepalive_ = 0;
@@ -375,7 +359,6 @@ class RdmaStream {
   bool path_failed_ = false;    // the failure was the path's, not the peer's word
   bool left_path_ = false;      // finish_leaving: everything went to TCP
   bool path_given_up_ = false;  // give_up_path: the failover cannot happen; a reset after all
-  bool queue_stopped_ = false;  // fail_and_stop: the queue pair is in the error state for good
 };
 
 }  // namespace tcp2rdma::transport

@@ -17,7 +17,7 @@ void RdmaStream::note_data_posted(uint64_t end, bool zero_copy) {
 }
 
 void RdmaStream::note_send_completion(const ibv_wc& wc) {
-  --sends_outstanding_;
+  link_->on_send_completed();
   if (wc.wr_id == kWrZeroCopy) --zcopy_outstanding_;
   if ((wc.wr_id != kWrCopy && wc.wr_id != kWrZeroCopy) || data_outstanding_ == 0) return;
   // RC completes sends in the order they were posted: this is the oldest data message.
@@ -63,7 +63,7 @@ RdmaStream::PathEnd RdmaStream::stop_path() {
     note_failure("the peer's side of the path failed", "its failover record came on TCP");
     path_failed_ = true;
   }
-  if (!queue_stopped_) fail_and_stop(failed() ? failure_ : Status::kReset);
+  if (!link_->stopped()) fail_and_stop(failed() ? failure_ : Status::kReset);
   drain_after_failure(lock);  // every completion queued: what arrived counts, what was flushed does not
   // A write under way in another thread (the failure woke it) must be out first: a zero-copy one
   // copies its unacknowledged bytes into the bounce mirror on its way out, and until then the mirror
@@ -114,7 +114,7 @@ void RdmaStream::give_up_path(Status s, const char* why) {
   OwnCalls own;  // own_calls.h
   std::lock_guard lock(mu_);
   path_given_up_ = true;
-  if (!queue_stopped_) fail_and_stop(s);
+  if (!link_->stopped()) fail_and_stop(s);
   failure_ = s;
   // The path's failure is what the log said first; why it could not fail over is added.
   size_t used = std::strlen(failure_detail_);

@@ -43,7 +43,7 @@ Status RdmaStream::write_piece(const uint8_t* src, size_t len, int flags, size_t
   if (write_shut_) return Status::kShutDown;
   if (failed()) return failure_;
   if (len == 0) return Status::kOk;
-  if (size_t head = zero_copy_part(len, options_); registrations_ && head > 0) {
+  if (size_t head = zero_copy_part(len, options_); link_->registrations() != nullptr && head > 0) {
     Status s = write_zero_copy(src, head, flags, done, lock);
     if (s == Status::kMemoryLock || s == Status::kResources) {
       // The buffer could not be registered (RLIMIT_MEMLOCK, say): the same bytes go by copy instead.
@@ -81,7 +81,7 @@ Status RdmaStream::write_copy(const uint8_t* src, size_t len, int flags, size_t*
     uint64_t offset = flow_->peer_ring_offset();
     uint32_t imm = encode_imm(MessageType::kData, static_cast<uint32_t>(room));
     Status s;
-    if (room <= max_inline_ && room <= options_.inline_threshold) {
+    if (room <= link_->max_inline() && room <= options_.inline_threshold) {
       // Small: the adapter copies it into the work request now. The bounce mirror gets it too (at
       // most 128 bytes): it may have to be sent again on TCP if the path fails (stream_failover.cpp).
       std::memcpy(bounce_ + offset, src, room);
@@ -106,7 +106,8 @@ Status RdmaStream::write_copy(const uint8_t* src, size_t len, int flags, size_t*
 Status RdmaStream::write_zero_copy(const uint8_t* src, size_t len, int flags, size_t* done,
                                    std::unique_lock<std::mutex>& lock) {
   ibv_mr* mr = nullptr;
-  if (Status s = registrations_->acquire(src, len, &mr); s != Status::kOk) return s;
+  RegistrationCache* registrations = link_->registrations();
+  if (Status s = registrations->acquire(src, len, &mr); s != Status::kOk) return s;
   const uint8_t* const first = src;
   const uint64_t first_cursor = flow_->sent();
   Status result = Status::kOk;
@@ -166,7 +167,7 @@ Status RdmaStream::write_zero_copy(const uint8_t* src, size_t len, int flags, si
   // Bytes taken but not acknowledged may have to go again on TCP (the path's failure): the caller's
   // buffer is its own after we return, so they are copied into the bounce mirror now.
   if (failed()) keep_unacknowledged(first, first_cursor);
-  registrations_->release(mr);
+  registrations->release(mr);
   if (result == Status::kOk && *done == 0 && len > 0) return Status::kWouldBlock;
   return result;
 }
@@ -333,10 +334,10 @@ Status RdmaStream::flush() {
 Status RdmaStream::flush_locked(std::unique_lock<std::mutex>& lock, Deadline deadline) {
   // A write is in the peer's memory once its send is acknowledged; the peer delivers what is there
   // even if a reset follows. An owed close must first go out (it waits for the peer's credit).
-  while ((sends_outstanding_ > 0 || close_owed_) && !failed() && !disconnect_seen_) {
+  while ((link_->sends_outstanding() > 0 || close_owed_) && !failed() && !disconnect_seen_) {
     if (deadline.passed()) return Status::kTimeout;
     progress();
-    if (sends_outstanding_ > 0 || close_owed_) wait(lock, false, deadline.poll_ms());
+    if (link_->sends_outstanding() > 0 || close_owed_) wait(lock, false, deadline.poll_ms());
   }
   return failed() ? outward(failure_) : Status::kOk;
 }
@@ -355,7 +356,7 @@ Status RdmaStream::close(Deadline deadline) {
   std::unique_lock lock(mu_);
   if (s == Status::kOk) s = flush_locked(lock, deadline);
   disconnected_ = true;
-  rdma_disconnect(id_);
+  link_->disconnect();
   return move_sent_ ? Status::kOk : s;
 }
 
@@ -366,7 +367,7 @@ void RdmaStream::abort() {
     // After our "to TCP" the peer may still be reading what came before it: no abort message, which
     // would overtake nothing but could fail the peer's stream; TCP carries the connection's fate.
     disconnected_ = true;
-    rdma_disconnect(id_);
+    link_->disconnect();
     return;
   }
   if (!failed() && !disconnected_ && !disconnect_seen_) {
@@ -379,7 +380,7 @@ void RdmaStream::abort() {
   }
   fail(Status::kReset);
   disconnected_ = true;
-  rdma_disconnect(id_);
+  link_->disconnect();
 }
 
 }  // namespace tcp2rdma::transport

@@ -263,23 +263,13 @@ Status StreamListener::accept_held(size_t index, uint64_t server_nonce, const St
   stream->tuple_ = held.request.tuple;
   stream->client_nonce_ = held.request.client_nonce;
   stream->server_nonce_ = server_nonce;
-  Status made = Status::kOk;
-  {
-    OwnDescriptors window;
-    stream->cm_channel_ = rdma_create_event_channel();
-    if (stream->cm_channel_ == nullptr) {
-      made = Status::kResources;
-    } else if ((stream->cm_channel_->fd = window.place(stream->cm_channel_->fd)) < 0) {
-      made = Status::kDescriptors;
-    }
-  }
-  if (made != Status::kOk) {
+  if (Status made = stream->link_->open_cm_channel(); made != Status::kOk) {
     reject(held.id);
-    return made;
+    return made == Status::kNoDevice ? Status::kResources : made;
   }
   // Each stream gets its own event channel, so that its events never reach the listener. This fails
   // when the client has given up on the request meanwhile.
-  if (rdma_migrate_id(held.id, stream->cm_channel_) != 0) {
+  if (rdma_migrate_id(held.id, stream->link_->cm_channel()) != 0) {
     reject(held.id);
     return Status::kReset;
   }
@@ -308,7 +298,7 @@ Status RdmaStream::await_established() {
   OwnCalls own;  // own_calls.h
   // The cm channel was made non-blocking by start(), and it is this stream's own since the accept
   // (no listener state is touched: its caller's lock need not be held).
-  return expect_cm_event(cm_channel_, options_.timeout_ms, RDMA_CM_EVENT_ESTABLISHED);
+  return expect_cm_event(link_->cm_channel(), options_.timeout_ms, RDMA_CM_EVENT_ESTABLISHED);
 }
 
 }  // namespace tcp2rdma::transport

@@ -37,22 +37,15 @@ std::string RdmaStream::failure_detail() const {
 
 void RdmaStream::kick() {
   // Wakes a thread asleep in wait() after another thread changed what it may be waiting for.
-  // eventfd_write and eventfd_read are libc's own calls, never the module's wrappers (own_calls.h).
-  if (poller_) (void)eventfd_write(kick_fd_, 1);
+  if (poller_) link_->kick();
   cv_.notify_all();
-}
-
-Status RdmaStream::post_receive() {
-  ibv_recv_wr wr{}, *bad = nullptr;  // no buffer: every message is an RDMA Write with immediate
-  wr.wr_id = kWrReceive;
-  return ibv_post_recv(id_->qp, &wr, &bad) == 0 ? Status::kOk : Status::kResources;
 }
 
 Status RdmaStream::post_write(const void* local, uint32_t length, uint32_t lkey, uint64_t remote_offset,
                               uint32_t imm, bool with_imm, int send_flags, uint64_t wr_id) {
   // Callers check send_queue_has_room first: posting never waits, so it never recurses into progress.
   ibv_sge sge{reinterpret_cast<uint64_t>(local), length, lkey};
-  ibv_send_wr wr{}, *bad = nullptr;
+  ibv_send_wr wr{};
   wr.wr_id = wr_id;
   wr.opcode = with_imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
   wr.send_flags = IBV_SEND_SIGNALED | send_flags;
@@ -61,12 +54,11 @@ Status RdmaStream::post_write(const void* local, uint32_t length, uint32_t lkey,
   wr.imm_data = htonl(imm);
   wr.wr.rdma.remote_addr = remote_offset;  // the peer's ring is registered at iova 0
   wr.wr.rdma.rkey = peer_rkey_;
-  if (int e = ibv_post_send(id_->qp, &wr, &bad); e != 0) {
+  if (int e = link_->post_send(&wr); e != 0) {
     note_failure("posting a send failed", strerror(e));
     path_failed_ = true;
     return Status::kReset;
   }
-  ++sends_outstanding_;
   ++sends_since_keepalive_;
   if (wr_id == kWrZeroCopy) ++zcopy_outstanding_;
   if (wr_id == kWrCopy || wr_id == kWrZeroCopy) note_data_posted(flow_->sent() + length, wr_id == kWrZeroCopy);
@@ -77,10 +69,10 @@ Status RdmaStream::send_credits() {
   if (flow_->update_due() && send_queue_has_room(1)) {
     MailboxUpdate u = flow_->make_update();
     ++mailbox_seq_;
-    uint8_t* slot = mailbox_out_ + (mailbox_seq_ % options_.send_queue_depth) * kMailboxSlot;
+    uint8_t* slot = link_->mailbox_slot(mailbox_seq_);
     uint64_t words[7] = {mailbox_seq_, u.consumed, u.posted, u.armed, u.seen_consumed, u.seen_posted, mailbox_seq_};
     std::memcpy(slot, words, sizeof words);
-    if (Status s = post_write(slot, kMailboxSize, mailbox_out_mr_->lkey, peer_ring_size_, 0, false, 0, kWrSignal);
+    if (Status s = post_write(slot, kMailboxSize, link_->mailbox_lkey(), peer_ring_size_, 0, false, 0, kWrSignal);
         s != Status::kOk) {
       return s;
     }
@@ -186,27 +178,19 @@ Status RdmaStream::handle_completion(const ibv_wc& wc) {
     note_failure("the peer broke the protocol", to_string(e));
     return Status::kProtocolError;
   }
-  if (queue_stopped_) return Status::kOk;  // the queue pair is in the error state: nothing arrives again
-  if (Status s = post_receive(); s != Status::kOk) return s;
+  if (link_->stopped()) return Status::kOk;  // the queue pair is in the error state: nothing arrives again
+  if (Status s = link_->post_receive(); s != Status::kOk) return s;
   flow_->on_reposted(1);
   return Status::kOk;
 }
 
-Status RdmaStream::handle_cm_events() {
-  rdma_cm_event* event = nullptr;
-  while (rdma_get_cm_event(cm_channel_, &event) == 0) {
-    rdma_cm_event_type type = event->event;
-    rdma_ack_cm_event(event);
-    if (type == RDMA_CM_EVENT_DISCONNECTED || type == RDMA_CM_EVENT_DEVICE_REMOVAL ||
-        type == RDMA_CM_EVENT_TIMEWAIT_EXIT) {
-      disconnect_seen_ = true;
-    }
-    if (type == RDMA_CM_EVENT_DEVICE_REMOVAL && !peer_done()) {
-      note_failure("the RDMA device", "was removed");
-      path_failed_ = true;
-    }
+void RdmaStream::handle_cm_events() {
+  StreamLink::CmNews news = link_->take_cm_events();
+  if (news.disconnected) disconnect_seen_ = true;
+  if (news.device_removed && !peer_done()) {
+    note_failure("the RDMA device", "was removed");
+    path_failed_ = true;
   }
-  return Status::kOk;
 }
 
 void RdmaStream::drain_channels() {
@@ -214,18 +198,8 @@ void RdmaStream::drain_channels() {
   // that would cost a system call per message. A side that only busy-polls still learns of a dead
   // peer: its sends fail, and its busy polling is bounded, after which it sleeps here.
   handle_cm_events();
-  eventfd_t kicks = 0;
-  (void)eventfd_read(kick_fd_, &kicks);
-  ibv_cq* cq = nullptr;
-  void* context = nullptr;
-  int events = 0;
-  while (ibv_get_cq_event(comp_channel_, &cq, &context) == 0) ++events;
-  if (events > 0) {
-    ibv_ack_cq_events(cq_, static_cast<unsigned>(events));
-    cq_armed_ = false;
-    // A thread asleep on the channels may have been waiting for exactly that event.
-    if (poller_) kick();
-  }
+  // A thread asleep on the channels may have been waiting for exactly a completion's event.
+  if (link_->take_channel_events() && poller_) kick();
 }
 
 Status RdmaStream::progress() {
@@ -234,7 +208,7 @@ Status RdmaStream::progress() {
   // after every completion that came before it (the peer's close among them) has been seen.
   ibv_wc wcs[16];
   int n = 0;
-  while ((n = ibv_poll_cq(cq_, 16, wcs)) > 0) {
+  while ((n = link_->poll(wcs, 16)) > 0) {
     for (int i = 0; i < n; ++i) {
       if (Status s = handle_completion(wcs[i]); s != Status::kOk) {
         fail(s);
@@ -307,12 +281,7 @@ void RdmaStream::send_owed_close() {
 
 void RdmaStream::fail_and_stop(Status s) {
   fail(s);
-  queue_stopped_ = true;  // handle_completion reposts no receive from here
-  if (id_ != nullptr && id_->qp != nullptr) {
-    ibv_qp_attr attr{};
-    attr.qp_state = IBV_QPS_ERR;
-    ibv_modify_qp(id_->qp, &attr, IBV_QP_STATE);
-  }
+  link_->stop();  // handle_completion reposts no receive from here
 }
 
 void RdmaStream::drain_after_failure(std::unique_lock<std::mutex>& lock) {
@@ -322,9 +291,9 @@ void RdmaStream::drain_after_failure(std::unique_lock<std::mutex>& lock) {
   // it as received), one flushed does not. The peer's abort or a protocol violation among them is
   // the peer's word, not the path's.
   auto deadline = Deadline::in_ms(options_.timeout_ms);
-  while (sends_outstanding_ > 0 && !deadline.passed()) {
+  while (link_->sends_outstanding() > 0 && !deadline.passed()) {
     ibv_wc wcs[16];
-    int n = ibv_poll_cq(cq_, 16, wcs);
+    int n = link_->poll(wcs, 16);
     for (int i = 0; i < n; ++i) {
       if (wcs[i].status != IBV_WC_SUCCESS) {
         ++counters_.completions;
@@ -371,19 +340,9 @@ bool RdmaStream::write_was_shut() const {
 Status RdmaStream::arm_channel(bool* news) {
   // Arm the completion channel, then look once more: a completion that came in between would
   // otherwise raise no event.
-  *news = false;
-  if (!cq_armed_) {
-    if (ibv_req_notify_cq(cq_, 0) != 0) return Status::kReset;
-    cq_armed_ = true;
-  }
   ibv_wc wc;
-  int n = ibv_poll_cq(cq_, 1, &wc);
-  if (n < 0) return Status::kReset;
-  if (n == 1) {
-    *news = true;
-    return handle_completion(wc);
-  }
-  return Status::kOk;
+  if (Status s = link_->arm_and_poll(&wc, news); s != Status::kOk) return s;
+  return *news ? handle_completion(wc) : Status::kOk;
 }
 
 Status RdmaStream::wait(std::unique_lock<std::mutex>& lock, bool interruptible, int max_sleep_ms) {
@@ -402,7 +361,7 @@ Status RdmaStream::wait(std::unique_lock<std::mutex>& lock, bool interruptible, 
     auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(options_.busy_poll_us);
     for (unsigned polls = 1;; ++polls) {
       ibv_wc wc;
-      int n = ibv_poll_cq(cq_, 1, &wc);
+      int n = link_->poll(&wc, 1);
       if (n != 0) {
         if (n < 0) return Status::kReset;
         Status s = handle_completion(wc);
@@ -425,10 +384,9 @@ Status RdmaStream::wait(std::unique_lock<std::mutex>& lock, bool interruptible, 
   if (news) return Status::kOk;
   poller_ = true;
   lock.unlock();
-  epoll_event ev[3];
   int sleep_ms = options_.keepalive_ms > 0 ? options_.keepalive_ms : -1;
   if (max_sleep_ms >= 0 && (sleep_ms < 0 || max_sleep_ms < sleep_ms)) sleep_ms = max_sleep_ms;
-  int ready = os().epoll_wait(epoll_fd_, ev, 3, sleep_ms);
+  int ready = link_->sleep(sleep_ms);
   bool interrupted = ready < 0 && errno == EINTR;
   lock.lock();
   poller_ = false;
@@ -466,20 +424,14 @@ Status RdmaStream::keepalive() {
 
 void RdmaStream::wake_pollers() {
   OwnCalls own;  // own_calls.h
-  (void)eventfd_write(look_fd_, 1);
-  // After the write: a readiness() that misses the flag leaves the fd readable, so the pollers call
-  // readiness() once more, and that one drains it.
-  look_pending_.store(true, std::memory_order_release);
+  link_->look_again();
 }
 
 Readiness RdmaStream::readiness() {
   OwnCalls own;  // own_calls.h
   std::unique_lock lock(mu_);
   polled_ = true;
-  if (look_pending_.exchange(false, std::memory_order_acquire)) {
-    eventfd_t looks = 0;
-    (void)eventfd_read(look_fd_, &looks);
-  }
+  link_->take_look_again();
   drain_channels();
   Readiness r;
   for (;;) {
@@ -512,7 +464,7 @@ StreamCounters RdmaStream::counters() const {
   StreamCounters c = counters_;
   c.zcopy_in_flight = zcopy_outstanding_;
   c.end_waiting = close_owed_ ? 1 : 0;
-  if (registrations_) c.registrations = registrations_->counters();
+  if (link_->registrations() != nullptr) c.registrations = link_->registrations()->counters();
   return c;
 }
 

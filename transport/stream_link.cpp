@@ -1,0 +1,220 @@
+// The link under a stream: the queue pair's resources, its queues and its wait sets (stream_link.h).
+#include "stream_link.h"
+
+#include <fcntl.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "os_calls.h"
+#include "own_descriptors.h"
+#include "page_memory.h"
+#include "rdma_stream.h"
+
+namespace tcp2rdma::transport {
+namespace {
+
+bool set_nonblocking(int fd) {
+  int flags = os().fcntl(fd, F_GETFL);
+  return flags >= 0 && os().fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0;
+}
+
+// fd joins the epoll set `set`, readable when fd is.
+bool watch(int set, int fd) {
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = fd;
+  return os().epoll_ctl(set, EPOLL_CTL_ADD, fd, &ev) == 0;
+}
+
+}  // namespace
+
+Status StreamLink::open_cm_channel() {
+  OwnDescriptors window;
+  cm_channel_ = rdma_create_event_channel();
+  if (cm_channel_ == nullptr) return Status::kNoDevice;
+  if ((cm_channel_->fd = window.place(cm_channel_->fd)) < 0) return Status::kDescriptors;
+  return Status::kOk;
+}
+
+Status StreamLink::create(const StreamOptions& options) {
+  if (id_->verbs == nullptr) return Status::kNoDevice;
+  send_queue_depth_ = options.send_queue_depth;
+  // Without an explicit ack timeout rdma_cm may leave it at 0 (seen with rxe): "never time out", so a
+  // crashed peer host would never fail a send, and the keepalive could never notice it.
+  uint8_t ack_timeout = options.ack_timeout_log2;
+  rdma_set_option(id_, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &ack_timeout, sizeof ack_timeout);
+  {
+    OwnDescriptors window;
+    comp_channel_ = ibv_create_comp_channel(id_->verbs);
+    if (comp_channel_ == nullptr) return Status::kResources;
+    if ((comp_channel_->fd = window.place(comp_channel_->fd)) < 0) return Status::kDescriptors;
+  }
+  int cq_size = options.send_queue_depth + options.recv_queue_depth;
+  cq_ = ibv_create_cq(id_->verbs, cq_size, nullptr, comp_channel_, 0);
+  if (cq_ == nullptr) return Status::kResources;
+  ibv_qp_init_attr attr{};
+  attr.send_cq = attr.recv_cq = cq_;
+  attr.qp_type = IBV_QPT_RC;
+  attr.cap.max_send_wr = options.send_queue_depth;
+  attr.cap.max_recv_wr = options.recv_queue_depth;
+  attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
+  attr.cap.max_inline_data = options.inline_threshold;
+  // A protection domain of the link's own, not librdmacm's one per device and process: a queue pair
+  // can reach only the memory registered in its domain, so a peer can write into this link's rings
+  // and mailboxes and nothing else of this process, whatever rkeys it guesses (rkeys are small and
+  // sequential on rxe and mlx5; docs/architecture.md, "Security model").
+  pd_ = ibv_alloc_pd(id_->verbs);
+  if (pd_ == nullptr) return Status::kResources;
+  if (rdma_create_qp(id_, pd_, &attr) != 0) {
+    // Some devices take no inline data at all: small pieces then go through the bounce buffer.
+    attr.cap.max_inline_data = 0;
+    if (options.inline_threshold == 0 || rdma_create_qp(id_, pd_, &attr) != 0) return Status::kResources;
+  }
+  max_inline_ = attr.cap.max_inline_data;
+  mailbox_out_ = allocate_pages(kMailboxSlot * options.send_queue_depth);
+  if (mailbox_out_ == nullptr) return Status::kResources;
+  mailbox_out_mr_ = ibv_reg_mr(pd_, mailbox_out_, kMailboxSlot * options.send_queue_depth, 0);
+  if (mailbox_out_mr_ == nullptr) return registration_failure(errno);
+  // Every receive is posted before the peer can send anything: RNR is impossible from the start.
+  for (int i = 0; i < options.recv_queue_depth; ++i) {
+    if (Status s = post_receive(); s != Status::kOk) return s;
+  }
+  if (options.zcopy_threshold > 0) {
+    registrations_ = std::make_unique<RegistrationCache>(pd_, options.registration_cache_entries);
+  }
+  return create_wait_sets();
+}
+
+Status StreamLink::create_wait_sets() {
+  // The channels are drained without blocking by whoever holds the stream's lock.
+  if (!set_nonblocking(comp_channel_->fd)) return Status::kResources;
+  {
+    OwnDescriptors window;
+    kick_fd_ = window.place(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+    look_fd_ = window.place(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+    epoll_fd_ = window.place(os().epoll_create1(EPOLL_CLOEXEC));
+    readiness_fd_ = window.place(os().epoll_create1(EPOLL_CLOEXEC));
+  }
+  if (kick_fd_ < 0 || look_fd_ < 0 || epoll_fd_ < 0 || readiness_fd_ < 0) return Status::kDescriptors;
+  if (!watch(epoll_fd_, comp_channel_->fd) || !watch(epoll_fd_, kick_fd_) ||
+      !watch(readiness_fd_, comp_channel_->fd) || !watch(readiness_fd_, look_fd_)) {
+    return Status::kResources;
+  }
+  return Status::kOk;
+}
+
+Status StreamLink::watch_cm_channel() {
+  if (!set_nonblocking(cm_channel_->fd)) return Status::kResources;
+  if (!watch(epoll_fd_, cm_channel_->fd) || !watch(readiness_fd_, cm_channel_->fd)) return Status::kResources;
+  cq_armed_ = false;
+  return Status::kOk;
+}
+
+int StreamLink::post_send(ibv_send_wr* wr) {
+  ibv_send_wr* bad = nullptr;
+  int e = ibv_post_send(id_->qp, wr, &bad);
+  if (e == 0) ++sends_outstanding_;
+  return e;
+}
+
+Status StreamLink::post_receive() {
+  ibv_recv_wr wr{}, *bad = nullptr;  // no buffer: every message is an RDMA Write with immediate
+  wr.wr_id = kWrReceive;
+  return ibv_post_recv(id_->qp, &wr, &bad) == 0 ? Status::kOk : Status::kResources;
+}
+
+Status StreamLink::arm_and_poll(ibv_wc* wc, bool* got) {
+  *got = false;
+  if (!cq_armed_) {
+    if (ibv_req_notify_cq(cq_, 0) != 0) return Status::kReset;
+    cq_armed_ = true;
+  }
+  int n = ibv_poll_cq(cq_, 1, wc);
+  if (n < 0) return Status::kReset;
+  *got = n == 1;
+  return Status::kOk;
+}
+
+StreamLink::CmNews StreamLink::take_cm_events() {
+  CmNews news;
+  rdma_cm_event* event = nullptr;
+  while (rdma_get_cm_event(cm_channel_, &event) == 0) {
+    rdma_cm_event_type type = event->event;
+    rdma_ack_cm_event(event);
+    if (type == RDMA_CM_EVENT_DISCONNECTED || type == RDMA_CM_EVENT_DEVICE_REMOVAL ||
+        type == RDMA_CM_EVENT_TIMEWAIT_EXIT) {
+      news.disconnected = true;
+    }
+    if (type == RDMA_CM_EVENT_DEVICE_REMOVAL) news.device_removed = true;
+  }
+  return news;
+}
+
+bool StreamLink::take_channel_events() {
+  // eventfd_read and eventfd_write are libc's own calls, never the module's wrappers (own_calls.h).
+  eventfd_t kicks = 0;
+  (void)eventfd_read(kick_fd_, &kicks);
+  ibv_cq* cq = nullptr;
+  void* context = nullptr;
+  int events = 0;
+  while (ibv_get_cq_event(comp_channel_, &cq, &context) == 0) ++events;
+  if (events == 0) return false;
+  ibv_ack_cq_events(cq_, static_cast<unsigned>(events));
+  cq_armed_ = false;
+  return true;
+}
+
+int StreamLink::sleep(int ms) {
+  epoll_event ev[3];
+  return os().epoll_wait(epoll_fd_, ev, 3, ms);
+}
+
+void StreamLink::kick() { (void)eventfd_write(kick_fd_, 1); }
+
+void StreamLink::look_again() {
+  (void)eventfd_write(look_fd_, 1);
+  // After the write: a take_look_again() that misses the flag leaves the fd readable, so the pollers
+  // look once more, and that look drains it.
+  look_pending_.store(true, std::memory_order_release);
+}
+
+void StreamLink::take_look_again() {
+  if (look_pending_.exchange(false, std::memory_order_acquire)) {
+    eventfd_t looks = 0;
+    (void)eventfd_read(look_fd_, &looks);
+  }
+}
+
+void StreamLink::stop() {
+  stopped_ = true;
+  if (id_ != nullptr && id_->qp != nullptr) {
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_ERR;
+    ibv_modify_qp(id_->qp, &attr, IBV_QP_STATE);
+  }
+}
+
+void StreamLink::destroy_queue_pair() {
+  if (id_ != nullptr && id_->qp != nullptr) rdma_destroy_qp(id_);
+}
+
+StreamLink::~StreamLink() {
+  destroy_queue_pair();
+  registrations_.reset();
+  if (mailbox_out_mr_ != nullptr) ibv_dereg_mr(mailbox_out_mr_);
+  if (pd_ != nullptr) ibv_dealloc_pd(pd_);  // after its queue pair and every registration in it
+  if (cq_ != nullptr) ibv_destroy_cq(cq_);  // every event taken from the channel was acknowledged at once
+  if (comp_channel_ != nullptr) ibv_destroy_comp_channel(comp_channel_);
+  if (id_ != nullptr) rdma_destroy_id(id_);
+  if (cm_channel_ != nullptr) rdma_destroy_event_channel(cm_channel_);
+  for (int fd : {epoll_fd_, kick_fd_, readiness_fd_, look_fd_}) {
+    if (fd >= 0) os().close(fd);
+  }
+  std::free(mailbox_out_);
+}
+
+}  // namespace tcp2rdma::transport

@@ -1,0 +1,134 @@
+// The link under a stream: what belongs to the RC queue pair rather than to the byte stream it
+// carries (docs/links.md, step 1). The rdma_cm id and its event channel, the completion queue and its
+// channel, the protection domain, the receive queue, the send queue's occupancy, the slots outgoing
+// mailbox updates are written from, the registration cache of zero-copy writes (a registration
+// belongs to a protection domain), and the descriptor sets that the stream's sleeping threads and the
+// application's pollers wait on.
+//
+// Today each RdmaStream has a link of its own and is its only channel, so the stream's lock covers
+// every call here (the link takes no lock of its own), and the stream still judges every completion.
+// What the link knows is only what a later link shared by many channels knows too; the stream's
+// cursors, credits, ring and ends stay in the stream.
+#pragma once
+
+#include <rdma/rdma_cma.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+#include "registration_cache.h"
+#include "status.h"
+
+namespace tcp2rdma::transport {
+
+struct StreamOptions;
+
+class StreamLink {
+ public:
+  // What a send completion was for (its wr_id). A receive's is kWrReceive: an error completion's
+  // opcode is not valid, its wr_id is (ibv_poll_cq(3)).
+  static constexpr uint64_t kWrSignal = 0;  // mailbox update, wakeup, arm, end, keepalive
+  static constexpr uint64_t kWrCopy = 1;    // data from the bounce buffer, or inline
+  static constexpr uint64_t kWrZeroCopy = 2;
+  static constexpr uint64_t kWrReceive = 3;
+  // Each outgoing mailbox update is written from a slot of its own, so that an update still being
+  // read by the adapter is never overwritten by the next.
+  static constexpr size_t kMailboxSlot = 64;
+
+  StreamLink() = default;
+  // Destroys the queue pair first (see destroy_queue_pair), then everything else.
+  ~StreamLink();
+  StreamLink(const StreamLink&) = delete;
+  StreamLink& operator=(const StreamLink&) = delete;
+
+  // A new rdma_cm event channel of the link's own, its descriptor above the application's range
+  // (own_descriptors.h). kNoDevice when librdmacm has none to give.
+  Status open_cm_channel();
+  rdma_event_channel* cm_channel() const { return cm_channel_; }
+  // The rdma_cm id whose connection the link is: the client's (made on cm_channel) or a request the
+  // listener migrated to cm_channel. The link destroys it.
+  void adopt_id(rdma_cm_id* id) { id_ = id; }
+  rdma_cm_id* id() const { return id_; }
+
+  // Makes the completion channel and queue, the protection domain, the queue pair, the mailbox slots,
+  // the registration cache (when zero-copy is on), posts every receive (so RNR is impossible from the
+  // start), and the wait sets.
+  Status create(const StreamOptions& options);
+  // Once the cm channel carries only this connection's events (the client's from the start, the
+  // server's after the accept): its events wake sleepers and pollers too.
+  Status watch_cm_channel();
+
+  ibv_pd* pd() const { return pd_; }
+  uint32_t max_inline() const { return max_inline_; }
+  RegistrationCache* registrations() const { return registrations_.get(); }
+  uint8_t* mailbox_slot(uint64_t seq) const { return mailbox_out_ + (seq % send_queue_depth_) * kMailboxSlot; }
+  uint32_t mailbox_lkey() const { return mailbox_out_mr_->lkey; }
+
+  // The queues. post_send returns ibv_post_send's error (0: posted); every posted send is signalled
+  // and counts until on_send_completed.
+  int post_send(ibv_send_wr* wr);
+  Status post_receive();
+  bool send_queue_has_room(int n) const { return sends_outstanding_ + n <= send_queue_depth_; }
+  int sends_outstanding() const { return sends_outstanding_; }
+  void on_send_completed() { --sends_outstanding_; }
+  int poll(ibv_wc* wcs, int n) { return ibv_poll_cq(cq_, n, wcs); }
+  // Arms the completion channel (if it is not) and polls once more: a completion that came in between
+  // would otherwise raise no event. *got says whether *wc holds one. kReset when the CQ fails.
+  Status arm_and_poll(ibv_wc* wc, bool* got);
+
+  // Connection events, taken without waiting.
+  struct CmNews {
+    bool disconnected = false;    // disconnected, the device removed, or the time-wait over
+    bool device_removed = false;
+  };
+  CmNews take_cm_events();
+  // Takes the completion channel's events (and acknowledges them) and the kicks; the channel is
+  // disarmed if there were any. Returns whether there were completion events.
+  bool take_channel_events();
+
+  // The stream's threads sleep on one set (completions, connection events, kicks); the application's
+  // pollers watch another (completions, connection events, "look again"), so that neither takes the
+  // other's news.
+  // Sleeps up to ms (-1: for ever) on the first set; epoll_wait's result, errno kept.
+  int sleep(int ms);
+  // Wakes a thread asleep in sleep().
+  void kick();
+  int readiness_fd() const { return readiness_fd_; }
+  // Makes readiness_fd readable until take_look_again().
+  void look_again();
+  void take_look_again();
+
+  // The queue pair to the error state for good: the adapter flushes every work request with a
+  // completion, and no receive is reposted from here (stopped()).
+  void stop();
+  bool stopped() const { return stopped_; }
+  void disconnect() { rdma_disconnect(id_); }
+  // Teardown order: no work request may touch a buffer after it is deregistered, so the queue pair
+  // goes before any registration of the stream's (its ring and bounce buffer, in pd()).
+  void destroy_queue_pair();
+
+ private:
+  Status create_wait_sets();
+
+  rdma_event_channel* cm_channel_ = nullptr;
+  rdma_cm_id* id_ = nullptr;
+  ibv_comp_channel* comp_channel_ = nullptr;
+  ibv_cq* cq_ = nullptr;
+  ibv_pd* pd_ = nullptr;  // the link's own protection domain: its queue pair reaches only its memory
+  bool cq_armed_ = false;
+  bool stopped_ = false;
+  uint32_t max_inline_ = 0;
+  int send_queue_depth_ = 0;
+  int sends_outstanding_ = 0;
+  uint8_t* mailbox_out_ = nullptr;  // one slot per send work request
+  ibv_mr* mailbox_out_mr_ = nullptr;
+  std::unique_ptr<RegistrationCache> registrations_;
+  int epoll_fd_ = -1;      // comp channel, cm channel, kick_fd_: what the stream's sleeps wait on
+  int kick_fd_ = -1;       // eventfd: wakes the sleeping thread when another one changed the state
+  int readiness_fd_ = -1;  // comp channel, cm channel, look_fd_: what the application's pollers watch
+  int look_fd_ = -1;       // eventfd: "look again" for pollers; only take_look_again() drains it
+  std::atomic<bool> look_pending_{false};  // set after each write to look_fd_
+};
+
+}  // namespace tcp2rdma::transport
