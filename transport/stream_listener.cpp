@@ -4,12 +4,14 @@
 #include <fcntl.h>
 #include <poll.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
 #include "os_calls.h"
 #include "own_calls.h"
 #include "own_descriptors.h"
+#include "pin_budget.h"
 #include "rdma_address.h"
 #include "tuple_address.h"
 #include "setup_events.h"
@@ -259,6 +261,18 @@ Status StreamListener::accept_held(size_t index, uint64_t server_nonce, const St
     reject(held.id);
     return Status::kRefused;
   }
+  // Our ring as the client allows (its bounce buffer mirrors it) and as the memory lock limit allows,
+  // with the client's ring mirrored here (pin_budget.h).
+  uint32_t wanted = options.ring_size_log2;
+  if (held.request.max_server_ring_log2 != 0) wanted = std::min<uint32_t>(wanted, held.request.max_server_ring_log2);
+  uint32_t ring_log2 = 0;
+  PinReservation pin(wanted, held.request.ring_size_log2, stream_fixed_pin(options.send_queue_depth), &ring_log2);
+  if (ring_log2 == 0) {
+    reject(held.id);
+    return Status::kMemoryLock;
+  }
+  StreamOptions sized = options;
+  sized.ring_size_log2 = ring_log2;
   std::unique_ptr<RdmaStream> stream(new RdmaStream);
   stream->tuple_ = held.request.tuple;
   stream->client_nonce_ = held.request.client_nonce;
@@ -273,14 +287,14 @@ Status StreamListener::accept_held(size_t index, uint64_t server_nonce, const St
     reject(held.id);
     return Status::kReset;
   }
-  Status s = stream->create_resources(held.id, options);
+  Status s = stream->create_resources(held.id, sized);
   if (s == Status::kOk) s = stream->start(held.request.ring_size_log2, held.request.rkey, held.request.queue_depth, false);
   if (s != Status::kOk) {
     rdma_reject(held.id, nullptr, 0);  // the stream's destructor destroys the id
     return s;
   }
   AcceptReply reply{};
-  stream->describe_ourselves(&reply, options);
+  stream->describe_ourselves(&reply, sized);
   reply.client_nonce = held.request.client_nonce;
   reply.server_nonce = server_nonce;
   rdma_conn_param param{};

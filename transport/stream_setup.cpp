@@ -10,6 +10,7 @@
 
 #include "own_calls.h"
 #include "page_memory.h"
+#include "pin_budget.h"
 #include "rdma_stream.h"
 #include "setup_events.h"
 #include "rdma_address.h"
@@ -38,7 +39,8 @@ bool valid_options(const StreamOptions& o) {
 
 bool valid_request(const ConnectRequest& r) {
   return r.magic == kSetupMagic && r.version == kProtocolVersion && r.ring_size_log2 >= 10 && r.ring_size_log2 <= 29 &&
-         r.queue_depth >= 4 && (r.tuple.family == AF_INET || r.tuple.family == AF_INET6);
+         r.queue_depth >= 4 && (r.tuple.family == AF_INET || r.tuple.family == AF_INET6) &&
+         (r.max_server_ring_log2 == 0 || (r.max_server_ring_log2 >= 10 && r.max_server_ring_log2 <= 29));
 }
 
 bool valid_reply(const AcceptReply& r, uint64_t client_nonce) {
@@ -138,9 +140,18 @@ Status RdmaStream::connect_once(const sockaddr* address, const Pairing& pairing,
   if (Status s = expect_cm_event(channel, options.timeout_ms, RDMA_CM_EVENT_ROUTE_RESOLVED); s != Status::kOk) {
     return s;
   }
-  if (Status s = stream->create_resources(id, options); s != Status::kOk) return s;
+  // Our ring as the memory lock limit allows (pin_budget.h); the server is asked to keep its own ring,
+  // which our bounce buffer mirrors, to what we can pin too.
+  uint32_t ring_log2 = 0;
+  PinReservation pin(options.ring_size_log2, 0, stream_fixed_pin(options.send_queue_depth), &ring_log2);
+  if (ring_log2 == 0) return Status::kMemoryLock;
+  StreamOptions sized = options;
+  sized.ring_size_log2 = ring_log2;
+  if (pin.limited()) sized.max_peer_ring_size_log2 = std::min(sized.max_peer_ring_size_log2, ring_log2);
+  if (Status s = stream->create_resources(id, sized); s != Status::kOk) return s;
   ConnectRequest request{};
-  stream->describe_ourselves(&request, options);
+  stream->describe_ourselves(&request, sized);
+  request.max_server_ring_log2 = static_cast<uint8_t>(sized.max_peer_ring_size_log2);
   request.tuple = stream->tuple_;
   request.client_nonce = pairing.client_nonce;
   rdma_conn_param param{};

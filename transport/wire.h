@@ -31,7 +31,9 @@ struct [[gnu::packed]] ConnectRequest {
   uint8_t ring_size_log2;  // 10..30
   uint32_t rkey;           // of the client's ring, then its mailbox at offset 2^ring_size_log2
   uint8_t queue_depth;     // receives the client posted before connecting (all of them)
-  uint8_t reserved;
+  // The largest ring the client will write into (its bounce buffer mirrors it, pinned): the server
+  // keeps its own ring to it. 0 (an older client): not said; a larger ring is then refused by the client.
+  uint8_t max_server_ring_log2;
   TcpTuple tuple;
   uint64_t client_nonce;
 };

@@ -3,6 +3,8 @@
 // epoll on the streams' readiness fds. Run in the Soft-RoCE VM.
 //   stream_many server PORT N BYTES
 //   stream_many client ADDR PORT N BYTES
+// Environment: MANY_RING_LOG2 is the ring each side asks for (default 16: 64 KiB); what each got (a
+// memory lock limit may make it smaller, transport/pin_budget.h) is printed at the end.
 // Each stream's bytes are seeded by its client nonce (client to server) and nonce + 1 (back), so the
 // server needs no other way to tell the streams apart.
 #include <sys/epoll.h>
@@ -97,8 +99,17 @@ int drive(std::vector<Peer>& peers, uint64_t bytes, const char* who) {
   for (Peer& p : peers) {
     if (p.stream->close() != Status::kOk) return 1;
   }
-  std::printf("%s: %zu streams, %llu bytes each way on each, all checked; slept %llu times\n", who, peers.size(),
-              ull(bytes), ull(sleeps));
+  uint64_t smallest = ~uint64_t{0}, largest = 0, peer_smallest = ~uint64_t{0}, peer_largest = 0;
+  for (Peer& p : peers) {
+    smallest = std::min(smallest, p.stream->ring_size());
+    largest = std::max(largest, p.stream->ring_size());
+    peer_smallest = std::min(peer_smallest, p.stream->peer_ring_size());
+    peer_largest = std::max(peer_largest, p.stream->peer_ring_size());
+  }
+  std::printf("%s: %zu streams, %llu bytes each way on each, all checked; slept %llu times; rings %llu-%llu KiB, "
+              "the peer's %llu-%llu KiB\n",
+              who, peers.size(), ull(bytes), ull(sleeps), ull(smallest / 1024), ull(largest / 1024),
+              ull(peer_smallest / 1024), ull(peer_largest / 1024));
   return 0;
 }
 
@@ -107,7 +118,8 @@ int drive(std::vector<Peer>& peers, uint64_t bytes, const char* who) {
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   StreamOptions options;
-  options.ring_size_log2 = 16;
+  const char* ring = std::getenv("MANY_RING_LOG2");
+  options.ring_size_log2 = ring != nullptr ? static_cast<uint32_t>(std::atoi(ring)) : 16;
   options.recv_queue_depth = 16;
   options.send_queue_depth = 64;
   std::string_view mode = argc > 1 ? argv[1] : "";

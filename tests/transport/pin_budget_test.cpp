@@ -1,0 +1,104 @@
+// The ring a stream gets under RLIMIT_MEMLOCK (transport/pin_budget.h): pure arithmetic.
+#include "pin_budget.h"
+
+#include <gtest/gtest.h>
+
+namespace tcp2rdma::transport {
+namespace {
+
+constexpr uint64_t kKiB = 1024;
+constexpr uint64_t kMiB = 1024 * kKiB;
+
+PinState limited(uint64_t limit, uint64_t pinned = 0) { return PinState{true, limit, pinned}; }
+
+uint64_t cost(uint32_t ring_log2, uint32_t peer_log2, uint64_t fixed) {
+  return (uint64_t{1} << ring_log2) + (uint64_t{1} << (peer_log2 != 0 ? peer_log2 : ring_log2)) + fixed;
+}
+
+TEST(PinBudget, UnlimitedKeepsTheRingAsked) {
+  EXPECT_EQ(ring_log2_within(20, 0, stream_fixed_pin(320), PinState{}), 20u);
+  EXPECT_EQ(ring_log2_within(29, 22, stream_fixed_pin(320), PinState{}), 29u);
+}
+
+TEST(PinBudget, FixedCostIsTheMailboxPageAndTheSlots) {
+  EXPECT_EQ(stream_fixed_pin(320), 4096u + 20480u);  // 320 slots of 64 bytes: 5 pages
+  EXPECT_EQ(stream_fixed_pin(65), 4096u + 8192u);    // 4160 bytes: 2 pages
+}
+
+TEST(PinBudget, DebiansDefaultLimitGivesEachStreamASixtyFourthAtMost) {
+  uint64_t fixed = stream_fixed_pin(320);
+  uint32_t r = ring_log2_within(20, 0, fixed, limited(8 * kMiB));
+  EXPECT_EQ(r, 15u);  // 32 KiB: 88 KiB of the 128 KiB share; 64 KiB would cost 152 KiB
+  EXPECT_LE(cost(r, 0, fixed), 8 * kMiB / 64);
+  EXPECT_GT(cost(r + 1, 0, fixed), 8 * kMiB / 64);
+}
+
+TEST(PinBudget, SixtyFourStreamsFitInEightMebibytes) {
+  // One after the other, each counted as pinned once made: the target of issue 17 for an unprivileged
+  // user, with room to spare.
+  uint64_t fixed = stream_fixed_pin(320);
+  PinState state = limited(8 * kMiB);
+  int made = 0;
+  while (uint32_t r = ring_log2_within(20, 0, fixed, state)) {
+    state.pinned += cost(r, 0, fixed);
+    ++made;
+    ASSERT_LT(made, 10000);
+  }
+  EXPECT_GE(made, 64);
+  EXPECT_LE(state.pinned, 8 * kMiB - 8 * kMiB / 16);  // a sixteenth is always left free
+}
+
+TEST(PinBudget, TheSmallestRingMayTakeMoreThanAShare) {
+  // 1 MiB: a share is 16 KiB, less than even the smallest stream; it is made while the limit holds it.
+  uint64_t fixed = stream_fixed_pin(320);
+  EXPECT_EQ(ring_log2_within(20, 0, fixed, limited(1 * kMiB)), kSmallestBudgetRingLog2);
+  EXPECT_EQ(ring_log2_within(20, 0, fixed, limited(1 * kMiB, 1 * kMiB - 80 * kKiB)), 0u);
+}
+
+TEST(PinBudget, NothingFitsWhenTheLimitIsSpent) {
+  uint64_t fixed = stream_fixed_pin(320);
+  EXPECT_EQ(ring_log2_within(20, 0, fixed, limited(8 * kMiB, 8 * kMiB)), 0u);
+  EXPECT_EQ(ring_log2_within(20, 0, fixed, limited(8 * kMiB, 20 * kMiB)), 0u);  // no wraparound
+  EXPECT_EQ(ring_log2_within(20, 0, fixed, limited(40 * kKiB)), 0u);
+}
+
+TEST(PinBudget, AKnownPeerRingIsMirroredWhateverOursIs) {
+  // A server facing a client with a 1 MiB ring mirrors 1 MiB: under 8 MiB only the smallest ring of its
+  // own goes with it, and once less than that mirror is left, nothing does.
+  uint64_t fixed = stream_fixed_pin(320);
+  EXPECT_EQ(ring_log2_within(20, 20, fixed, limited(8 * kMiB)), kSmallestBudgetRingLog2);
+  EXPECT_EQ(ring_log2_within(20, 20, fixed, limited(8 * kMiB, 6 * kMiB)), kSmallestBudgetRingLog2);
+  EXPECT_EQ(ring_log2_within(20, 20, fixed, limited(8 * kMiB, 7 * kMiB)), 0u);  // 512 KiB left
+  // A small client ring leaves room for a larger one of ours, within the share.
+  uint32_t r = ring_log2_within(20, 14, fixed, limited(8 * kMiB));
+  EXPECT_EQ(r, 16u);  // 64 + 16 + 24 = 104 KiB of 128
+}
+
+TEST(PinBudget, ASmallWantedRingIsKeptOrRefused) {
+  uint64_t fixed = stream_fixed_pin(320);
+  EXPECT_EQ(ring_log2_within(12, 0, fixed, limited(8 * kMiB)), 12u);
+  EXPECT_EQ(ring_log2_within(12, 0, fixed, limited(8 * kMiB, 8 * kMiB)), 0u);
+}
+
+TEST(PinBudget, TheReservationOfThisProcessIsItsOwn) {
+  // The host test runs with whatever limit it has; a reservation must give a ring it can name and
+  // release what it took. Two at once, limited, get no more than the limit allows together.
+  uint32_t a = 0, b = 0;
+  {
+    PinReservation first(20, 0, stream_fixed_pin(320), &a);
+    PinReservation second(20, 0, stream_fixed_pin(320), &b);
+    if (!first.limited()) {
+      EXPECT_EQ(a, 20u);
+      EXPECT_EQ(b, 20u);
+    } else {
+      EXPECT_LE(a, 20u);
+      EXPECT_LE(b, a);  // the second saw the first's reservation
+    }
+  }
+  uint32_t again = 0;
+  PinReservation third(20, 0, stream_fixed_pin(320), &again);
+  EXPECT_EQ(again, a);  // the first two released theirs
+}
+
+}  // namespace
+}  // namespace tcp2rdma::transport
