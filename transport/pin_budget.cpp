@@ -60,8 +60,10 @@ PinState read_pin_state() {
   if (getrlimit(RLIMIT_MEMLOCK, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return state;
   uint64_t pinned = 0;
   bool ipc_lock = false;
-  // Unreadable (no /proc): the limit still holds, with nothing known to be pinned yet.
-  if (read_status(&pinned, &ipc_lock) && ipc_lock) return state;
+  // Unreadable (no /proc): nothing is known to be pinned yet, and root is taken to have CAP_IPC_LOCK,
+  // as memlock_holds_no_stream() takes it.
+  if (!read_status(&pinned, &ipc_lock)) ipc_lock = geteuid() == 0;
+  if (ipc_lock) return state;
   state.limited = true;
   state.limit = limit.rlim_cur;
   state.pinned = pinned;
