@@ -21,52 +21,79 @@ constexpr int kCapIpcLock = 14;  // linux/capability.h
 // Bytes reserved by setups under way in this process (PinReservation).
 std::atomic<uint64_t> reserved_bytes{0};
 
+// A stream's pinned bytes: its ring, the peer's mirrored (as large as ours when not known), the rest.
 uint64_t cost(uint32_t ring_log2, uint32_t peer_log2, uint64_t fixed) {
   uint64_t ring = uint64_t{1} << ring_log2;
   return ring + (peer_log2 != 0 ? uint64_t{1} << peer_log2 : ring) + fixed;
 }
 
-// The value after "name:" in /proc/self/status, or nullptr.
-const char* field(const char* status, const char* name) {
-  const char* at = std::strstr(status, name);
-  if (at == nullptr) return nullptr;
-  at += std::strlen(name);
-  while (*at == ' ' || *at == '\t') ++at;
-  return at;
-}
-
-// What the kernel counts against RLIMIT_MEMLOCK for this process (pinned_vm), and whether it has
-// CAP_IPC_LOCK (then nothing is counted against it). open and pread are not interposed; close is,
-// and goes through os() (os_calls.h).
-bool read_status(uint64_t* pinned, bool* ipc_lock) {
-  int fd = ::open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+// A /proc file's text, whole if it fits `size` - 1 bytes. open and pread are not interposed by the
+// module; close is, and goes through os() (os_calls.h).
+bool read_proc(const char* path, char* buf, size_t size) {
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
-  char buf[4096];
-  ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+  ssize_t n = ::pread(fd, buf, size - 1, 0);
   os().close(fd);
   if (n <= 0) return false;
   buf[n] = '\0';
-  const char* pin = field(buf, "VmPin:");
-  const char* caps = field(buf, "CapEff:");
-  if (pin == nullptr || caps == nullptr) return false;
-  *pinned = std::strtoull(pin, nullptr, 10) * 1024;  // in kB
-  *ipc_lock = (std::strtoull(caps, nullptr, 16) >> kCapIpcLock) & 1;
+  return true;
+}
+
+// The number after "name:" in such a text (base 10 or 16), or false.
+bool field(const char* text, const char* name, int base, uint64_t* value) {
+  const char* at = std::strstr(text, name);
+  if (at == nullptr) return false;
+  *value = std::strtoull(at + std::strlen(name), nullptr, base);  // strtoull skips the blanks
+  return true;
+}
+
+// What the kernel counts against RLIMIT_MEMLOCK for this process (pinned_vm), and whether it has
+// CAP_IPC_LOCK (then nothing is counted against it).
+bool read_status(uint64_t* pinned, bool* ipc_lock) {
+  char buf[4096];
+  uint64_t pinned_kb = 0, caps = 0;
+  if (!read_proc("/proc/self/status", buf, sizeof buf) || !field(buf, "VmPin:", 10, &pinned_kb) ||
+      !field(buf, "CapEff:", 16, &caps)) {
+    return false;
+  }
+  *pinned = pinned_kb * 1024;
+  *ipc_lock = (caps >> kCapIpcLock) & 1;
+  return true;
+}
+
+// MemTotal and MemAvailable, in bytes.
+bool read_meminfo(uint64_t* total, uint64_t* available) {
+  char buf[4096];
+  uint64_t total_kb = 0, available_kb = 0;
+  if (!read_proc("/proc/meminfo", buf, sizeof buf) || !field(buf, "MemTotal:", 10, &total_kb) ||
+      !field(buf, "MemAvailable:", 10, &available_kb)) {
+    return false;
+  }
+  *total = total_kb * 1024;
+  *available = available_kb * 1024;
   return true;
 }
 
 PinState read_pin_state() {
   PinState state;
-  rlimit limit{};
-  if (getrlimit(RLIMIT_MEMLOCK, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return state;
   uint64_t pinned = 0;
   bool ipc_lock = false;
   // Unreadable (no /proc): nothing is known to be pinned yet, and root is taken to have CAP_IPC_LOCK,
   // as memlock_holds_no_stream() takes it.
   if (!read_status(&pinned, &ipc_lock)) ipc_lock = geteuid() == 0;
-  if (ipc_lock) return state;
-  state.limited = true;
-  state.limit = limit.rlim_cur;
   state.pinned = pinned;
+  rlimit limit{};
+  if (!ipc_lock && getrlimit(RLIMIT_MEMLOCK, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
+    state.limited = true;
+    state.limit = limit.rlim_cur;
+  }
+  uint64_t total = 0, available = 0;
+  if (read_meminfo(&total, &available)) {
+    uint64_t quarter = total / 4;
+    if (!state.limited || quarter < state.limit) state.limit = quarter;
+    state.limited = true;
+    state.available = available > total / 8 ? available - total / 8 : 0;
+  }
   return state;
 }
 
@@ -81,6 +108,7 @@ uint32_t ring_log2_within(uint32_t wanted, uint32_t peer_log2, uint64_t fixed, c
   if (!state.limited) return wanted;
   uint64_t keep_free = state.limit / 16;
   uint64_t left = state.limit > keep_free + state.pinned ? state.limit - keep_free - state.pinned : 0;
+  left = std::min(left, state.available);
   if (wanted <= kSmallestBudgetRingLog2) return cost(wanted, peer_log2, fixed) <= left ? wanted : 0;
   uint64_t share = std::min(left, state.limit / 64);
   for (uint32_t r = wanted; r > kSmallestBudgetRingLog2; --r) {
@@ -90,19 +118,38 @@ uint32_t ring_log2_within(uint32_t wanted, uint32_t peer_log2, uint64_t fixed, c
   return cost(kSmallestBudgetRingLog2, peer_log2, fixed) <= left ? kSmallestBudgetRingLog2 : 0;
 }
 
-PinReservation::PinReservation(uint32_t wanted, uint32_t peer_log2, uint64_t fixed, uint32_t* ring_log2) {
+RingChoice client_rings(uint32_t wanted, uint32_t max_peer_log2, uint64_t fixed, const PinState& state) {
+  if (ring_log2_within(wanted, max_peer_log2, fixed, state) == wanted) return {wanted, max_peer_log2};
+  uint32_t r = ring_log2_within(wanted, 0, fixed, state);
+  return {r, std::min(r, max_peer_log2)};
+}
+
+template <typename Choose>
+void PinReservation::reserve(uint64_t fixed, Choose choose) {
   PinState state = read_pin_state();
-  limited_ = state.limited;
-  *ring_log2 = wanted;
-  if (!limited_) return;
   const uint64_t pinned = state.pinned;
   uint64_t others = reserved_bytes.load(std::memory_order_relaxed);
   do {  // chosen against what other setups had reserved at the moment ours is added
     state.pinned = pinned + others;
-    *ring_log2 = ring_log2_within(wanted, peer_log2, fixed, state);
-    if (*ring_log2 == 0) return;
-    reserved_ = cost(*ring_log2, peer_log2, fixed);
+    choice_ = choose(state);
+    if (choice_.ring_log2 == 0) {
+      reserved_ = 0;
+      return;
+    }
+    reserved_ = cost(choice_.ring_log2, choice_.max_peer_log2, fixed);
   } while (!reserved_bytes.compare_exchange_weak(others, others + reserved_, std::memory_order_relaxed));
+}
+
+PinReservation::PinReservation(uint32_t wanted, uint32_t peer_log2, uint64_t fixed) {
+  reserve(fixed, [&](const PinState& state) {
+    return RingChoice{ring_log2_within(wanted, peer_log2, fixed, state), peer_log2};
+  });
+}
+
+PinReservation PinReservation::for_client(uint32_t wanted, uint32_t max_peer_log2, uint64_t fixed) {
+  PinReservation r;
+  r.reserve(fixed, [&](const PinState& state) { return client_rings(wanted, max_peer_log2, fixed, state); });
+  return r;
 }
 
 PinReservation::~PinReservation() {

@@ -1,17 +1,20 @@
-// What a new stream may pin, so that under a small RLIMIT_MEMLOCK (an unprivileged user: Debian's
-// default is 8 MiB) its ring is made smaller instead of failing to register (docs/protocol.md, "Memory
-// lock limit"). Every byte a stream registers counts against the limit: its receive ring and mailbox
-// page, its bounce buffer (as large as the peer's ring) and its outgoing mailbox slots. With a
-// process's first streams taking a 1 MiB ring each, 8 MiB held three of them.
+// What a new stream may pin, so that its ring is made smaller instead of failing to register, or
+// instead of pinning more memory than the machine has (docs/protocol.md, "Pinned memory"). Every byte
+// a stream registers is pinned: its receive ring and mailbox page, its bounce buffer (as large as the
+// peer's ring) and its outgoing mailbox slots. With 1 MiB rings that is 2.1 MiB a stream: Debian's
+// default RLIMIT_MEMLOCK of 8 MiB held three, and 500 connections of a root process would pin more
+// than the 1 GiB of a test VM (its application killed by the OOM killer).
 //
-// The rule, for a limited process: a stream wants the ring its options say; it gets the largest power
-// of two, not above that and not below 16 KiB, whose cost fits both (a) what is left of the limit
-// after what the process has pinned (the kernel's count, VmPin, which also sees zero-copy
-// registrations and any queue memory the device pins) and what streams being set up have reserved,
-// less a sixteenth of the limit kept free, and (b) a sixty-fourth of the limit, so that the first
-// streams leave room for many more (8 MiB: 32 KiB rings, about 90 of them). A stream for which not even
-// the smallest ring fits is refused (kMemoryLock) before anything is registered. A process with
-// CAP_IPC_LOCK, or an unlimited RLIMIT_MEMLOCK, keeps the rings its options ask for.
+// A process's pinning limit is the smaller of its RLIMIT_MEMLOCK (unless it has CAP_IPC_LOCK, which
+// lifts it) and a quarter of the machine's memory. A stream wants the ring its options say; it gets the
+// largest power of two, not above that and not below 16 KiB, whose cost fits both (a) what is left:
+// the limit less a sixteenth kept free, less what the process has pinned (the kernel's count, VmPin,
+// which also sees zero-copy registrations and any queue memory the device pins) and what streams
+// being set up have reserved, and no more than the machine has available less an eighth of its memory;
+// and (b) a sixty-fourth of the limit, so that the first streams leave room for many more (8 MiB: 32
+// KiB rings, about 90 of them; 1 GiB of memory: 1 MiB rings, about 110, then smaller ones). When no
+// size fits (b), the smallest ring if it fits (a). A stream for which nothing fits is refused
+// (kPinLimit) before anything is registered: the connection stays TCP.
 #pragma once
 
 #include <cstdint>
@@ -24,41 +27,60 @@ inline constexpr uint32_t kSmallestBudgetRingLog2 = 14;  // 16 KiB
 
 // The process's limit and what counts against it now.
 struct PinState {
-  bool limited = false;  // false: CAP_IPC_LOCK or RLIMIT_MEMLOCK unlimited
-  uint64_t limit = 0;    // RLIMIT_MEMLOCK (soft), bytes
-  uint64_t pinned = 0;   // pinned now (VmPin) plus what setups under way have reserved
+  bool limited = false;   // false: nothing known bounds it (no /proc, no RLIMIT_MEMLOCK)
+  uint64_t limit = 0;     // bytes the process may pin
+  uint64_t pinned = 0;    // pinned now (VmPin) plus what setups under way have reserved
+  uint64_t available = ~uint64_t{0};  // what the machine can still give (MemAvailable less a reserve)
 };
 
 // Bytes a stream pins besides its ring and the peer's (its bounce buffer): the mailbox page after the
 // ring and the outgoing mailbox slots of a send queue this deep.
 uint64_t stream_fixed_pin(uint32_t send_queue_depth);
 
-// Pure (host tests): the ring (log2) for a stream that wants 2^wanted, with `fixed` bytes besides its
-// ring and the peer's. peer_log2 is the peer's ring when known (the server's view of a request), or
-// 0: not known yet (the client's), taken as no larger than ours, which the request asks the peer to
-// keep to. 0 when not even the smallest ring fits. Unlimited: `wanted`.
+// Pure (host tests): the ring (log2) for a stream that wants 2^wanted, whose peer's ring is
+// 2^peer_log2, with `fixed` bytes besides the two rings. 0 when not even the smallest ring fits.
 uint32_t ring_log2_within(uint32_t wanted, uint32_t peer_log2, uint64_t fixed, const PinState& state);
 
-// Reads the process's state (RLIMIT_MEMLOCK, /proc/self/status: VmPin, CapEff) and reserves what the
-// chosen ring costs until the stream's registrations are made (then VmPin counts them), so that
-// setups in several threads at once do not all take the same room (each choice is made against the
-// reservations of the others at the moment its own is added). Lock-free, so that fork cannot leave it
-// held: a forked child may inherit a reservation its parent's thread was holding, which only makes the
-// child more careful.
+// The client's choice: it does not know the server's ring yet, and tells the server the largest it
+// will mirror (ConnectRequest::max_server_ring_log2). It keeps its options (its ring, the server's up
+// to max_peer_log2) when they fit; otherwise it takes the ring that fits with the server's no larger
+// than its own, and asks the server for that.
+struct RingChoice {
+  uint32_t ring_log2 = 0;      // 0: nothing fits
+  uint32_t max_peer_log2 = 0;  // the largest ring of the peer's this side mirrors
+};
+RingChoice client_rings(uint32_t wanted, uint32_t max_peer_log2, uint64_t fixed, const PinState& state);
+
+// Reads the process's state (RLIMIT_MEMLOCK; /proc/self/status: VmPin, CapEff; /proc/meminfo), makes
+// the choice, and reserves what it costs until the stream's registrations are made (then VmPin counts
+// them), so that setups in several threads at once do not all take the same room (each choice is made
+// against the reservations of the others at the moment its own is added). Lock-free, so that fork
+// cannot leave it held: a forked child may inherit a reservation its parent's thread was holding,
+// which only makes the child more careful.
 class PinReservation {
  public:
-  // Chooses as ring_log2_within does and reserves its cost; *ring_log2 is 0 when nothing fits
-  // (nothing is reserved then).
-  PinReservation(uint32_t wanted, uint32_t peer_log2, uint64_t fixed, uint32_t* ring_log2);
+  // The server's view: the peer's ring is known.
+  PinReservation(uint32_t wanted, uint32_t peer_log2, uint64_t fixed);
+  // The client's view (client_rings).
+  static PinReservation for_client(uint32_t wanted, uint32_t max_peer_log2, uint64_t fixed);
   ~PinReservation();
+  PinReservation(PinReservation&& other) noexcept : choice_(other.choice_), reserved_(other.reserved_) {
+    other.reserved_ = 0;
+  }
   PinReservation(const PinReservation&) = delete;
   PinReservation& operator=(const PinReservation&) = delete;
-  // Whether the process is limited at all (the request then asks the peer to keep its ring to ours).
-  bool limited() const { return limited_; }
+  PinReservation& operator=(PinReservation&&) = delete;
+
+  const RingChoice& choice() const { return choice_; }
 
  private:
+  PinReservation() = default;
+  // Chooses with `choose` against the state and the others' reservations, and adds its own.
+  template <typename Choose>
+  void reserve(uint64_t fixed, Choose choose);
+
+  RingChoice choice_;
   uint64_t reserved_ = 0;
-  bool limited_ = false;
 };
 
 }  // namespace tcp2rdma::transport

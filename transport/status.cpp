@@ -27,6 +27,8 @@ const char* to_string(Status status) {
     case Status::kRefused: return "the peer asked for a larger ring than this side allows";
     case Status::kPathFailed: return "the RDMA path failed (failing over to TCP)";
     case Status::kDescriptors: return "no descriptor left above the application's limit (RLIMIT_NOFILE)";
+    case Status::kPinLimit:
+      return "no room to pin another ring (the process's pinning limit: RLIMIT_MEMLOCK or a quarter of memory)";
   }
   return "?";
 }

@@ -24,6 +24,7 @@ enum class Status {
   kRefused,        // the peer asked for more than our options allow (its ring): it is not served
   kPathFailed,     // (a fail_over stream) the RDMA path failed: the connection goes on over TCP once it
                    // has failed over (leave_path), or is reset if it cannot (give_up_path)
+  kPinLimit,       // not even the smallest ring fits what the process may still pin (pin_budget.h)
 };
 
 const char* to_string(Status status);

@@ -261,18 +261,17 @@ Status StreamListener::accept_held(size_t index, uint64_t server_nonce, const St
     reject(held.id);
     return Status::kRefused;
   }
-  // Our ring as the client allows (its bounce buffer mirrors it) and as the memory lock limit allows,
+  // Our ring as the client allows (its bounce buffer mirrors it) and as the pinning limit allows,
   // with the client's ring mirrored here (pin_budget.h).
   uint32_t wanted = options.ring_size_log2;
   if (held.request.max_server_ring_log2 != 0) wanted = std::min<uint32_t>(wanted, held.request.max_server_ring_log2);
-  uint32_t ring_log2 = 0;
-  PinReservation pin(wanted, held.request.ring_size_log2, stream_fixed_pin(options.send_queue_depth), &ring_log2);
-  if (ring_log2 == 0) {
+  PinReservation pin(wanted, held.request.ring_size_log2, stream_fixed_pin(options.send_queue_depth));
+  if (pin.choice().ring_log2 == 0) {
     reject(held.id);
-    return Status::kMemoryLock;
+    return Status::kPinLimit;
   }
   StreamOptions sized = options;
-  sized.ring_size_log2 = ring_log2;
+  sized.ring_size_log2 = pin.choice().ring_log2;
   std::unique_ptr<RdmaStream> stream(new RdmaStream);
   stream->tuple_ = held.request.tuple;
   stream->client_nonce_ = held.request.client_nonce;

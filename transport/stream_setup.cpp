@@ -140,14 +140,14 @@ Status RdmaStream::connect_once(const sockaddr* address, const Pairing& pairing,
   if (Status s = expect_cm_event(channel, options.timeout_ms, RDMA_CM_EVENT_ROUTE_RESOLVED); s != Status::kOk) {
     return s;
   }
-  // Our ring as the memory lock limit allows (pin_budget.h); the server is asked to keep its own ring,
+  // Our ring as the pinning limit allows (pin_budget.h); the server is asked to keep its own ring,
   // which our bounce buffer mirrors, to what we can pin too.
-  uint32_t ring_log2 = 0;
-  PinReservation pin(options.ring_size_log2, 0, stream_fixed_pin(options.send_queue_depth), &ring_log2);
-  if (ring_log2 == 0) return Status::kMemoryLock;
+  PinReservation pin = PinReservation::for_client(options.ring_size_log2, options.max_peer_ring_size_log2,
+                                                  stream_fixed_pin(options.send_queue_depth));
+  if (pin.choice().ring_log2 == 0) return Status::kPinLimit;
   StreamOptions sized = options;
-  sized.ring_size_log2 = ring_log2;
-  if (pin.limited()) sized.max_peer_ring_size_log2 = std::min(sized.max_peer_ring_size_log2, ring_log2);
+  sized.ring_size_log2 = pin.choice().ring_log2;
+  sized.max_peer_ring_size_log2 = pin.choice().max_peer_log2;
   if (Status s = stream->create_resources(id, sized); s != Status::kOk) return s;
   ConnectRequest request{};
   stream->describe_ourselves(&request, sized);

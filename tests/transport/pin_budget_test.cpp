@@ -80,24 +80,71 @@ TEST(PinBudget, ASmallWantedRingIsKeptOrRefused) {
   EXPECT_EQ(ring_log2_within(12, 0, fixed, limited(8 * kMiB, 8 * kMiB)), 0u);
 }
 
+TEST(PinBudget, AClientKeepsItsOptionsWhenTheyFit) {
+  uint64_t fixed = stream_fixed_pin(320);
+  // Unlimited, or a large machine: its ring, and the server's up to 4 times it.
+  RingChoice free_choice = client_rings(20, 22, fixed, PinState{});
+  EXPECT_EQ(free_choice.ring_log2, 20u);
+  EXPECT_EQ(free_choice.max_peer_log2, 22u);
+  RingChoice big = client_rings(20, 22, fixed, limited(6 * 1024 * kMiB));
+  EXPECT_EQ(big.ring_log2, 20u);
+  EXPECT_EQ(big.max_peer_log2, 22u);
+  // 8 MiB: a smaller ring, and the server asked to keep to it.
+  RingChoice small = client_rings(20, 22, fixed, limited(8 * kMiB));
+  EXPECT_EQ(small.ring_log2, 15u);
+  EXPECT_EQ(small.max_peer_log2, 15u);
+  // 256 MiB (a quarter of a 1 GiB machine): 1 MiB fits a share, 1 + 4 MiB does not: the server keeps to 1 MiB.
+  RingChoice vm = client_rings(20, 22, fixed, limited(256 * kMiB));
+  EXPECT_EQ(vm.ring_log2, 20u);
+  EXPECT_EQ(vm.max_peer_log2, 20u);
+  EXPECT_EQ(client_rings(20, 22, fixed, limited(8 * kMiB, 8 * kMiB)).ring_log2, 0u);
+}
+
+TEST(PinBudget, TheMachinesMemoryBoundsWhatIsLeft) {
+  // A 1 GiB machine: a quarter (256 MiB) per process, and never more than it has available less an
+  // eighth. Streams of 1 MiB rings one after the other: about 110 at 1 MiB, then smaller ones, and
+  // never more pinned than the quarter; with the machine short of memory, fewer.
+  uint64_t fixed = stream_fixed_pin(320);
+  PinState state = limited(256 * kMiB);
+  int made = 0, full_size = 0;
+  while (uint32_t r = ring_log2_within(20, 0, fixed, state)) {
+    full_size += r == 20;
+    state.pinned += cost(r, 0, fixed);
+    ++made;
+    ASSERT_LT(made, 100000);
+  }
+  EXPECT_GE(full_size, 100);
+  EXPECT_GT(made, full_size);
+  EXPECT_LE(state.pinned, 256 * kMiB);
+  PinState short_of_memory = limited(256 * kMiB);
+  short_of_memory.available = 3 * kMiB;
+  EXPECT_EQ(ring_log2_within(20, 0, fixed, short_of_memory), 20u);  // 2.1 MiB fits 3
+  short_of_memory.available = 1 * kMiB;
+  EXPECT_EQ(ring_log2_within(20, 0, fixed, short_of_memory), 18u);  // 256 KiB: 536 KiB of the 1 MiB
+  short_of_memory.available = 60 * kKiB;
+  EXPECT_EQ(ring_log2_within(20, 0, fixed, short_of_memory), kSmallestBudgetRingLog2);  // 56 KiB
+  short_of_memory.available = 40 * kKiB;
+  EXPECT_EQ(ring_log2_within(20, 0, fixed, short_of_memory), 0u);
+}
+
 TEST(PinBudget, TheReservationOfThisProcessIsItsOwn) {
-  // The host test runs with whatever limit it has; a reservation must give a ring it can name and
-  // release what it took. Two at once, limited, get no more than the limit allows together.
+  // The host test runs with whatever limit and memory it has: a reservation gives a ring it can name
+  // and releases what it took; a second one at the same time sees the first's.
+  uint64_t fixed = stream_fixed_pin(320);
   uint32_t a = 0, b = 0;
   {
-    PinReservation first(20, 0, stream_fixed_pin(320), &a);
-    PinReservation second(20, 0, stream_fixed_pin(320), &b);
-    if (!first.limited()) {
-      EXPECT_EQ(a, 20u);
-      EXPECT_EQ(b, 20u);
-    } else {
-      EXPECT_LE(a, 20u);
-      EXPECT_LE(b, a);  // the second saw the first's reservation
-    }
+    PinReservation first = PinReservation::for_client(20, 22, fixed);
+    PinReservation second = PinReservation::for_client(20, 22, fixed);
+    a = first.choice().ring_log2;
+    b = second.choice().ring_log2;
+    EXPECT_LE(a, 20u);
+    EXPECT_LE(b, a);
+    EXPECT_LE(first.choice().max_peer_log2, 22u);
   }
-  uint32_t again = 0;
-  PinReservation third(20, 0, stream_fixed_pin(320), &again);
-  EXPECT_EQ(again, a);  // the first two released theirs
+  PinReservation third = PinReservation::for_client(20, 22, fixed);
+  EXPECT_EQ(third.choice().ring_log2, a);  // the first two released theirs
+  PinReservation server(20, 18, fixed);
+  EXPECT_EQ(server.choice().max_peer_log2, 18u);  // the client's ring, as it is
 }
 
 }  // namespace

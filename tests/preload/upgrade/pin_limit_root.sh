@@ -1,0 +1,25 @@
+#!/bin/sh
+# pin_limit_root.sh SHIM RULES HOST PORT N: the client half of integration.pin_limit_root.pair. A root
+# python3 (CAP_IPC_LOCK: no RLIMIT_MEMLOCK) under the module, rules asking for 1 MiB rings, opens N
+# connections (before-return) and keeps them all open: 450 streams of 2.1 MiB would pin more than the
+# guest's 1 GiB (its OOM killer ended the application). The module pins at most a quarter of the
+# machine's memory (transport/pin_budget.h): the first connections go on RDMA, those beyond the limit
+# stay TCP saying so, and every byte of every echo is exact.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+guest=$here/../../../integration/guest
+log=/tmp/shim-root.log
+sh "$guest/wait-servers.sh" || exit 1
+out=$(T2R_MIN_PKTS=1000 sh "$guest/expect-rdma" \
+  env LD_PRELOAD="$1" TCP2RDMA_RULES="$2" TCP2RDMA_LOG=$log python3 "$here/memlock_many.py" "$3" "$4" "$5" 2>&1)
+status=$?
+echo "$out"
+upgraded=$(grep -c 'upgraded to rdma' $log)
+limited=$(grep -c 'stays tcp (no room to pin another ring' $log)
+echo "pin_limit_root: $upgraded of $5 connections upgraded, $limited stayed tcp for the pinning limit; rings:"
+grep -o 'receive ring [0-9]* KiB, the peer.s [0-9]* KiB' $log | sort | uniq -c
+grep 'stays tcp' $log | grep -v 'no room to pin' | head -5
+[ $status -eq 0 ] || exit 1
+[ "$upgraded" -ge 100 ] && [ $((upgraded + limited)) -eq "$5" ] || exit 1
+# What the process pinned with all of them open: at most a quarter of the machine's memory.
+echo "$out" | awk '/all .* open: VmPin/ { pin = $6; total = $9 } END { exit !(pin > 0 && pin <= total / 4) }'
