@@ -100,9 +100,10 @@ class RdmaStream {
   static constexpr uint8_t kRetryCount = 6;
 
   // Connects to a StreamListener at `address` (an IP address and the rdma_cm port), following one
-  // redirect to another port of the same address (a pre-fork server's directory).
+  // redirect to another port of the same address (a pre-fork server's directory). kRejected: the
+  // server said no; *declined (when given) says why if it did (a Decline record), else kNone.
   static Status connect(const sockaddr* address, const Pairing& pairing, const StreamOptions& options,
-                        std::unique_ptr<RdmaStream>* out);
+                        std::unique_ptr<RdmaStream>* out, DeclineReason* declined = nullptr);
   ~RdmaStream();
   // A stream a listener has answered (StreamListener::begin_accept): waits for the client to complete
   // the connection. kOk: it is ready for use.
@@ -233,9 +234,10 @@ class RdmaStream {
   static constexpr size_t kMailboxSlot = StreamLink::kMailboxSlot;  // the mailbox's place after the ring
 
   // Setup (stream_setup.cpp).
-  // One connection attempt; a valid redirect sets *redirect_port (else 0) and returns kRejected.
+  // One connection attempt; a valid redirect sets *redirect_port (else 0) and returns kRejected, as
+  // does a valid decline, which sets *declined.
   static Status connect_once(const sockaddr* address, const Pairing& pairing, const StreamOptions& options,
-                             std::unique_ptr<RdmaStream>* out, uint16_t* redirect_port);
+                             std::unique_ptr<RdmaStream>* out, uint16_t* redirect_port, DeclineReason* declined);
   // The link for `id` (stream_link.h), then our ring in its protection domain.
   Status create_resources(rdma_cm_id* id, const StreamOptions& options);
   Status start(uint8_t peer_ring_log2, uint32_t peer_rkey, uint8_t peer_depth, bool is_client);

@@ -33,6 +33,22 @@ const char* to_string(Status status) {
   return "?";
 }
 
+const char* to_string(DeclineReason reason) {
+  switch (reason) {
+    case DeclineReason::kNone: return "the peer has no tcp2rdma listener (rejected)";
+    case DeclineReason::kServerStaysTcp: return "the peer declined: it keeps the connection on TCP";
+    case DeclineReason::kBusy: return "the peer declined: too many upgrades under way in its process";
+    case DeclineReason::kExpired: return "the peer declined: its application did not accept the connection in time";
+    case DeclineReason::kTooLate: return "the peer declined: its upgrade had stopped waiting for our request";
+    case DeclineReason::kDuplicate: return "the peer declined: two requests named this connection";
+    case DeclineReason::kRingTooLarge: return "the peer declined: our ring is larger than it mirrors";
+    case DeclineReason::kPinLimit: return "the peer declined: it has no room to pin another ring";
+    case DeclineReason::kMemoryLock: return "the peer declined: it cannot register memory (RLIMIT_MEMLOCK)";
+    case DeclineReason::kResources: return "the peer declined: it cannot make RDMA resources";
+  }
+  return "the peer declined";
+}
+
 Status registration_failure(int error) {
   return error == ENOMEM || error == EPERM ? Status::kMemoryLock : Status::kResources;
 }

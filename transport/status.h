@@ -1,6 +1,8 @@
 // One status for everything the transport reports; the preload layer maps it to errno in one place.
 #pragma once
 
+#include "wire.h"
+
 namespace tcp2rdma::transport {
 
 enum class Status {
@@ -28,6 +30,8 @@ enum class Status {
 };
 
 const char* to_string(Status status);
+// What the client's log says of a server's Decline (wire.h), e.g. "the peer declined: ...".
+const char* to_string(DeclineReason reason);
 
 // What a failed ibv_reg_mr means, from its errno: RLIMIT_MEMLOCK (ENOMEM, EPERM) or other resources.
 Status registration_failure(int error);

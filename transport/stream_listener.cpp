@@ -19,6 +19,17 @@
 namespace tcp2rdma::transport {
 namespace {
 
+// What a rejection tells the request's client of why the server declined (wire.h).
+Decline decline_record(const ConnectRequest& request, DeclineReason why) {
+  Decline d{};
+  d.magic = kSetupMagic;
+  d.version = kProtocolVersion;
+  d.kind = kDeclineKind;
+  d.reason = static_cast<uint8_t>(why);
+  d.client_nonce = request.client_nonce;
+  return d;
+}
+
 bool same_address(const uint8_t tuple_addr[16], uint8_t family, const sockaddr* real) {
   uint8_t bytes[16];
   return tuple_address(real, bytes) == family && std::memcmp(bytes, tuple_addr, 16) == 0;
@@ -76,6 +87,12 @@ StreamListener::~StreamListener() {
 
 void StreamListener::reject(rdma_cm_id* id) {
   rdma_reject(id, nullptr, 0);
+  rdma_destroy_id(id);
+}
+
+void StreamListener::reject(rdma_cm_id* id, const ConnectRequest& request, DeclineReason why) {
+  Decline d = decline_record(request, why);
+  rdma_reject(id, &d, sizeof d);
   rdma_destroy_id(id);
 }
 
@@ -149,17 +166,17 @@ void StreamListener::take_event(rdma_cm_event* event) {
   for (size_t i = 0; i < held_.size(); ++i) {
     if (std::memcmp(&held_[i].request.tuple, &request.tuple, sizeof request.tuple) == 0) {
       counters_.rejected_duplicate += 2;
-      reject(held_[i].id);
+      reject(held_[i].id, held_[i].request, DeclineReason::kDuplicate);
       remove_held(i);
-      reject(id);
-      remember_declined(request.tuple);
+      reject(id, request, DeclineReason::kDuplicate);
+      remember_declined(request.tuple, DeclineReason::kDuplicate);
       return;
     }
   }
   for (size_t i = 0; i < declined_.size(); ++i) {
     if (std::memcmp(&declined_[i].tuple, &request.tuple, sizeof request.tuple) == 0) {
       ++counters_.rejected_declined;
-      reject(id);
+      reject(id, request, declined_[i].why);
       declined_[i] = declined_.back();
       declined_.pop_back();
       return;
@@ -168,26 +185,26 @@ void StreamListener::take_event(rdma_cm_event* event) {
   held_.push_back(Held{id, request, std::chrono::steady_clock::now()});
 }
 
-void StreamListener::decline(const TcpTuple& tuple) {
+void StreamListener::decline(const TcpTuple& tuple, DeclineReason why) {
   OwnCalls own;  // own_calls.h
   for (size_t i = 0; i < held_.size(); ++i) {
     if (std::memcmp(&held_[i].request.tuple, &tuple, sizeof tuple) == 0) {
       ++counters_.rejected_declined;
-      reject(held_[i].id);
+      reject(held_[i].id, held_[i].request, why);
       remove_held(i);
       return;
     }
   }
-  remember_declined(tuple);  // not here yet
+  remember_declined(tuple, why);  // not here yet
 }
 
-void StreamListener::remember_declined(const TcpTuple& tuple) {
+void StreamListener::remember_declined(const TcpTuple& tuple, DeclineReason why) {
   // Longer than any hold: a request comes within a hold of its connection's accept, or never.
   // Bounded: the oldest goes first.
   auto now = std::chrono::steady_clock::now();
   std::erase_if(declined_, [&](const Declined& d) { return now - d.since > std::chrono::seconds(30); });
   if (declined_.size() >= 1024) declined_.erase(declined_.begin());
-  declined_.push_back(Declined{tuple, now});
+  declined_.push_back(Declined{tuple, why, now});
 }
 
 void StreamListener::collect(std::chrono::milliseconds hold) {
@@ -198,7 +215,7 @@ void StreamListener::collect(std::chrono::milliseconds hold) {
   for (size_t i = 0; i < held_.size();) {
     if (now - held_[i].since > hold) {
       ++counters_.rejected_expired;
-      reject(held_[i].id);
+      reject(held_[i].id, held_[i].request, DeclineReason::kExpired);
       remove_held(i);
     } else {
       ++i;
@@ -258,7 +275,7 @@ Status StreamListener::accept_held(size_t index, uint64_t server_nonce, const St
   remove_held(index);
   if (held.request.ring_size_log2 > options.max_peer_ring_size_log2) {
     // Its ring would cost us a bounce buffer as large, pinned: refused before anything is made.
-    reject(held.id);
+    reject(held.id, held.request, DeclineReason::kRingTooLarge);
     return Status::kRefused;
   }
   // Our ring as the client allows (its bounce buffer mirrors it) and as the pinning limit allows,
@@ -267,7 +284,7 @@ Status StreamListener::accept_held(size_t index, uint64_t server_nonce, const St
   if (held.request.max_server_ring_log2 != 0) wanted = std::min<uint32_t>(wanted, held.request.max_server_ring_log2);
   PinReservation pin(wanted, held.request.ring_size_log2, stream_fixed_pin(options.send_queue_depth));
   if (pin.choice().ring_log2 == 0) {
-    reject(held.id);
+    reject(held.id, held.request, DeclineReason::kPinLimit);
     return Status::kPinLimit;
   }
   StreamOptions sized = options;
@@ -277,7 +294,7 @@ Status StreamListener::accept_held(size_t index, uint64_t server_nonce, const St
   stream->client_nonce_ = held.request.client_nonce;
   stream->server_nonce_ = server_nonce;
   if (Status made = stream->link_->open_cm_channel(); made != Status::kOk) {
-    reject(held.id);
+    reject(held.id, held.request, DeclineReason::kResources);
     return made == Status::kNoDevice ? Status::kResources : made;
   }
   // Each stream gets its own event channel, so that its events never reach the listener. This fails
@@ -289,7 +306,10 @@ Status StreamListener::accept_held(size_t index, uint64_t server_nonce, const St
   Status s = stream->create_resources(held.id, sized);
   if (s == Status::kOk) s = stream->start(held.request.ring_size_log2, held.request.rkey, held.request.queue_depth, false);
   if (s != Status::kOk) {
-    rdma_reject(held.id, nullptr, 0);  // the stream's destructor destroys the id
+    Decline d = decline_record(held.request, s == Status::kMemoryLock ? DeclineReason::kMemoryLock
+                                             : s == Status::kRefused  ? DeclineReason::kRingTooLarge
+                                                                      : DeclineReason::kResources);
+    rdma_reject(held.id, &d, sizeof d);  // the stream's destructor destroys the id
     return s;
   }
   AcceptReply reply{};

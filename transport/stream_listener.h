@@ -64,8 +64,8 @@ class StreamListener {
   std::vector<Redirected> redirect(const std::function<uint16_t(const TcpTuple&)>& port_for);
   // The server will not upgrade the connection `tuple` (it stays TCP): its client's request is
   // rejected at once, held or still to come (for up to the hold time), rather than left to expire
-  // while the client waits.
-  void decline(const TcpTuple& tuple);
+  // while the client waits; the rejection tells the client `why` (a Decline record).
+  void decline(const TcpTuple& tuple, DeclineReason why = DeclineReason::kServerStaysTcp);
   // The rdma_cm port this listener is bound to (host order): the one asked for, or the one given.
   uint16_t port() const;
   // Waits up to `timeout` for any request and accepts it (tests and tools, where no TCP connection
@@ -85,8 +85,11 @@ class StreamListener {
   void take_event(rdma_cm_event* event);
   Status accept_held(size_t index, uint64_t server_nonce, const StreamOptions& options,
                      std::unique_ptr<RdmaStream>* out);
+  // A rejection without a word (malformed, forged, no longer wanted), or with a Decline record that
+  // tells the request's client why.
   void reject(rdma_cm_id* id);
-  void remember_declined(const TcpTuple& tuple);
+  void reject(rdma_cm_id* id, const ConnectRequest& request, DeclineReason why);
+  void remember_declined(const TcpTuple& tuple, DeclineReason why);
   void remove_held(size_t index);
 
   rdma_event_channel* channel_ = nullptr;
@@ -95,6 +98,7 @@ class StreamListener {
   std::vector<Held> held_;
   struct Declined {
     TcpTuple tuple;
+    DeclineReason why;
     std::chrono::steady_clock::time_point since;
   };
   std::vector<Declined> declined_;
@@ -105,6 +109,9 @@ class StreamListener {
 bool valid_request(const ConnectRequest& r);
 bool valid_reply(const AcceptReply& r, uint64_t client_nonce);
 bool valid_redirect(const Redirect& r, uint64_t client_nonce);
+// Why a rejection's private data (read as a Redirect) says the server declined: kNone when it is not a
+// valid Decline for this client's request.
+DeclineReason decline_reason(const Redirect& rejection, uint64_t client_nonce);
 bool valid_options(const StreamOptions& o);
 // Whether a request with `tuple` comes from the tuple's client address and arrived at its server
 // address (rdma_cm's view of the request: its source and destination).

@@ -53,6 +53,17 @@ bool valid_redirect(const Redirect& r, uint64_t client_nonce) {
          r.client_nonce == client_nonce;
 }
 
+DeclineReason decline_reason(const Redirect& rejection, uint64_t client_nonce) {
+  Decline d{};
+  std::memcpy(&d, &rejection, sizeof d);  // the same 16 bytes, read as the kind says
+  if (d.magic != kSetupMagic || d.version != kProtocolVersion || d.kind != kDeclineKind || d.client_nonce != client_nonce) {
+    return DeclineReason::kNone;
+  }
+  // A reason this side does not know (a newer server's) is still the server's no.
+  if (d.reason == 0 || d.reason > kLastDeclineReason) return DeclineReason::kServerStaysTcp;
+  return static_cast<DeclineReason>(d.reason);
+}
+
 uint64_t random_nonce() {
   uint64_t n = 0;
   while (getrandom(&n, sizeof n, 0) != sizeof n) {
@@ -94,14 +105,17 @@ Status RdmaStream::start(uint8_t peer_ring_log2, uint32_t peer_rkey, uint8_t pee
 }
 
 Status RdmaStream::connect(const sockaddr* address, const Pairing& pairing, const StreamOptions& options,
-                           std::unique_ptr<RdmaStream>* out) {
+                           std::unique_ptr<RdmaStream>* out, DeclineReason* declined) {
+  DeclineReason ignored = DeclineReason::kNone;
+  if (declined == nullptr) declined = &ignored;
+  *declined = DeclineReason::kNone;
   OwnCalls own;  // own_calls.h
   if (!valid_options(options)) return Status::kInvalid;
   if (memlock_holds_no_stream()) return Status::kMemoryLock;
   sockaddr_storage there = rdma_address(address);  // an IPv4-mapped address as the IPv4 one it is
   if (there.ss_family != AF_INET && there.ss_family != AF_INET6) return Status::kInvalid;
   uint16_t redirect_port = 0;
-  Status s = connect_once(reinterpret_cast<const sockaddr*>(&there), pairing, options, out, &redirect_port);
+  Status s = connect_once(reinterpret_cast<const sockaddr*>(&there), pairing, options, out, &redirect_port, declined);
   if (redirect_port == 0) return s;
   // Sent on by a pre-fork server's directory (docs/protocol.md, "Redirect"): once, never further.
   if (there.ss_family == AF_INET6) {
@@ -109,12 +123,13 @@ Status RdmaStream::connect(const sockaddr* address, const Pairing& pairing, cons
   } else {
     reinterpret_cast<sockaddr_in*>(&there)->sin_port = htons(redirect_port);
   }
-  s = connect_once(reinterpret_cast<const sockaddr*>(&there), pairing, options, out, &redirect_port);
+  s = connect_once(reinterpret_cast<const sockaddr*>(&there), pairing, options, out, &redirect_port, declined);
   return redirect_port == 0 ? s : Status::kRejected;
 }
 
 Status RdmaStream::connect_once(const sockaddr* address, const Pairing& pairing, const StreamOptions& options,
-                                std::unique_ptr<RdmaStream>* out, uint16_t* redirect_port) {
+                                std::unique_ptr<RdmaStream>* out, uint16_t* redirect_port,
+                                DeclineReason* declined) {
   *redirect_port = 0;
   std::unique_ptr<RdmaStream> stream(new RdmaStream);
   stream->tuple_ = pairing.tuple;
@@ -164,6 +179,7 @@ Status RdmaStream::connect_once(const sockaddr* address, const Pairing& pairing,
   Redirect redirect{};
   if (Status s = expect_established(channel, options.timeout_ms, &reply, &redirect); s != Status::kOk) {
     if (s == Status::kRejected && valid_redirect(redirect, pairing.client_nonce)) *redirect_port = redirect.port;
+    if (s == Status::kRejected) *declined = decline_reason(redirect, pairing.client_nonce);
     return s;
   }
   if (!valid_reply(reply, pairing.client_nonce)) return Status::kProtocolError;

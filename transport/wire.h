@@ -66,6 +66,33 @@ struct [[gnu::packed]] Redirect {
 };
 static_assert(sizeof(Redirect) == 16);
 
+// The private data of a rejection that says why the server keeps this connection off RDMA (it stays
+// TCP), so that the client can say so instead of "no listener" (docs/protocol.md, "Decline"). The
+// same layout as a Redirect; a client built before it reads an unknown kind: a plain rejection.
+inline constexpr uint8_t kDeclineKind = 2;
+enum class DeclineReason : uint8_t {
+  kNone = 0,            // no record: no listener, or a plain rejection
+  kServerStaysTcp = 1,  // the server keeps the connection on TCP (its rules or its own state)
+  kBusy = 2,            // too many upgrades under way in the server's process
+  kExpired = 3,         // the server's application did not accept the TCP connection within the hold
+  kTooLate = 4,         // the server's upgrade of the connection had stopped waiting for the request
+  kDuplicate = 5,       // two requests named this connection
+  kRingTooLarge = 6,    // the client's ring is larger than the server mirrors
+  kPinLimit = 7,        // the server may pin no more (transport/pin_budget.h)
+  kMemoryLock = 8,      // the server could not register memory
+  kResources = 9,       // the server could not make RDMA resources or descriptors
+};
+inline constexpr uint8_t kLastDeclineReason = 9;
+struct [[gnu::packed]] Decline {
+  uint16_t magic;
+  uint8_t version;
+  uint8_t kind;    // kDeclineKind
+  uint8_t reason;  // a DeclineReason; an unknown one reads as kServerStaysTcp
+  uint8_t reserved[3];
+  uint64_t client_nonce;  // echoed: the client checks it answers its own request
+};
+static_assert(sizeof(Decline) == 16 && sizeof(Decline) == sizeof(Redirect));
+
 // Where each direction's byte cursor starts: a mix of both nonces, so neither side can choose it alone
 // and wraparound past 2^64 is an ordinary event in practice, not a special case.
 inline uint64_t stream_cursor_origin(uint64_t client_nonce, uint64_t server_nonce, bool client_to_server) {

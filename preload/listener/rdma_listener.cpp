@@ -151,12 +151,19 @@ class PublishedTuple {
 // A server connection that stays TCP: its client's RDMA request, held or still to come, is rejected at
 // once instead of making the client wait out the hold (an event-loop client that upgrades its
 // connections one by one would wait that long for each).
-void decline(TrackedSocket* socket, const transport::TcpTuple& tuple) {
+void decline(TrackedSocket* socket, const transport::TcpTuple& tuple, transport::DeclineReason why) {
   ListenerState* listener = listener_state(socket);
   if (listener == nullptr) return;
   std::lock_guard lock(listener->mutex);
   transport::StreamListener* rdma = listener->rdma_listener.get();
-  if (rdma != nullptr && listener->listener_generation == fork_generation()) rdma->decline(tuple);
+  if (rdma != nullptr && listener->listener_generation == fork_generation()) rdma->decline(tuple, why);
+}
+
+bool serves_rdma(TrackedSocket* socket) {
+  ListenerState* listener = listener_state(socket);
+  if (listener == nullptr) return false;
+  std::lock_guard lock(listener->mutex);
+  return listener->rdma_listener != nullptr && listener->listener_generation == fork_generation();
 }
 
 transport::Status accept_request(TrackedSocket* socket, const transport::TcpTuple& tuple,
@@ -187,7 +194,7 @@ transport::Status accept_request(TrackedSocket* socket, const transport::TcpTupl
     }
     if (s != transport::Status::kWouldBlock) return s;
     if (until.passed() || session->phase() == UpgradeSession::Phase::kOver) {
-      decline(socket, tuple);  // a request that comes later is answered at once
+      decline(socket, tuple, transport::DeclineReason::kTooLate);  // a later request is answered at once
       return transport::Status::kWouldBlock;
     }
     pollfd p{listener_fd, POLLIN, 0};

@@ -48,6 +48,9 @@ transport::Status accept_request(TrackedSocket* listener, const transport::TcpTu
 // A server connection that stays TCP: its client's RDMA request, held or still to come, is rejected at
 // once instead of making the client wait out the hold (an event-loop client that upgrades its
 // connections one by one would wait that long for each).
-void decline(TrackedSocket* listener, const transport::TcpTuple& tuple);
+void decline(TrackedSocket* listener, const transport::TcpTuple& tuple, transport::DeclineReason why);
+// Whether this process has an rdma_cm listener beside `listener` (one lock, no system call): a server
+// connection that stays TCP has a request to decline only then.
+bool serves_rdma(TrackedSocket* listener);
 
 }  // namespace tcp2rdma::preload

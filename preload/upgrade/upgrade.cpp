@@ -95,12 +95,22 @@ Connection describe(int fd, config::Role role, TrackedSocket* socket, TrackedSoc
   return c;
 }
 
-transport::Status connect_stream(const Connection& c, std::unique_ptr<transport::RdmaStream>* out) {
+transport::Status connect_stream(const Connection& c, std::unique_ptr<transport::RdmaStream>* out,
+                                 transport::DeclineReason* declined) {
   transport::Pairing pairing;
   pairing.tuple = c.tuple;
   pairing.client_nonce = transport::random_nonce();
   return transport::RdmaStream::connect(reinterpret_cast<const sockaddr*>(&c.server), pairing,
-                                        stream_options(*c.decision.options), out);
+                                        stream_options(*c.decision.options), out, declined);
+}
+
+// A server connection that stays TCP: its client's RDMA request (held, or still to come) is answered
+// at once with why, instead of being left to expire while the client waits.
+void decline_request(int fd, TrackedSocket* listener, transport::DeclineReason why) {
+  if (listener == nullptr || !serves_rdma(listener)) return;  // no request can come: no system call
+  transport::TcpTuple tuple{};
+  sockaddr_storage server{};
+  if (tuple_of(fd, false, &tuple, &server)) decline(listener, tuple, why);
 }
 
 
@@ -108,10 +118,13 @@ UpgradeOutcome run_upgrade_steps(const Connection& c, UpgradeSession* session) {
   if (!c.have_tuple) return {false, true, "no addresses for the connection"};
   if (!c.is_client && c.listener == nullptr) return {false, true, "no RDMA listener on this port"};
   std::unique_ptr<transport::RdmaStream> stream;
-  transport::Status s = c.is_client ? connect_stream(c, &stream)
+  transport::DeclineReason declined = transport::DeclineReason::kNone;
+  transport::Status s = c.is_client ? connect_stream(c, &stream, &declined)
                                      : accept_request(c.listener, c.tuple, *c.decision.options, session, &stream);
   if (s == transport::Status::kWouldBlock) return {false, true, "the client asked for no RDMA connection"};
   if (s == transport::Status::kRejected && !c.is_client) return {false, true, "no RDMA listener on this port"};
+  // The server's word on why, when it gave one (a Decline record); else "no tcp2rdma listener".
+  if (s == transport::Status::kRejected) return {false, true, transport::to_string(declined)};
   if (s != transport::Status::kOk) return {false, true, why_not(s)};
   // The peer is tcp2rdma (its listener answered with our nonce, or the client asked for this very
   // connection): now, and only now, the switch.
@@ -211,9 +224,7 @@ void upgrade_beside(int fd, config::Role role, TrackedSocket* listener, const co
   if (g_background_switches.fetch_add(1) >= kMaxBackgroundSwitches) {
     g_background_switches.fetch_sub(1);
     log_connection(fd, role, decision, "stays tcp (too many upgrades under way in this process)");
-    transport::TcpTuple tuple{};
-    sockaddr_storage server{};
-    if (listener != nullptr && tuple_of(fd, false, &tuple, &server)) decline(listener, tuple);
+    decline_request(fd, listener, transport::DeclineReason::kBusy);
     return;
   }
   UpgradeSession* session = socket->start_session();
@@ -263,6 +274,8 @@ bool upgrade_connection(int fd, config::Role role, TrackedSocket* listener, cons
                         const sockaddr* remote_hint, socklen_t remote_hint_len) {
   if (decision.options->transport != config::Transport::kRdma) {
     log_connection(fd, role, decision, "stays tcp", remote_hint, remote_hint_len);
+    // A client whose own rules chose RDMA learns at once that this side keeps it on TCP.
+    if (role == config::Role::kServer) decline_request(fd, listener, transport::DeclineReason::kServerStaysTcp);
     return true;
   }
   if (decision.options->upgrade == config::UpgradeMode::kBackground) {

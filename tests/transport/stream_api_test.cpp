@@ -223,13 +223,19 @@ TEST(StreamApi, ShutdownAndCloseReturnInTimeWhenThePeerMakesNoCall) {
 
 // A client connecting from another thread with `pairing` (a stream, or why not), and the wait until
 // `listener` holds its request.
-using Connected = std::pair<Status, std::unique_ptr<RdmaStream>>;
+// What a connect gave: its status, the stream, and the server's word when it declined.
+struct Connected {
+  Status first;
+  std::unique_ptr<RdmaStream> second;
+  DeclineReason declined;
+};
 std::future<Connected> connect_in_background(const char* port, const Pairing& pairing, const StreamOptions& o) {
   return std::async(std::launch::async, [port, pairing, o] {
     sockaddr_in addr = peer_util::ipv4(self_address(), port);
     std::unique_ptr<RdmaStream> s;
-    Status st = RdmaStream::connect(reinterpret_cast<sockaddr*>(&addr), pairing, o, &s);
-    return Connected(st, std::move(s));
+    DeclineReason declined = DeclineReason::kServerStaysTcp;  // connect must overwrite it
+    Status st = RdmaStream::connect(reinterpret_cast<sockaddr*>(&addr), pairing, o, &s, &declined);
+    return Connected{st, std::move(s), declined};
   });
 }
 
@@ -252,7 +258,8 @@ TEST(StreamApi, TheListenerHoldsARequestUntilItsTcpConnectionIsAccepted) {
   EXPECT_EQ(listener->accept(other.tuple, 1, &server), Status::kWouldBlock);  // not that connection
   std::this_thread::sleep_for(std::chrono::milliseconds(500));                // "the TCP accept is late"
   ASSERT_EQ(listener->accept(wanted.tuple, 0xabcdef, &server), Status::kOk);
-  auto [status, stream] = client.get();
+  auto [status, stream, declined] = client.get();
+  EXPECT_EQ(declined, DeclineReason::kNone);
   ASSERT_EQ(status, Status::kOk);
   EXPECT_EQ(stream->server_nonce(), 0xabcdefu);
   EXPECT_EQ(server->client_nonce(), wanted.client_nonce);
@@ -290,7 +297,8 @@ TEST(StreamApi, ARedirectSendsTheClientToAnotherListener) {
     accepted = worker->accept(wanted.tuple, 0x5eed, &server);
   }
   ASSERT_EQ(accepted, Status::kOk);
-  auto [status, stream] = client.get();
+  auto [status, stream, declined] = client.get();
+  EXPECT_EQ(declined, DeclineReason::kNone);
   ASSERT_EQ(status, Status::kOk);
   EXPECT_EQ(stream->server_nonce(), 0x5eedu);
   EXPECT_EQ(directory->counters().redirected, 1u);
@@ -310,7 +318,9 @@ TEST(StreamApi, AnUnclaimedRequestIsRejectedAfterTheHoldTime) {
          std::chrono::steady_clock::now() - start < std::chrono::seconds(10)) {
     listener->collect(std::chrono::milliseconds(300));
   }
-  EXPECT_EQ(client.get().first, Status::kRejected);
+  Connected expired = client.get();
+  EXPECT_EQ(expired.first, Status::kRejected);
+  EXPECT_EQ(expired.declined, DeclineReason::kExpired);  // the server said why
   EXPECT_EQ(listener->counters().rejected_expired, 1u);
   EXPECT_EQ(listener->held(), 0u);
 }
@@ -326,14 +336,18 @@ TEST(StreamApi, ADeclinedRequestIsRejectedAtOnceHeldOrStillToCome) {
   auto first = connect_in_background("7620", held, o);
   wait_until_held(*listener);
   auto start = std::chrono::steady_clock::now();
-  listener->decline(held.tuple);
-  EXPECT_EQ(first.get().first, Status::kRejected);
+  listener->decline(held.tuple, DeclineReason::kBusy);
+  Connected declined_held = first.get();
+  EXPECT_EQ(declined_held.first, Status::kRejected);
+  EXPECT_EQ(declined_held.declined, DeclineReason::kBusy);
   listener->decline(later.tuple);  // before its request comes
   auto second = connect_in_background("7620", later, o);
   while (second.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready) {
     listener->collect(std::chrono::seconds(30));
   }
-  EXPECT_EQ(second.get().first, Status::kRejected);
+  Connected declined_later = second.get();
+  EXPECT_EQ(declined_later.first, Status::kRejected);
+  EXPECT_EQ(declined_later.declined, DeclineReason::kServerStaysTcp);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
   EXPECT_EQ(listener->counters().rejected_declined, 2u);
   EXPECT_EQ(listener->counters().rejected_expired, 0u);
@@ -350,7 +364,9 @@ TEST(StreamApi, AForgedOrDuplicateTupleIsRejected) {
   inet_pton(AF_INET, "10.9.9.9", forged.tuple.client_addr);
   auto first = connect_in_background("7621", forged, o);
   while (first.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready) listener->collect(std::chrono::seconds(30));
-  EXPECT_EQ(first.get().first, Status::kRejected);
+  Connected forged_result = first.get();
+  EXPECT_EQ(forged_result.first, Status::kRejected);
+  EXPECT_EQ(forged_result.declined, DeclineReason::kNone);  // a forger is told nothing
   EXPECT_EQ(listener->counters().rejected_forged, 1u);
   EXPECT_EQ(listener->held(), 0u);
 
@@ -359,8 +375,11 @@ TEST(StreamApi, AForgedOrDuplicateTupleIsRejected) {
   wait_until_held(*listener);
   auto b = connect_in_background("7621", twice, o);
   while (b.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready) listener->collect(std::chrono::seconds(30));
-  EXPECT_EQ(a.get().first, Status::kRejected);
-  EXPECT_EQ(b.get().first, Status::kRejected);
+  Connected first_of_two = a.get(), second_of_two = b.get();
+  EXPECT_EQ(first_of_two.first, Status::kRejected);
+  EXPECT_EQ(second_of_two.first, Status::kRejected);
+  EXPECT_EQ(first_of_two.declined, DeclineReason::kDuplicate);
+  EXPECT_EQ(second_of_two.declined, DeclineReason::kDuplicate);
   EXPECT_EQ(listener->counters().rejected_duplicate, 2u);
   auto c = connect_in_background("7621", twice, o);  // a third, later: still not served
   while (c.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready) listener->collect(std::chrono::seconds(30));
