@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# bench-links.sh [N] [BYTES]: many connections at once between two processes, the measure of issue 17
+# (docs/links.md). Two Soft-RoCE VMs (1 GiB each): on A an asyncio echo server under the module
+# (tests/preload/stress_echo.py, rules integration/rules/stress.yaml: port 5030 upgrades in the
+# background, 5031 before connect() returns on the client); on B one asyncio process opens N
+# connections at once (default 1000), echoes BYTES (default 65536) through each and, with all of them
+# still open, measures itself (integration/guest/hold_connections.py). Three runs: without the module
+# (kernel TCP: the reference for time), background, before-return. Reported per run: the time for all
+# N, how many went on RDMA and why the others did not (the client's log), setup time p50/p90/max (the
+# log's "setup N ms"), pinned memory (VmPin), queue pairs and descriptors of the process, and rxe's
+# packets. Figures with date and machine go to docs/benchmarks.md.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+n=${1:-1000}
+bytes=${2:-65536}
+lib=${TCP2RDMA_LIB:-$root/build/preload/libtcp2rdma.so}
+[ -f "$lib" ] || { echo "no $lib: build first (integration/test-all or cmake --build build)" >&2; exit 1; }
+rules=$root/integration/rules/stress.yaml
+py="python3 $root/tests/preload/stress_echo.py"
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+set +e
+"$root/integration/vm" pair --timeout 1800 --share "$(dirname "$(dirname "$lib")")" \
+  "ulimit -Hn 1048576; ulimit -Sn 65536; env T2R_SHIM=$lib TCP2RDMA_RULES=$rules sh $root/integration/guest/app-servers.sh background '$py server 5030' listening before-return '$py server 5031' listening" \
+  "sh $root/integration/guest/bench-links-client.sh $lib $rules $n $bytes" > "$out" 2>&1
+status=$?
+set -e
+echo "bench-links: $n connections at once, $bytes bytes echoed each, two Soft-RoCE VMs (1 GiB, 1 vCPU each), $(date -u +%F), host $(nproc) cores"
+grep -E '^\[b\] (result|  why|failed)' "$out" | sed 's/^\[b\] //'
+if [ $status -ne 0 ]; then
+  echo "bench-links: the run failed (status $status); its output:" >&2
+  tail -n 60 "$out" >&2
+  exit $status
+fi
