@@ -8,7 +8,9 @@
 # (kernel TCP: the reference for time), background, before-return. Reported per run: the time for all
 # N, how many went on RDMA and why the others did not (the client's log), setup time p50/p90/max (the
 # log's "setup N ms"), pinned memory (VmPin), queue pairs and descriptors of the process, and rxe's
-# packets. Figures with date and machine go to docs/benchmarks.md.
+# packets. BENCH_MODES chooses the runs (default "tcp background before-return"; before-return waits
+# out one setup per connection and takes minutes). Figures with date and machine go to
+# docs/benchmarks.md.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 n=${1:-1000}
@@ -22,7 +24,7 @@ trap 'rm -f "$out"' EXIT
 set +e
 "$root/integration/vm" pair --timeout 1800 --share "$(dirname "$(dirname "$lib")")" \
   "ulimit -Hn 1048576; ulimit -Sn 65536; env T2R_SHIM=$lib TCP2RDMA_RULES=$rules sh $root/integration/guest/app-servers.sh background '$py server 5030' listening before-return '$py server 5031' listening" \
-  "sh $root/integration/guest/bench-links-client.sh $lib $rules $n $bytes" > "$out" 2>&1
+  "MODES='${BENCH_MODES:-tcp background before-return}' sh $root/integration/guest/bench-links-client.sh $lib $rules $n $bytes" > "$out" 2>&1
 status=$?
 set -e
 echo "bench-links: $n connections at once, $bytes bytes echoed each, two Soft-RoCE VMs (1 GiB, 1 vCPU each), $(date -u +%F), host $(nproc) cores"

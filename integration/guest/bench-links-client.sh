@@ -1,8 +1,8 @@
 #!/bin/sh
-# bench-links-client.sh SHIM RULES N BYTES: the client guest's half of integration/bench-links.sh. Three
-# runs of hold_connections.py against the server guest's echo servers: without the module (kernel TCP,
-# the reference), under the module upgrading in the background (port 5030), and before connect()
-# returns (port 5031). Each prints a "result" line: the client's own measures, how many connections
+# bench-links-client.sh SHIM RULES N BYTES: the client guest's half of integration/bench-links.sh. Runs
+# of hold_connections.py against the server guest's echo servers, those MODES names (default all
+# three): tcp (without the module: the reference), background (under the module, upgrading in the
+# background, port 5030), before-return (port 5031). Each prints a "result" line: the client's own measures, how many connections
 # its log shows on RDMA and on TCP (and why), the setup times its log gives, and rxe's packets.
 set -u
 shim=$1 rules=$2 n=$3 bytes=$4
@@ -30,6 +30,10 @@ run() { # MODE PORT [env...]
   echo "$out" | grep '^failed' | head -3
   grep -o 'stays tcp (.*' "$log" | sed 's/ ([0-9]* ms)//' | sort | uniq -c | sort -rn | head -4 | sed 's/^/  why: /'
 }
-run tcp 5030
-run background 5030 LD_PRELOAD="$shim" TCP2RDMA_RULES="$rules"
-run before-return 5031 LD_PRELOAD="$shim" TCP2RDMA_RULES="$rules"
+for mode in ${MODES:-tcp background before-return}; do
+  case $mode in
+    tcp) run tcp 5030 ;;
+    background) run background 5030 LD_PRELOAD="$shim" TCP2RDMA_RULES="$rules" ;;
+    before-return) run before-return 5031 LD_PRELOAD="$shim" TCP2RDMA_RULES="$rules" ;;
+  esac
+done
