@@ -7,12 +7,14 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "page_frames.h"
+
 namespace tcp2rdma::transport {
 
 // nullptr when there is no memory; freed with std::free.
 inline uint8_t* allocate_pages(size_t bytes) {
-  size_t whole = (bytes + 4095) & ~size_t{4095};
-  void* p = std::aligned_alloc(4096, whole);
+  size_t whole = (bytes + kPageSize - 1) & ~(kPageSize - 1);
+  void* p = std::aligned_alloc(kPageSize, whole);
   if (p != nullptr) std::memset(p, 0, whole);
   return static_cast<uint8_t*>(p);
 }

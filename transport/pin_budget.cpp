@@ -10,12 +10,12 @@
 #include <cstring>
 
 #include "os_calls.h"
+#include "page_frames.h"
 #include "stream_link.h"
 
 namespace tcp2rdma::transport {
 namespace {
 
-constexpr uint64_t kPage = 4096;
 constexpr int kCapIpcLock = 14;  // linux/capability.h
 
 // Bytes reserved by setups under way in this process (PinReservation).
@@ -101,7 +101,7 @@ PinState read_pin_state() {
 
 uint64_t stream_fixed_pin(uint32_t send_queue_depth) {
   uint64_t slots = uint64_t{StreamLink::kMailboxSlot} * send_queue_depth;
-  return kPage + (slots + kPage - 1) / kPage * kPage;
+  return kPageSize + (slots + kPageSize - 1) / kPageSize * kPageSize;
 }
 
 uint32_t ring_log2_within(uint32_t wanted, uint32_t peer_log2, uint64_t fixed, const PinState& state) {
@@ -150,6 +150,12 @@ PinReservation PinReservation::for_client(uint32_t wanted, uint32_t max_peer_log
   PinReservation r;
   r.reserve(fixed, [&](const PinState& state) { return client_rings(wanted, max_peer_log2, fixed, state); });
   return r;
+}
+
+void PinReservation::shrink_to(uint64_t bytes) {
+  if (bytes >= reserved_) return;
+  reserved_bytes.fetch_sub(reserved_ - bytes, std::memory_order_relaxed);
+  reserved_ = bytes;
 }
 
 PinReservation::~PinReservation() {

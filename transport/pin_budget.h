@@ -72,6 +72,11 @@ class PinReservation {
   PinReservation& operator=(PinReservation&&) = delete;
 
   const RingChoice& choice() const { return choice_; }
+  // Part of what was reserved is registered now (VmPin counts it): keep only `bytes` reserved, for
+  // what is still to be registered. A client waits for the server's reply (up to its timeout) between
+  // registering its ring and the bounce buffer: counting its ring twice meanwhile would make
+  // concurrent setups refuse streams that fit.
+  void shrink_to(uint64_t bytes);
 
  private:
   PinReservation() = default;

@@ -131,6 +131,14 @@ Status RdmaStream::connect_once(const sockaddr* address, const Pairing& pairing,
                                 std::unique_ptr<RdmaStream>* out, uint16_t* redirect_port,
                                 DeclineReason* declined) {
   *redirect_port = 0;
+  // Our ring as the pinning limit allows (pin_budget.h), decided before rdma_cm is touched; the server
+  // is asked to keep its own ring, which our bounce buffer mirrors, to what we can pin too.
+  PinReservation pin = PinReservation::for_client(options.ring_size_log2, options.max_peer_ring_size_log2,
+                                                  stream_fixed_pin(options.send_queue_depth));
+  if (pin.choice().ring_log2 == 0) return Status::kPinLimit;
+  StreamOptions sized = options;
+  sized.ring_size_log2 = pin.choice().ring_log2;
+  sized.max_peer_ring_size_log2 = pin.choice().max_peer_log2;
   std::unique_ptr<RdmaStream> stream(new RdmaStream);
   stream->tuple_ = pairing.tuple;
   stream->client_nonce_ = pairing.client_nonce;
@@ -155,15 +163,10 @@ Status RdmaStream::connect_once(const sockaddr* address, const Pairing& pairing,
   if (Status s = expect_cm_event(channel, options.timeout_ms, RDMA_CM_EVENT_ROUTE_RESOLVED); s != Status::kOk) {
     return s;
   }
-  // Our ring as the pinning limit allows (pin_budget.h); the server is asked to keep its own ring,
-  // which our bounce buffer mirrors, to what we can pin too.
-  PinReservation pin = PinReservation::for_client(options.ring_size_log2, options.max_peer_ring_size_log2,
-                                                  stream_fixed_pin(options.send_queue_depth));
-  if (pin.choice().ring_log2 == 0) return Status::kPinLimit;
-  StreamOptions sized = options;
-  sized.ring_size_log2 = pin.choice().ring_log2;
-  sized.max_peer_ring_size_log2 = pin.choice().max_peer_log2;
   if (Status s = stream->create_resources(id, sized); s != Status::kOk) return s;
+  // Our ring and mailbox slots are registered (VmPin has them); the bounce buffer, as large as the
+  // server's ring at most, comes after its reply.
+  pin.shrink_to(uint64_t{1} << sized.max_peer_ring_size_log2);
   ConnectRequest request{};
   stream->describe_ourselves(&request, sized);
   request.max_server_ring_log2 = static_cast<uint8_t>(sized.max_peer_ring_size_log2);

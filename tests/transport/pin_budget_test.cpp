@@ -143,6 +143,14 @@ TEST(PinBudget, TheReservationOfThisProcessIsItsOwn) {
   }
   PinReservation third = PinReservation::for_client(20, 22, fixed);
   EXPECT_EQ(third.choice().ring_log2, a);  // the first two released theirs
+  // A reservation shrunk to nothing leaves the next choice as if it were not there.
+  uint32_t alone = 0;
+  {
+    PinReservation shrunk = PinReservation::for_client(20, 22, fixed);
+    shrunk.shrink_to(0);
+    alone = PinReservation::for_client(20, 22, fixed).choice().ring_log2;
+  }
+  EXPECT_EQ(alone, b);  // what the second got beside one other reservation: third's
   PinReservation server(20, 18, fixed);
   EXPECT_EQ(server.choice().max_peer_log2, 18u);  // the client's ring, as it is
 }
