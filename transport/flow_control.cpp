@@ -25,6 +25,9 @@ const char* to_string(FlowError e) {
     case FlowError::kDuplicateClose: return "a second close";
     case FlowError::kDataAfterClose: return "data after its close or its move to TCP";
     case FlowError::kDuplicateMove: return "a second move to TCP";
+    case FlowError::kDuplicateRelease: return "a second release";
+    case FlowError::kReleaseWithoutEnd: return "a release before its end";
+    case FlowError::kAfterRelease: return "a message after its release";
   }
   return "?";
 }
@@ -41,11 +44,11 @@ FlowControl::FlowControl(const FlowConfig& config)
 
 bool FlowControl::may_send_wakeup() const {
   bool news = last_update_.consumed != peer_seen_consumed_ || last_update_.posted != peer_seen_posted_;
-  return wakeup_owed() && news && credits() >= 1;
+  return wakeup_owed() && news && !release_sent_ && credits() >= 1;
 }
 
 uint64_t FlowControl::data_room(uint64_t want) const {
-  if (credits() < 3) return 0;  // the last two credits are for signalling
+  if (credits() < 3 || release_sent_) return 0;  // the last two credits are for signalling
   uint64_t free_bytes = config_.peer_ring_size - (sent_ - peer_consumed_);
   uint64_t to_ring_end = config_.peer_ring_size - peer_ring_offset();
   return std::min({want, free_bytes, to_ring_end});
@@ -79,6 +82,7 @@ FlowError FlowControl::on_peer_mailbox(const MailboxUpdate& update) {
 }
 
 FlowError FlowControl::on_data_arrived(uint64_t bytes) {
+  if (peer_released_) return FlowError::kAfterRelease;
   if (!receive_advertised()) return FlowError::kNoReceive;
   ++arrived_;
   if (peer_closed_ || peer_moved_) return FlowError::kDataAfterClose;
@@ -89,21 +93,24 @@ FlowError FlowControl::on_data_arrived(uint64_t bytes) {
   return FlowError::kNone;
 }
 
-FlowError FlowControl::on_wakeup_arrived(uint64_t armed_low30) {
+FlowError FlowControl::on_wakeup_arrived(uint64_t armed_low) {
+  if (peer_released_) return FlowError::kAfterRelease;
   if (!receive_advertised()) return FlowError::kNoReceive;
   ++arrived_;
-  if (!armed() || (armed_ & ((uint64_t{1} << 30) - 1)) != armed_low30) return FlowError::kUnexpectedWakeup;
+  if (!armed() || (armed_ & kWakeupCountMask) != armed_low) return FlowError::kUnexpectedWakeup;
   answered_by_peer_ = armed_;
   return FlowError::kNone;
 }
 
 FlowError FlowControl::on_arm_arrived() {
+  if (peer_released_) return FlowError::kAfterRelease;
   if (!receive_advertised()) return FlowError::kNoReceive;
   ++arrived_;
   return FlowError::kNone;
 }
 
 FlowError FlowControl::on_close_arrived() {
+  if (peer_released_) return FlowError::kAfterRelease;
   if (!receive_advertised()) return FlowError::kNoReceive;
   ++arrived_;
   if (peer_closed_) return FlowError::kDuplicateClose;
@@ -113,6 +120,7 @@ FlowError FlowControl::on_close_arrived() {
 }
 
 FlowError FlowControl::on_move_arrived() {
+  if (peer_released_) return FlowError::kAfterRelease;
   if (!receive_advertised()) return FlowError::kNoReceive;
   ++arrived_;
   if (peer_moved_) return FlowError::kDuplicateMove;
@@ -120,7 +128,15 @@ FlowError FlowControl::on_move_arrived() {
   return FlowError::kNone;
 }
 
+FlowError FlowControl::on_release_arrived(bool peer_aborted) {
+  if (peer_released_) return FlowError::kDuplicateRelease;
+  if (!peer_closed_ && !peer_moved_ && !peer_aborted) return FlowError::kReleaseWithoutEnd;
+  peer_released_ = true;
+  return FlowError::kNone;
+}
+
 bool FlowControl::update_due() const {
+  if (release_sent_) return false;  // we write nothing more into the peer's memory
   if (armed_ != last_update_.armed) return true;
   // After the peer's end (close, or "to TCP") it sends nothing that needs our credit (its marker after
   // a close uses the receive it kept back): an update would only race its queue pair's destruction

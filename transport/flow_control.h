@@ -23,6 +23,9 @@ enum class FlowError {
   kDuplicateClose,      // a second close
   kDataAfterClose,      // data after the peer's close or its move to TCP
   kDuplicateMove,       // a second "to TCP"
+  kDuplicateRelease,    // a second release
+  kReleaseWithoutEnd,   // a release before the peer's close, abort or "to TCP"
+  kAfterRelease,        // a message after the peer's release
 };
 
 const char* to_string(FlowError e);
@@ -67,21 +70,39 @@ class FlowControl {
   bool may_send_wakeup() const;
   uint64_t on_wakeup_sent();
 
-  bool may_send_close() const { return !close_sent_ && credits() >= 1; }
+  bool may_send_close() const { return !close_sent_ && !release_sent_ && credits() >= 1; }
   void on_close_sent() { close_sent_ = true; ++used_; }
   // "To TCP" may follow a close (the peer still has to learn that our side moved).
-  bool may_send_move() const { return credits() >= 1; }
+  bool may_send_move() const { return !release_sent_ && credits() >= 1; }
   void on_move_sent() { ++used_; }
+
+  // The release (docs/links.md, "Ending a channel"): the last message of a side on a channel, after
+  // its end (close, abort or "to TCP"), saying that it writes nothing more into the peer's memory of
+  // the channel (its ring and mailbox), so that the peer may free it and, once both sides released,
+  // give the channel's index to another stream. It uses a receive outside this flow control: each
+  // channel's receive queue quota holds one more receive than its depth, kept for the release alone,
+  // so that a release never waits for a credit (a side that has released sends no more updates).
+  bool may_send_release() const { return !release_sent_; }
+  void on_release_sent() { release_sent_ = true; }
+  bool release_sent() const { return release_sent_; }
 
   // The peer's mailbox update, read from our mailbox.
   FlowError on_peer_mailbox(const MailboxUpdate& update);
 
   // --- Receiving (the peer's stream in our ring) ---
   FlowError on_data_arrived(uint64_t bytes);
-  FlowError on_wakeup_arrived(uint64_t armed_low30);
+  // A wakeup names the arm it answers by the count's low 16 bits (the immediate's argument, wire.h):
+  // one arm is outstanding at a time, so they tell it exactly.
+  static constexpr uint64_t kWakeupCountMask = 0xffff;
+  FlowError on_wakeup_arrived(uint64_t armed_low);
   FlowError on_arm_arrived();  // the peer's arm message; its count comes with the mailbox update
   FlowError on_close_arrived();
   FlowError on_move_arrived();  // the peer's "to TCP": nothing more comes on the stream
+  // The peer's release, on its reserved receive (not counted against the advertised ones). The peer
+  // must have ended first: a release says nothing more is written, and a stream that simply stops
+  // without an end must read as a reset, never as a clean end.
+  FlowError on_release_arrived(bool peer_aborted);
+  bool peer_released() const { return peer_released_; }
   uint64_t readable() const { return produced_ - consumed_; }
   // The peer's stream is here up to `produced` (arrived), and read by our application up to `consumed`.
   uint64_t produced() const { return produced_; }
@@ -97,7 +118,9 @@ class FlowControl {
   // we have seen) followed by an arm message, which raises a completion: the peer may be asleep.
   // Only with no arm outstanding and every consumed receive reposted, so that the update also
   // restores the receive the peer's wakeup will use.
-  bool may_arm() const { return armed_ == answered_by_peer_ && receives_to_repost() == 0 && credits() >= 1; }
+  bool may_arm() const {
+    return !release_sent_ && armed_ == answered_by_peer_ && receives_to_repost() == 0 && credits() >= 1;
+  }
   void arm() { ++armed_; }
   void on_arm_sent() { ++used_; }
   uint64_t arm_count() const { return armed_; }
@@ -129,6 +152,7 @@ class FlowControl {
   uint64_t peer_seen_consumed_ = 0;  // what the peer had seen of our receiving side when it armed
   uint64_t peer_seen_posted_ = 0;
   bool close_sent_ = false;
+  bool release_sent_ = false;
   // receiving
   uint64_t produced_;
   uint64_t consumed_;
@@ -138,6 +162,7 @@ class FlowControl {
   uint64_t answered_by_peer_ = 0;
   bool peer_closed_ = false;
   bool peer_moved_ = false;
+  bool peer_released_ = false;
   MailboxUpdate last_update_;
 };
 

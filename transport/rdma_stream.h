@@ -252,7 +252,19 @@ class RdmaStream {
   }
 
   // Progress (stream_progress.cpp), all with mu_ held.
+  // Takes every completion of the link, each to the channel it names, then serves those channels and
+  // this one (serve). Returns this channel's status.
   Status progress();
+  // Hands one completion to the channel it names (this one, another, or every channel for a flushed
+  // receive, which names none). Returns this channel's status; another's failure is that channel's.
+  Status take_completion(const ibv_wc& wc);
+  // What follows new completions: the link's disconnect, the mailbox, owed ends, credit updates.
+  Status serve();
+  void serve_others();  // serve() for every other channel handed a completion, and its pollers told
+  // Every channel of the link fails with `s` (kReset: the path's failure, which a failover may ride out).
+  void on_link_failed(const char* what, const char* detail, Status s);
+  // The immediate of a message to the peer's end of this channel.
+  uint32_t imm(MessageType type, uint32_t arg) const { return encode_imm(type, peer_index_, arg); }
   void drain_channels();
   Status handle_completion(const ibv_wc& wc);
   void handle_cm_events();
@@ -260,7 +272,7 @@ class RdmaStream {
   Status request_wakeup();
   bool read_mailbox(MailboxUpdate* update);
   Status post_write(const void* local, uint32_t length, uint32_t lkey, uint64_t remote_offset, uint32_t imm,
-                    bool with_imm, int send_flags, uint64_t wr_id);
+                    bool with_imm, int send_flags, uint64_t wr_kind);
   bool send_queue_has_room(int n) const { return link_->send_queue_has_room(n); }
   // Polls the completion queue for up to busy_poll_us, then sleeps until something may have changed.
   // `interruptible` (an application's blocking read or write): a signal handler that ran during the
@@ -312,15 +324,19 @@ class RdmaStream {
   void fail(Status s);
   void note_failure(const char* what, const char* detail);
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool poller_ = false;       // a thread sleeps in the link's sleep()
   bool writer_busy_ = false;  // a write() is in progress (writes are not interleaved)
   bool reader_busy_ = false;
 
   StreamOptions options_;
   // The queue pair and what is per queue pair (stream_link.h): this stream's own, for now.
   std::unique_ptr<StreamLink> link_;
+  // The link's lock and condition (every member here is used with mu_ held), and this channel's
+  // index on the link (attached at construction).
+  std::mutex& mu_ = link_->mu();
+  std::condition_variable& cv_ = link_->cv();
+  uint32_t index_ = link_->attach(this);
+  uint32_t peer_index_ = kFirstChannel;  // the peer's index of this channel: what our immediates name
+  bool touched_ = false;  // another channel's thread handed us a completion: serve() is due
   bool polled_ = false;  // readiness() was called: someone polls, and our sleeps must pass news on
   uint8_t* ring_ = nullptr;  // our receive ring, then our mailbox; registered at iova 0
   ibv_mr* ring_mr_ = nullptr;

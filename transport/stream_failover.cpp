@@ -18,8 +18,9 @@ void RdmaStream::note_data_posted(uint64_t end, bool zero_copy) {
 
 void RdmaStream::note_send_completion(const ibv_wc& wc) {
   link_->on_send_completed();
-  if (wc.wr_id == kWrZeroCopy) --zcopy_outstanding_;
-  if ((wc.wr_id != kWrCopy && wc.wr_id != kWrZeroCopy) || data_outstanding_ == 0) return;
+  uint64_t kind = StreamLink::work_kind(wc.wr_id);
+  if (kind == kWrZeroCopy) --zcopy_outstanding_;
+  if ((kind != kWrCopy && kind != kWrZeroCopy) || data_outstanding_ == 0) return;
   // RC completes sends in the order they were posted: this is the oldest data message.
   InFlight done = in_flight_[in_flight_head_];
   in_flight_head_ = (in_flight_head_ + 1) % in_flight_.size();

@@ -10,8 +10,9 @@
 namespace tcp2rdma::transport {
 namespace {
 
-// One data message carries at most what its immediate can count.
-constexpr uint64_t kMaxMessage = kImmArgMask;
+// One data message carries at most 1 GiB (its length travels as the completion's 32-bit byte_len;
+// rings are at most 512 MiB anyway).
+constexpr uint64_t kMaxMessage = uint64_t{1} << 30;
 
 }  // namespace
 
@@ -79,19 +80,19 @@ Status RdmaStream::write_copy(const uint8_t* src, size_t len, int flags, size_t*
       continue;
     }
     uint64_t offset = flow_->peer_ring_offset();
-    uint32_t imm = encode_imm(MessageType::kData, static_cast<uint32_t>(room));
+    uint32_t data_imm = imm(MessageType::kData, static_cast<uint32_t>(room));
     Status s;
     if (room <= link_->max_inline() && room <= options_.inline_threshold) {
       // Small: the adapter copies it into the work request now. The bounce mirror gets it too (at
       // most 128 bytes): it may have to be sent again on TCP if the path fails (stream_failover.cpp).
       std::memcpy(bounce_ + offset, src, room);
-      s = post_write(src, static_cast<uint32_t>(room), 0, offset, imm, true, IBV_SEND_INLINE, kWrCopy);
+      s = post_write(src, static_cast<uint32_t>(room), 0, offset, data_imm, true, IBV_SEND_INLINE, kWrCopy);
       ++counters_.inline_messages;
     } else {
       // The bounce buffer mirrors the peer's ring: this region is free again once the peer has
       // consumed these bytes, which is after our write of them completed.
       std::memcpy(bounce_ + offset, src, room);
-      s = post_write(bounce_ + offset, static_cast<uint32_t>(room), bounce_mr_->lkey, offset, imm, true, 0, kWrCopy);
+      s = post_write(bounce_ + offset, static_cast<uint32_t>(room), bounce_mr_->lkey, offset, data_imm, true, 0, kWrCopy);
     }
     if (s != Status::kOk) return s;
     flow_->on_data_sent(room);
@@ -143,7 +144,7 @@ Status RdmaStream::write_zero_copy(const uint8_t* src, size_t len, int flags, si
     }
     uint64_t offset = flow_->peer_ring_offset();
     result = post_write(src, static_cast<uint32_t>(room), mr->lkey, offset,
-                        encode_imm(MessageType::kData, static_cast<uint32_t>(room)), true, 0, kWrZeroCopy);
+                        imm(MessageType::kData, static_cast<uint32_t>(room)), true, 0, kWrZeroCopy);
     if (result != Status::kOk) break;
     flow_->on_data_sent(room);
     counters_.bytes_sent += room;
@@ -375,7 +376,7 @@ void RdmaStream::abort() {
     // Best effort: if the abort message cannot go (or is flushed by the disconnect), the peer sees a
     // disconnect without an orderly end, which it reads as a reset all the same.
     if (!failed() && flow_->credits() >= 1 && send_queue_has_room(1)) {
-      post_write(nullptr, 0, 0, 0, encode_imm(MessageType::kEnd, kEndAbort), true, 0, kWrSignal);
+      post_write(nullptr, 0, 0, 0, imm(MessageType::kEnd, kEndAbort), true, 0, kWrSignal);
     }
   }
   fail(Status::kReset);

@@ -13,6 +13,7 @@
 #include "own_descriptors.h"
 #include "page_memory.h"
 #include "rdma_stream.h"
+#include "wire.h"
 
 namespace tcp2rdma::transport {
 namespace {
@@ -112,6 +113,22 @@ Status StreamLink::watch_cm_channel() {
   if (!watch(epoll_fd_, cm_channel_->fd) || !watch(readiness_fd_, cm_channel_->fd)) return Status::kResources;
   cq_armed_ = false;
   return Status::kOk;
+}
+
+uint32_t StreamLink::attach(RdmaStream* channel) {
+  if (channels_.empty()) channels_.push_back(nullptr);  // kLinkChannel
+  for (uint32_t i = kFirstChannel; i < channels_.size(); ++i) {
+    if (channels_[i] == nullptr) {
+      channels_[i] = channel;
+      return i;
+    }
+  }
+  channels_.push_back(channel);
+  return static_cast<uint32_t>(channels_.size() - 1);
+}
+
+void StreamLink::detach(uint32_t index) {
+  if (index < channels_.size()) channels_[index] = nullptr;
 }
 
 int StreamLink::post_send(ibv_send_wr* wr) {

@@ -1,21 +1,23 @@
 // The link under a stream: what belongs to the RC queue pair rather than to the byte stream it
-// carries (docs/links.md, step 1). The rdma_cm id and its event channel, the completion queue and its
-// channel, the protection domain, the receive queue, the send queue's occupancy, the slots outgoing
-// mailbox updates are written from, the registration cache of zero-copy writes (a registration
-// belongs to a protection domain), and the descriptor sets that the stream's sleeping threads and the
-// application's pollers wait on.
+// carries (docs/links.md). The rdma_cm id and its event channel, the completion queue and its channel,
+// the protection domain, the receive queue, the send queue's occupancy, the slots outgoing mailbox
+// updates are written from, the registration cache of zero-copy writes (a registration belongs to a
+// protection domain), the descriptor sets its threads and the application's pollers wait on, the
+// lock, and the table of the channels (streams) it carries, by which each completion finds its own.
 //
-// Today each RdmaStream has a link of its own and is its only channel, so the stream's lock covers
-// every call here (the link takes no lock of its own), and the stream still judges every completion.
-// What the link knows is only what a later link shared by many channels knows too; the stream's
-// cursors, credits, ring and ends stay in the stream.
+// One lock for the link and all its channels: every channel's state and every call here is used with
+// mu() held. A completion taken by any channel's thread is handed to the channel it names (the wr_id
+// of a send, the immediate of a receive): see RdmaStream::progress.
 #pragma once
 
 #include <rdma/rdma_cma.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <vector>
 
 #include "registration_cache.h"
 #include "status.h"
@@ -23,15 +25,21 @@
 namespace tcp2rdma::transport {
 
 struct StreamOptions;
+class RdmaStream;
 
 class StreamLink {
  public:
   // What a send completion was for (its wr_id). A receive's is kWrReceive: an error completion's
   // opcode is not valid, its wr_id is (ibv_poll_cq(3)).
+  // A send's wr_id is its kind and its channel's index (work_id); every receive's is kWrReceive (its
+  // channel is named by the immediate of the message that consumes it).
   static constexpr uint64_t kWrSignal = 0;  // mailbox update, wakeup, arm, end, keepalive
   static constexpr uint64_t kWrCopy = 1;    // data from the bounce buffer, or inline
   static constexpr uint64_t kWrZeroCopy = 2;
   static constexpr uint64_t kWrReceive = 3;
+  static constexpr uint64_t work_id(uint32_t channel, uint64_t kind) { return uint64_t{channel} << 8 | kind; }
+  static constexpr uint64_t work_kind(uint64_t wr_id) { return wr_id & 0xff; }
+  static constexpr uint32_t work_channel(uint64_t wr_id) { return static_cast<uint32_t>(wr_id >> 8); }
   // Each outgoing mailbox update is written from a slot of its own, so that an update still being
   // read by the adapter is never overwritten by the next.
   static constexpr size_t kMailboxSlot = 64;
@@ -59,10 +67,28 @@ class StreamLink {
   // server's after the accept): its events wake sleepers and pollers too.
   Status watch_cm_channel();
 
+  // The lock of the link and of its channels; the condition its channels' threads wait on; whether a
+  // thread sleeps in sleep() (the others wait on cv(), and that thread wakes them after its progress).
+  std::mutex& mu() { return mu_; }
+  std::condition_variable& cv() { return cv_; }
+  bool poller = false;
+
+  // The channels: attach gives a channel its index (kFirstChannel for the first), detach frees it.
+  uint32_t attach(RdmaStream* channel);
+  void detach(uint32_t index);
+  // The channel with `index`, or nullptr (none, or a peer's lie).
+  RdmaStream* channel(uint32_t index) const {
+    return index < channels_.size() ? channels_[index] : nullptr;
+  }
+  const std::vector<RdmaStream*>& channels() const { return channels_; }
+
   ibv_pd* pd() const { return pd_; }
   uint32_t max_inline() const { return max_inline_; }
   RegistrationCache* registrations() const { return registrations_.get(); }
-  uint8_t* mailbox_slot(uint64_t seq) const { return mailbox_out_ + (seq % send_queue_depth_) * kMailboxSlot; }
+  // The slot the next outgoing mailbox update is written from. Slots go round in posting order: a slot
+  // comes back after send_queue_depth more updates were posted, and by then the one that used it has
+  // completed (sends complete in order, and no more than send_queue_depth are outstanding).
+  uint8_t* next_mailbox_slot() { return mailbox_out_ + (mailbox_updates_++ % send_queue_depth_) * kMailboxSlot; }
   uint32_t mailbox_lkey() const { return mailbox_out_mr_->lkey; }
 
   // The queues. post_send returns ibv_post_send's error (0: posted); every posted send is signalled
@@ -111,6 +137,10 @@ class StreamLink {
  private:
   Status create_wait_sets();
 
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<RdmaStream*> channels_;  // by index; [kLinkChannel] is always empty
+  uint64_t mailbox_updates_ = 0;
   rdma_event_channel* cm_channel_ = nullptr;
   rdma_cm_id* id_ = nullptr;
   ibv_comp_channel* comp_channel_ = nullptr;

@@ -37,16 +37,16 @@ std::string RdmaStream::failure_detail() const {
 
 void RdmaStream::kick() {
   // Wakes a thread asleep in wait() after another thread changed what it may be waiting for.
-  if (poller_) link_->kick();
+  if (link_->poller) link_->kick();
   cv_.notify_all();
 }
 
 Status RdmaStream::post_write(const void* local, uint32_t length, uint32_t lkey, uint64_t remote_offset,
-                              uint32_t imm, bool with_imm, int send_flags, uint64_t wr_id) {
+                              uint32_t imm, bool with_imm, int send_flags, uint64_t wr_kind) {
   // Callers check send_queue_has_room first: posting never waits, so it never recurses into progress.
   ibv_sge sge{reinterpret_cast<uint64_t>(local), length, lkey};
   ibv_send_wr wr{};
-  wr.wr_id = wr_id;
+  wr.wr_id = StreamLink::work_id(index_, wr_kind);
   wr.opcode = with_imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
   wr.send_flags = IBV_SEND_SIGNALED | send_flags;
   wr.sg_list = length > 0 ? &sge : nullptr;
@@ -60,8 +60,8 @@ Status RdmaStream::post_write(const void* local, uint32_t length, uint32_t lkey,
     return Status::kReset;
   }
   ++sends_since_keepalive_;
-  if (wr_id == kWrZeroCopy) ++zcopy_outstanding_;
-  if (wr_id == kWrCopy || wr_id == kWrZeroCopy) note_data_posted(flow_->sent() + length, wr_id == kWrZeroCopy);
+  if (wr_kind == kWrZeroCopy) ++zcopy_outstanding_;
+  if (wr_kind == kWrCopy || wr_kind == kWrZeroCopy) note_data_posted(flow_->sent() + length, wr_kind == kWrZeroCopy);
   return Status::kOk;
 }
 
@@ -69,7 +69,7 @@ Status RdmaStream::send_credits() {
   if (flow_->update_due() && send_queue_has_room(1)) {
     MailboxUpdate u = flow_->make_update();
     ++mailbox_seq_;
-    uint8_t* slot = link_->mailbox_slot(mailbox_seq_);
+    uint8_t* slot = link_->next_mailbox_slot();
     uint64_t words[7] = {mailbox_seq_, u.consumed, u.posted, u.armed, u.seen_consumed, u.seen_posted, mailbox_seq_};
     std::memcpy(slot, words, sizeof words);
     if (Status s = post_write(slot, kMailboxSize, link_->mailbox_lkey(), peer_ring_size_, 0, false, 0, kWrSignal);
@@ -80,8 +80,7 @@ Status RdmaStream::send_credits() {
   }
   if (flow_->may_send_wakeup() && send_queue_has_room(1)) {
     uint64_t answered = flow_->on_wakeup_sent();
-    return post_write(nullptr, 0, 0, 0, encode_imm(MessageType::kWakeup, static_cast<uint32_t>(answered)), true, 0,
-                      kWrSignal);
+    return post_write(nullptr, 0, 0, 0, imm(MessageType::kWakeup, static_cast<uint32_t>(answered)), true, 0, kWrSignal);
   }
   return Status::kOk;
 }
@@ -93,8 +92,8 @@ Status RdmaStream::request_wakeup() {
   flow_->arm();
   if (Status s = send_credits(); s != Status::kOk) return s;
   flow_->on_arm_sent();
-  return post_write(nullptr, 0, 0, 0, encode_imm(MessageType::kArm, static_cast<uint32_t>(flow_->arm_count())), true,
-                    0, kWrSignal);
+  return post_write(nullptr, 0, 0, 0, imm(MessageType::kArm, static_cast<uint32_t>(flow_->arm_count())), true, 0,
+                    kWrSignal);
 }
 
 namespace {
@@ -128,7 +127,8 @@ bool RdmaStream::read_mailbox(MailboxUpdate* update) {
 
 Status RdmaStream::handle_completion(const ibv_wc& wc) {
   ++counters_.completions;
-  bool is_send = wc.wr_id != kWrReceive;  // not the opcode: undefined in an error completion
+  // The wr_id's kind, not the opcode: undefined in an error completion.
+  bool is_send = StreamLink::work_kind(wc.wr_id) != kWrReceive;
   if (is_send) note_send_completion(wc);
   if (wc.status != IBV_WC_SUCCESS) {
     // After an orderly end from the peer, or once we disconnected, the queue pair's flushed work is
@@ -138,7 +138,7 @@ Status RdmaStream::handle_completion(const ibv_wc& wc) {
     // our update reached it, and what is left to read here is whole. Anything else is the connection
     // failing: bytes of ours it may not have got.
     bool flushed_tail = wc.status == IBV_WC_WR_FLUSH_ERR && (disconnected_ || (disconnect_seen_ && peer_done()));
-    bool late_signal = wc.wr_id == kWrSignal && flow_->peer_closed() && data_outstanding_ == 0 && !close_owed_;
+    bool late_signal = StreamLink::work_kind(wc.wr_id) == kWrSignal && flow_->peer_closed() && data_outstanding_ == 0 && !close_owed_;
     if (!flushed_tail && !late_signal) {
       note_failure(is_send ? "a send failed" : "a receive failed", ibv_wc_status_str(wc.status));
       path_failed_ = true;
@@ -153,8 +153,8 @@ Status RdmaStream::handle_completion(const ibv_wc& wc) {
   FlowError e = FlowError::kNone;
   switch (imm_type(imm)) {
     case MessageType::kData:
-      if (imm_arg(imm) != wc.byte_len) return Status::kProtocolError;
-      e = flow_->on_data_arrived(imm_arg(imm));
+      if (imm_arg(imm) != (wc.byte_len & kImmArgMask)) return Status::kProtocolError;
+      e = flow_->on_data_arrived(wc.byte_len);
       break;
     case MessageType::kWakeup:
       e = flow_->on_wakeup_arrived(imm_arg(imm));
@@ -185,12 +185,18 @@ Status RdmaStream::handle_completion(const ibv_wc& wc) {
 }
 
 void RdmaStream::handle_cm_events() {
+  // The link's connection events are every channel's.
   StreamLink::CmNews news = link_->take_cm_events();
-  if (news.disconnected) disconnect_seen_ = true;
-  if (news.device_removed && !peer_done()) {
-    note_failure("the RDMA device", "was removed");
-    path_failed_ = true;
+  for (RdmaStream* c : link_->channels()) {
+    if (c == nullptr) continue;
+    if (news.disconnected) c->disconnect_seen_ = true;
+    if (news.device_removed && !c->peer_done()) {
+      c->note_failure("the RDMA device", "was removed");
+      c->path_failed_ = true;
+    }
+    if (c != this && (news.disconnected || news.device_removed)) c->touched_ = true;
   }
+  if (news.disconnected || news.device_removed) serve_others();
 }
 
 void RdmaStream::drain_channels() {
@@ -199,7 +205,59 @@ void RdmaStream::drain_channels() {
   // peer: its sends fail, and its busy polling is bounded, after which it sleeps here.
   handle_cm_events();
   // A thread asleep on the channels may have been waiting for exactly a completion's event.
-  if (link_->take_channel_events() && poller_) kick();
+  if (link_->take_channel_events() && link_->poller) kick();
+}
+
+Status RdmaStream::take_completion(const ibv_wc& wc) {
+  if (StreamLink::work_kind(wc.wr_id) == kWrReceive && wc.status != IBV_WC_SUCCESS) {
+    // A flushed receive names no channel: the queue pair is in the error state, which is every
+    // channel's to judge (a failure, or the expected tail of one that ended).
+    Status mine = Status::kOk;
+    for (RdmaStream* c : link_->channels()) {
+      if (c == nullptr) continue;
+      Status s = c->handle_completion(wc);
+      if (c == this) {
+        mine = s;
+      } else {
+        if (s != Status::kOk) c->fail(s);
+        c->touched_ = true;
+      }
+    }
+    return mine;
+  }
+  uint32_t index = StreamLink::work_kind(wc.wr_id) == kWrReceive ? imm_channel(ntohl(wc.imm_data))
+                                                                  : StreamLink::work_channel(wc.wr_id);
+  RdmaStream* target = link_->channel(index);
+  if (target == nullptr) {
+    // A message for no channel of ours: the peer broke the link's protocol, which is every channel's
+    // violation (a reset each, as a lie within one channel is).
+    on_link_failed("the peer broke the protocol", "a message for a channel it does not have", Status::kProtocolError);
+    return failure_;
+  }
+  if (target == this) return handle_completion(wc);
+  if (Status s = target->handle_completion(wc); s != Status::kOk) target->fail(s);
+  target->touched_ = true;
+  return Status::kOk;
+}
+
+void RdmaStream::serve_others() {
+  for (RdmaStream* c : link_->channels()) {
+    if (c == nullptr || c == this || !c->touched_) continue;
+    c->touched_ = false;
+    if (!c->failed()) c->serve();
+    // Its thread may wait on the condition (progress() wakes it) or its poller on its readiness fd,
+    // whose completion event this thread took.
+    if (c->polled_) c->wake_pollers();
+  }
+}
+
+void RdmaStream::on_link_failed(const char* what, const char* detail, Status s) {
+  for (RdmaStream* c : link_->channels()) {
+    if (c == nullptr || c->failed()) continue;
+    c->note_failure(what, detail);
+    c->path_failed_ = s == Status::kReset;  // the path's failure, not the peer's word
+    c->fail(s);
+  }
 }
 
 Status RdmaStream::progress() {
@@ -210,17 +268,22 @@ Status RdmaStream::progress() {
   int n = 0;
   while ((n = link_->poll(wcs, 16)) > 0) {
     for (int i = 0; i < n; ++i) {
-      if (Status s = handle_completion(wcs[i]); s != Status::kOk) {
+      if (Status s = take_completion(wcs[i]); s != Status::kOk) {
         fail(s);
+        serve_others();
         return s;
       }
     }
   }
   if (n < 0) {
-    path_failed_ = true;
-    fail(Status::kReset);
+    on_link_failed("the completion queue", "failed", Status::kReset);
     return failure_;
   }
+  serve_others();
+  return serve();
+}
+
+Status RdmaStream::serve() {
   // After the peer's orderly close a disconnect is the normal end; before it, the peer (or its
   // process, or the link) is gone: a reset, never a clean end of stream.
   if (disconnect_seen_ && !peer_done() && !disconnected_) {
@@ -253,7 +316,7 @@ bool RdmaStream::post_owed_end(uint32_t which, bool credit) {
     request_wakeup();
     return false;
   }
-  if (Status s = post_write(nullptr, 0, 0, 0, encode_imm(MessageType::kEnd, which), true, 0, kWrSignal);
+  if (Status s = post_write(nullptr, 0, 0, 0, imm(MessageType::kEnd, which), true, 0, kWrSignal);
       s != Status::kOk) {
     fail(s);
     return false;
@@ -268,7 +331,7 @@ void RdmaStream::send_move_marker() {
   move_sent_ = true;
   // A writer waiting for credits stops at the marker, and pollers see the move.
   cv_.notify_all();
-  if (poller_) kick();
+  if (link_->poller) kick();
   if (polled_) wake_pollers();
 }
 
@@ -295,9 +358,13 @@ void RdmaStream::drain_after_failure(std::unique_lock<std::mutex>& lock) {
     ibv_wc wcs[16];
     int n = link_->poll(wcs, 16);
     for (int i = 0; i < n; ++i) {
+      RdmaStream* target = StreamLink::work_kind(wcs[i].wr_id) == kWrReceive ? this
+                                                                            : link_->channel(StreamLink::work_channel(wcs[i].wr_id));
       if (wcs[i].status != IBV_WC_SUCCESS) {
-        ++counters_.completions;
-        if (wcs[i].wr_id != kWrReceive) note_send_completion(wcs[i]);
+        if (target == nullptr || target == this) ++counters_.completions;
+        if (target != nullptr && StreamLink::work_kind(wcs[i].wr_id) != kWrReceive) target->note_send_completion(wcs[i]);
+      } else if (target != this) {
+        take_completion(wcs[i]);  // another channel's news, taken as it would have been
       } else if (Status s = handle_completion(wcs[i]); s != Status::kOk) {
         path_failed_ = false;
         if (failure_ == Status::kReset) failure_ = s;
@@ -342,12 +409,15 @@ Status RdmaStream::arm_channel(bool* news) {
   // otherwise raise no event.
   ibv_wc wc;
   if (Status s = link_->arm_and_poll(&wc, news); s != Status::kOk) return s;
-  return *news ? handle_completion(wc) : Status::kOk;
+  if (!*news) return Status::kOk;
+  Status s = take_completion(wc);
+  serve_others();
+  return s;
 }
 
 Status RdmaStream::wait(std::unique_lock<std::mutex>& lock, bool interruptible, int max_sleep_ms) {
   if (failed()) return failure_;
-  if (poller_) {
+  if (link_->poller) {
     // Another thread sleeps on the channels and will wake everyone after its progress.
     if (max_sleep_ms >= 0) {
       cv_.wait_for(lock, std::chrono::milliseconds(max_sleep_ms));
@@ -364,8 +434,9 @@ Status RdmaStream::wait(std::unique_lock<std::mutex>& lock, bool interruptible, 
       int n = link_->poll(&wc, 1);
       if (n != 0) {
         if (n < 0) return Status::kReset;
-        Status s = handle_completion(wc);
+        Status s = take_completion(wc);
         if (s != Status::kOk) fail(s);
+        serve_others();
         return s;
       }
       // Give the CPU to anyone who wants it between polls: on a software device (rxe) the adapter's
@@ -382,14 +453,14 @@ Status RdmaStream::wait(std::unique_lock<std::mutex>& lock, bool interruptible, 
     return s;
   }
   if (news) return Status::kOk;
-  poller_ = true;
+  link_->poller = true;
   lock.unlock();
   int sleep_ms = options_.keepalive_ms > 0 ? options_.keepalive_ms : -1;
   if (max_sleep_ms >= 0 && (sleep_ms < 0 || max_sleep_ms < sleep_ms)) sleep_ms = max_sleep_ms;
   int ready = link_->sleep(sleep_ms);
   bool interrupted = ready < 0 && errno == EINTR;
   lock.lock();
-  poller_ = false;
+  link_->poller = false;
   drain_channels();
   // What woke us may be what an application's poller waits for (bytes to read, room to write), and
   // we have just taken its event from the channel: tell the pollers to look (if anyone polls: a

@@ -195,7 +195,10 @@ Status RdmaStream::connect_once(const sockaddr* address, const Pairing& pairing,
 RdmaStream::~RdmaStream() {
   OwnCalls own;  // own_calls.h
   // The queue pair first: no work request may touch our ring or bounce buffer once deregistered.
-  if (link_) link_->destroy_queue_pair();
+  if (link_) {
+    link_->detach(index_);
+    link_->destroy_queue_pair();
+  }
   if (ring_mr_ != nullptr) ibv_dereg_mr(ring_mr_);
   if (bounce_mr_ != nullptr) ibv_dereg_mr(bounce_mr_);
   link_.reset();  // its protection domain after every registration in it

@@ -8,7 +8,7 @@
 namespace tcp2rdma::transport {
 
 inline constexpr uint16_t kSetupMagic = 0x7452;  // "Rt"
-inline constexpr uint8_t kProtocolVersion = 2;
+inline constexpr uint8_t kProtocolVersion = 3;
 
 // The TCP connection a stream belongs to, as its client sees it. IPv4 addresses sit in the first four
 // bytes of the 16 and the rest is zero.
@@ -104,18 +104,29 @@ inline uint64_t stream_cursor_origin(uint64_t client_nonce, uint64_t server_nonc
 
 inline constexpr size_t kMailboxSize = 56;  // seq, consumed, posted, armed, seen_consumed, seen_posted, seq
 
-// Immediate data: bits 30-31 the message type, bits 0-29 its argument: the byte count of data, the
-// arm count (low 30 bits) a wakeup answers or an arm raises, 0 for close, 1 for abort and 2 for "to
-// TCP" (the sender's bytes go on on the TCP connection from here; docs/protocol.md, "Back to TCP").
+// Immediate data (version 3, docs/protocol.md "Messages"): bits 30-31 the message type, bits 16-29 the
+// receiver's channel index on the link, bits 0-15 an argument. A data message's length is its
+// completion's byte_len, which the verbs report for a Write with immediate; the argument repeats its
+// low 16 bits, a check that costs nothing. A wakeup's argument is the low 16 bits of the arm count it
+// answers (one arm is outstanding at a time). An end's: 0 close, 1 abort, 2 "to TCP" (the sender's
+// bytes go on on the TCP connection from here; docs/protocol.md, "Back to TCP").
 enum class MessageType : uint32_t { kData = 0, kWakeup = 1, kArm = 2, kEnd = 3 };
 inline constexpr uint32_t kEndClose = 0;
 inline constexpr uint32_t kEndAbort = 1;
 inline constexpr uint32_t kEndToTcp = 2;
-inline constexpr uint32_t kImmArgMask = (uint32_t{1} << 30) - 1;
-inline constexpr uint32_t encode_imm(MessageType type, uint32_t arg) {
-  return (static_cast<uint32_t>(type) << 30) | (arg & kImmArgMask);
+inline constexpr uint32_t kImmArgBits = 16;
+inline constexpr uint32_t kImmArgMask = (uint32_t{1} << kImmArgBits) - 1;
+inline constexpr uint32_t kChannelBits = 14;
+inline constexpr uint32_t kMaxChannels = uint32_t{1} << kChannelBits;  // indices 0..kMaxChannels-1
+// Index 0 names the link itself; a link's first channel (the one its rdma_cm connection was made
+// for) is 1 on both sides.
+inline constexpr uint32_t kLinkChannel = 0;
+inline constexpr uint32_t kFirstChannel = 1;
+inline constexpr uint32_t encode_imm(MessageType type, uint32_t channel, uint32_t arg) {
+  return (static_cast<uint32_t>(type) << 30) | ((channel & (kMaxChannels - 1)) << kImmArgBits) | (arg & kImmArgMask);
 }
 inline constexpr MessageType imm_type(uint32_t imm) { return static_cast<MessageType>(imm >> 30); }
+inline constexpr uint32_t imm_channel(uint32_t imm) { return (imm >> kImmArgBits) & (kMaxChannels - 1); }
 inline constexpr uint32_t imm_arg(uint32_t imm) { return imm & kImmArgMask; }
 
 }  // namespace tcp2rdma::transport

@@ -36,6 +36,48 @@ TEST(FlowControl, DataRoomKeepsTwoCreditsBackAndStopsAtTheRingEnd) {
   EXPECT_FALSE(f.may_send_close());
 }
 
+TEST(FlowControl, AReleaseComesLastAndOnlyAfterAnEnd) {
+  // Receiving: a release before any end would let a peer stop without a word and be taken for a clean
+  // end; one after an abort is fine (the abort is the end); nothing may follow it.
+  FlowControl f(config(4096, 4));
+  EXPECT_EQ(f.on_release_arrived(false), FlowError::kReleaseWithoutEnd);
+  EXPECT_FALSE(f.peer_released());
+  EXPECT_EQ(f.on_data_arrived(10), FlowError::kNone);
+  EXPECT_EQ(f.on_close_arrived(), FlowError::kNone);
+  EXPECT_EQ(f.on_release_arrived(false), FlowError::kNone);
+  EXPECT_TRUE(f.peer_released());
+  EXPECT_EQ(f.on_release_arrived(false), FlowError::kDuplicateRelease);
+  EXPECT_EQ(f.on_data_arrived(1), FlowError::kAfterRelease);
+  EXPECT_EQ(f.on_wakeup_arrived(0), FlowError::kAfterRelease);
+  EXPECT_EQ(f.on_arm_arrived(), FlowError::kAfterRelease);
+  FlowControl g(config(4096, 4));
+  EXPECT_EQ(g.on_release_arrived(true), FlowError::kNone);  // after the peer's abort
+  // The release uses the receive kept for it, not an advertised one: it arrives with none left.
+  FlowControl h(config(4096, 1));
+  EXPECT_EQ(h.on_close_arrived(), FlowError::kNone);
+  EXPECT_EQ(h.on_release_arrived(false), FlowError::kNone);
+}
+
+TEST(FlowControl, AfterItsReleaseASideSendsNothing) {
+  FlowControl f(config(4096, 8));
+  f.on_data_sent(100);
+  EXPECT_TRUE(f.may_send_close());
+  f.on_close_sent();
+  EXPECT_TRUE(f.may_send_release());
+  f.on_release_sent();
+  EXPECT_FALSE(f.may_send_release());
+  EXPECT_EQ(f.data_room(10), 0u);
+  EXPECT_FALSE(f.may_arm());
+  EXPECT_FALSE(f.may_send_move());
+  EXPECT_FALSE(f.may_send_close());
+  // Not even a credit update or a wakeup for the peer: its memory may be gone.
+  EXPECT_EQ(f.on_data_arrived(10), FlowError::kNone);
+  f.on_reposted(1);
+  f.on_app_consumed(10);
+  EXPECT_FALSE(f.update_due());
+  EXPECT_FALSE(f.may_send_wakeup());
+}
+
 TEST(FlowControl, RingSpaceComesBackOnlyThroughTheMailbox) {
   FlowControl f(config(4096, 100, 0));
   f.on_data_sent(4096);
@@ -186,7 +228,7 @@ void progress(Side& me, Side& peer) {
     me.mailbox_pending = false;
   }
   if (me.flow.update_due()) peer.inbox.push_back({Message::kMailbox, 0, me.flow.make_update()});
-  if (me.flow.may_send_wakeup()) peer.inbox.push_back({Message::kWakeup, me.flow.on_wakeup_sent() & 0x3fffffff, {}});
+  if (me.flow.may_send_wakeup()) peer.inbox.push_back({Message::kWakeup, me.flow.on_wakeup_sent() & FlowControl::kWakeupCountMask, {}});
 }
 
 // One turn of a running side: its application's next call, then sleep if it could do nothing.

@@ -6,6 +6,7 @@
 //       bad-mailbox      a mailbox update claiming bytes consumed that the server never sent
 //       data-after-close data after an orderly end
 //       bad-end          an end message with an unknown argument
+//       no-channel       a message for a channel the link does not carry
 //       malformed-setup  first a connect request with garbage private data (must be rejected), then
 //                        a well-formed one followed by a stray wakeup: the listener survived
 //       huge-ring        first a well-formed request for a 512 MiB ring (must be rejected: the server
@@ -214,12 +215,12 @@ int main(int argc, char** argv) {
     uint64_t ring_size = uint64_t{1} << c.peer.ring_size_log2;
     uint64_t first = stream_cursor_origin(ra.client_nonce, c.peer.server_nonce, true) & (ring_size - 1);
     uint32_t n = sizeof text - 1, head = static_cast<uint32_t>(std::min<uint64_t>(n, ring_size - first));
-    ibv_wc_status data = write_via(c, buf, head, c.peer.rkey, first, true, encode_imm(MessageType::kData, head));
+    ibv_wc_status data = write_via(c, buf, head, c.peer.rkey, first, true, encode_imm(MessageType::kData, kFirstChannel, head));
     if (head < n && data == IBV_WC_SUCCESS) {  // the ring wraps: the rest from its start
       std::memmove(buf.data(), buf.data() + head, n - head);
-      data = write_via(c, buf, n - head, c.peer.rkey, 0, true, encode_imm(MessageType::kData, n - head));
+      data = write_via(c, buf, n - head, c.peer.rkey, 0, true, encode_imm(MessageType::kData, kFirstChannel, n - head));
     }
-    ibv_wc_status end = write_via(c, buf, 0, c.peer.rkey, 0, true, encode_imm(MessageType::kEnd, kEndClose));
+    ibv_wc_status end = write_via(c, buf, 0, c.peer.rkey, 0, true, encode_imm(MessageType::kEnd, kFirstChannel, kEndClose));
     std::printf("hostile: A's bytes: %s, A's end: %s\n", ibv_wc_status_str(data), ibv_wc_status_str(end));
     if (data != IBV_WC_SUCCESS || end != IBV_WC_SUCCESS) return 1;
     std::this_thread::sleep_for(std::chrono::seconds(2));  // let the server read before we vanish
@@ -250,7 +251,7 @@ int main(int argc, char** argv) {
     constexpr size_t kOutbox = 1 << 19;  // beyond the ring and mailbox the server writes into
     std::memcpy(buf.data() + kOutbox, words, sizeof words);
     ibv_wc_status update = post_and_wait(c, buf, sizeof words, c.peer.rkey, ring, false, 0, kOutbox);
-    ibv_wc_status arm = post_and_wait(c, buf, 0, c.peer.rkey, 0, true, encode_imm(MessageType::kArm, 1));
+    ibv_wc_status arm = post_and_wait(c, buf, 0, c.peer.rkey, 0, true, encode_imm(MessageType::kArm, kFirstChannel, 1));
     std::printf("hostile: armed (update %s, arm %s); no receive posted from now on\n", ibv_wc_status_str(update),
                 ibv_wc_status_str(arm));
     std::fflush(stdout);
@@ -269,25 +270,28 @@ int main(int argc, char** argv) {
   };
 
   if (mode == "length-mismatch") {
-    write_imm(10, encode_imm(MessageType::kData, 100), 0);
+    write_imm(10, encode_imm(MessageType::kData, kFirstChannel, 100), 0);
   } else if (mode == "overrun") {
     // One write larger than the whole ring: it still lands inside the server's registration (the
     // mailbox follows the ring), so only the server's own check can catch it.
     uint32_t too_much = static_cast<uint32_t>(ring + 8);
-    write_imm(too_much, encode_imm(MessageType::kData, too_much), 0);
+    write_imm(too_much, encode_imm(MessageType::kData, kFirstChannel, too_much), 0);
   } else if (mode == "stray-wakeup" || mode == "malformed-setup" || mode == "huge-ring" || mode == "forged-tuple") {
-    write_imm(0, encode_imm(MessageType::kWakeup, 7), 0);
+    write_imm(0, encode_imm(MessageType::kWakeup, kFirstChannel, 7), 0);
   } else if (mode == "bad-mailbox") {
     // "I have consumed a million bytes of your stream": the server has sent none.
     uint64_t words[7] = {1, 1000000, 8, 0, 0, 0, 1};
     std::memcpy(buf.data(), words, sizeof words);
     write_imm(sizeof words, 0, ring, false);
-    write_imm(1, encode_imm(MessageType::kData, 1), 0);  // a message, so that the server looks
+    write_imm(1, encode_imm(MessageType::kData, kFirstChannel, 1), 0);  // a message, so that the server looks
   } else if (mode == "data-after-close") {
-    write_imm(0, encode_imm(MessageType::kEnd, kEndClose), 0);
-    write_imm(1, encode_imm(MessageType::kData, 1), 0);
+    write_imm(0, encode_imm(MessageType::kEnd, kFirstChannel, kEndClose), 0);
+    write_imm(1, encode_imm(MessageType::kData, kFirstChannel, 1), 0);
+  } else if (mode == "no-channel") {
+    // A byte for channel 7 of a link that carries only channel 1.
+    write_imm(1, encode_imm(MessageType::kData, 7, 1), 0);
   } else if (mode == "bad-end") {
-    write_imm(0, encode_imm(MessageType::kEnd, 5), 0);
+    write_imm(0, encode_imm(MessageType::kEnd, kFirstChannel, 5), 0);
   } else {
     return 2;
   }
