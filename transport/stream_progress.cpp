@@ -59,6 +59,7 @@ Status RdmaStream::post_write(const void* local, uint32_t length, uint32_t lkey,
     path_failed_ = true;
     return Status::kReset;
   }
+  link_->on_channel_send_posted(index_);
   ++sends_since_keepalive_;
   if (wr_kind == kWrZeroCopy) ++zcopy_outstanding_;
   if (wr_kind == kWrCopy || wr_kind == kWrZeroCopy) note_data_posted(flow_->sent() + length, wr_kind == kWrZeroCopy);
@@ -129,6 +130,7 @@ Status RdmaStream::handle_completion(const ibv_wc& wc) {
   ++counters_.completions;
   // The wr_id's kind, not the opcode: undefined in an error completion.
   bool is_send = StreamLink::work_kind(wc.wr_id) != kWrReceive;
+  if (!flow_) return is_send ? Status::kOk : Status::kProtocolError;  // an open not answered yet
   if (is_send) note_send_completion(wc);
   if (wc.status != IBV_WC_SUCCESS) {
     // After an orderly end from the peer, or once we disconnected, the queue pair's flushed work is
@@ -164,7 +166,24 @@ Status RdmaStream::handle_completion(const ibv_wc& wc) {
       e = flow_->on_arm_arrived();  // the count itself came with the mailbox update before it
       break;
     case MessageType::kEnd:
-      if (imm_arg(imm) == kEndAbort) return Status::kReset;
+      if (imm_arg(imm) == kEndAbort) {
+        peer_aborted_ = true;
+        if (!link_->stopped()) link_->post_receive();  // the link goes on: the receive is the link's
+        return Status::kReset;
+      }
+      if (imm_arg(imm) == kEndRelease) {
+        // The peer writes nothing more here (links.md, "Ending a channel"): like a disconnect of this
+        // channel alone, answered by our own release. Its receive was the one kept for it.
+        if (FlowError r = flow_->on_release_arrived(peer_aborted_); r != FlowError::kNone) {
+          note_failure("the peer broke the protocol", to_string(r));
+          return Status::kProtocolError;
+        }
+        disconnect_seen_ = true;
+        if (!link_->stopped()) link_->post_receive();
+        release_owed_ = !flow_->release_sent();
+        send_release();  // at once, whatever our application does (else at the next serve)
+        return Status::kOk;
+      }
       if (imm_arg(imm) == kEndToTcp) {
         e = flow_->on_move_arrived();
         move_owed_ = !move_sent_;  // answered at once, the application's calls or not
@@ -188,7 +207,10 @@ void RdmaStream::handle_cm_events() {
   // The link's connection events are every channel's.
   StreamLink::CmNews news = link_->take_cm_events();
   for (RdmaStream* c : link_->channels()) {
-    if (c == nullptr) continue;
+    if (c == nullptr || !c->flow_) {
+      if (c != nullptr && (news.disconnected || news.device_removed)) c->on_answer(nullptr);
+      continue;
+    }
     if (news.disconnected) c->disconnect_seen_ = true;
     if (news.device_removed && !c->peer_done()) {
       c->note_failure("the RDMA device", "was removed");
@@ -208,15 +230,16 @@ void RdmaStream::drain_channels() {
   if (link_->take_channel_events() && link_->poller) kick();
 }
 
-Status RdmaStream::take_completion(const ibv_wc& wc) {
-  if (StreamLink::work_kind(wc.wr_id) == kWrReceive && wc.status != IBV_WC_SUCCESS) {
+Status RdmaStream::dispatch(StreamLink& link, const ibv_wc& wc, RdmaStream* caller) {
+  uint64_t kind = StreamLink::work_kind(wc.wr_id);
+  if (kind == kWrReceive && wc.status != IBV_WC_SUCCESS) {
     // A flushed receive names no channel: the queue pair is in the error state, which is every
     // channel's to judge (a failure, or the expected tail of one that ended).
     Status mine = Status::kOk;
-    for (RdmaStream* c : link_->channels()) {
-      if (c == nullptr) continue;
+    for (RdmaStream* c : link.channels()) {
+      if (c == nullptr || !c->flow_) continue;
       Status s = c->handle_completion(wc);
-      if (c == this) {
+      if (c == caller) {
         mine = s;
       } else {
         if (s != Status::kOk) c->fail(s);
@@ -225,24 +248,49 @@ Status RdmaStream::take_completion(const ibv_wc& wc) {
     }
     return mine;
   }
-  uint32_t index = StreamLink::work_kind(wc.wr_id) == kWrReceive ? imm_channel(ntohl(wc.imm_data))
-                                                                  : StreamLink::work_channel(wc.wr_id);
-  RdmaStream* target = link_->channel(index);
-  if (target == nullptr) {
-    // A message for no channel of ours: the peer broke the link's protocol, which is every channel's
-    // violation (a reset each, as a lie within one channel is).
-    on_link_failed("the peer broke the protocol", "a message for a channel it does not have", Status::kProtocolError);
-    return failure_;
+  uint32_t index = kind == kWrReceive ? imm_channel(ntohl(wc.imm_data)) : StreamLink::work_channel(wc.wr_id);
+  if (kind != kWrReceive) link.on_channel_send_completed(index);
+  if (index == kLinkChannel) {
+    // The link's own messages: an open or answer that went out (a send), or one that came in.
+    if (kind != kWrReceive) {
+      link.on_send_completed();
+      if (wc.status == IBV_WC_SUCCESS) return Status::kOk;
+    } else if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM && imm_type(ntohl(wc.imm_data)) == MessageType::kEnd &&
+               on_link_message(link, imm_arg(ntohl(wc.imm_data))) == Status::kOk) {
+      return Status::kOk;
+    }
+    fail_link(link, "the link's setup", kind != kWrReceive ? ibv_wc_status_str(wc.status) : "a malformed message",
+              kind != kWrReceive ? Status::kReset : Status::kProtocolError);
+    return caller != nullptr ? caller->failure_ : Status::kReset;
   }
-  if (target == this) return handle_completion(wc);
+  RdmaStream* target = link.channel(index);
+  if (target == nullptr && link.is_retired(index)) {
+    // A channel that went: what the peer still sent it is dropped (as TCP drops what arrives after a
+    // close), its receive reposted; its release lets the link free its memory.
+    if (kind != kWrReceive) {
+      link.on_send_completed();
+      return Status::kOk;
+    }
+    uint32_t imm = ntohl(wc.imm_data);
+    if (!link.stopped() && link.post_receive() != Status::kOk) return Status::kResources;
+    link.on_retired_message(index, imm_type(imm) == MessageType::kEnd && imm_arg(imm) == kEndRelease);
+    return Status::kOk;
+  }
+  if (target == nullptr || (kind == kWrReceive && !target->flow_)) {
+    // A message for no channel of ours (or one whose open is not answered yet): the peer broke the
+    // link's protocol, which is every channel's violation (a reset each, as a lie within one is).
+    fail_link(link, "the peer broke the protocol", "a message for a channel it does not have", Status::kProtocolError);
+    return caller != nullptr ? caller->failure_ : Status::kProtocolError;
+  }
+  if (target == caller) return target->handle_completion(wc);
   if (Status s = target->handle_completion(wc); s != Status::kOk) target->fail(s);
   target->touched_ = true;
   return Status::kOk;
 }
 
-void RdmaStream::serve_others() {
-  for (RdmaStream* c : link_->channels()) {
-    if (c == nullptr || c == this || !c->touched_) continue;
+void RdmaStream::serve_touched(StreamLink& link, RdmaStream* except) {
+  for (RdmaStream* c : link.channels()) {
+    if (c == nullptr || c == except || !c->touched_) continue;
     c->touched_ = false;
     if (!c->failed()) c->serve();
     // Its thread may wait on the condition (progress() wakes it) or its poller on its readiness fd,
@@ -251,9 +299,26 @@ void RdmaStream::serve_others() {
   }
 }
 
-void RdmaStream::on_link_failed(const char* what, const char* detail, Status s) {
-  for (RdmaStream* c : link_->channels()) {
-    if (c == nullptr || c->failed()) continue;
+Status RdmaStream::progress_link(StreamLink& link) {
+  OwnCalls own;  // own_calls.h
+  ibv_wc wcs[16];
+  int n = 0;
+  while ((n = link.poll(wcs, 16)) > 0) {
+    for (int i = 0; i < n; ++i) dispatch(link, wcs[i], nullptr);
+  }
+  if (n < 0) fail_link(link, "the completion queue", "failed", Status::kReset);
+  serve_touched(link, nullptr);
+  link.cv().notify_all();
+  return n < 0 || link.stopped() ? Status::kReset : Status::kOk;
+}
+
+void RdmaStream::serve_others() { serve_touched(*link_, this); }
+
+void RdmaStream::fail_link(StreamLink& link, const char* what, const char* detail, Status s) {
+  for (RdmaStream* c : link.channels()) {
+    if (c == nullptr) continue;
+    if (c->open_state_ == OpenState::kWaiting) c->on_answer(nullptr);
+    if (c->failed()) continue;
     c->note_failure(what, detail);
     c->path_failed_ = s == Status::kReset;  // the path's failure, not the peer's word
     c->fail(s);
@@ -276,7 +341,7 @@ Status RdmaStream::progress() {
     }
   }
   if (n < 0) {
-    on_link_failed("the completion queue", "failed", Status::kReset);
+    fail_link(*link_, "the completion queue", "failed", Status::kReset);
     return failure_;
   }
   serve_others();
@@ -284,6 +349,8 @@ Status RdmaStream::progress() {
 }
 
 Status RdmaStream::serve() {
+  if (!flow_) return Status::kOk;  // an open not answered yet: nothing of ours to serve
+  if (release_owed_) send_release();
   // After the peer's orderly close a disconnect is the normal end; before it, the peer (or its
   // process, or the link) is gone: a reset, never a clean end of stream.
   if (disconnect_seen_ && !peer_done() && !disconnected_) {
@@ -472,7 +539,7 @@ Status RdmaStream::wait(std::unique_lock<std::mutex>& lock, bool interruptible, 
 }
 
 Status RdmaStream::keepalive_locked() {
-  if (failed() || disconnected_ || disconnect_seen_) return failure_;
+  if (!flow_ || failed() || disconnected_ || disconnect_seen_) return failure_;
   // After the peer's end its queue pair may be gone any moment (its close destroys it): a probe would
   // only count a retry error at rxe. Our own sends, if any, still find a dead path.
   if (flow_->peer_closed()) return Status::kOk;
@@ -495,14 +562,14 @@ Status RdmaStream::keepalive() {
 
 void RdmaStream::wake_pollers() {
   OwnCalls own;  // own_calls.h
-  link_->look_again();
+  readiness_.look_again();
 }
 
 Readiness RdmaStream::readiness() {
   OwnCalls own;  // own_calls.h
   std::unique_lock lock(mu_);
   polled_ = true;
-  link_->take_look_again();
+  readiness_.take_look_again();
   drain_channels();
   Readiness r;
   for (;;) {

@@ -1,0 +1,53 @@
+// A channel's pollable descriptor (channel_readiness.h).
+#include "channel_readiness.h"
+
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+
+#include "os_calls.h"
+#include "own_descriptors.h"
+
+namespace tcp2rdma::transport {
+
+bool watch_readable(int set, int fd) {
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = fd;
+  return os().epoll_ctl(set, EPOLL_CTL_ADD, fd, &ev) == 0;
+}
+
+Status ChannelReadiness::create(int completions) {
+  {
+    OwnDescriptors window;
+    look_fd_ = window.place(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+    set_fd_ = window.place(os().epoll_create1(EPOLL_CLOEXEC));
+  }
+  if (look_fd_ < 0 || set_fd_ < 0) return Status::kDescriptors;
+  if (!watch_readable(set_fd_, completions) || !watch_readable(set_fd_, look_fd_)) return Status::kResources;
+  return Status::kOk;
+}
+
+Status ChannelReadiness::watch(int fd) { return watch_readable(set_fd_, fd) ? Status::kOk : Status::kResources; }
+
+void ChannelReadiness::look_again() {
+  // eventfd_read and eventfd_write are libc's own calls, never the module's wrappers (own_calls.h).
+  (void)eventfd_write(look_fd_, 1);
+  // After the write: a take_look_again() that misses the flag leaves the fd readable, so the pollers
+  // look once more, and that look drains it.
+  look_pending_.store(true, std::memory_order_release);
+}
+
+void ChannelReadiness::take_look_again() {
+  if (look_pending_.exchange(false, std::memory_order_acquire)) {
+    eventfd_t looks = 0;
+    (void)eventfd_read(look_fd_, &looks);
+  }
+}
+
+ChannelReadiness::~ChannelReadiness() {
+  for (int fd : {set_fd_, look_fd_}) {
+    if (fd >= 0) os().close(fd);
+  }
+}
+
+}  // namespace tcp2rdma::transport
