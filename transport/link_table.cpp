@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -14,8 +15,13 @@ namespace {
 
 struct Entry {
   sockaddr_storage address;
-  std::weak_ptr<StreamLink> link;
+  std::shared_ptr<StreamLink> link;
+  std::chrono::steady_clock::time_point idle_since{};  // when it was last seen without channels
 };
+
+// A link without channels is kept this long for the next stream to the same server (a burst of
+// short connections then costs one queue pair), then let go: its queue pair disconnected.
+constexpr auto kIdleLinger = std::chrono::seconds(2);
 
 struct Table {
   std::mutex mu;
@@ -32,14 +38,32 @@ size_t address_length(const sockaddr* a) {
   return a->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
 }
 
-// With the table's lock held: forgets a parent's links in a forked child, and links that are gone.
+// With the table's lock held: forgets a parent's links in a forked child (leaked, never destroyed:
+// the verbs resources are the parent's), and lets go of links that failed or stayed idle too long.
 void tidy(Table& t) {
   pid_t me = getpid();
   if (t.owner != me) {
-    t.entries.clear();  // weak references: nothing of the parent's is touched
+    if (!t.entries.empty()) new std::vector<Entry>(std::move(t.entries));  // never freed: the parent's
+    t.entries.clear();
     t.owner = me;
   }
-  std::erase_if(t.entries, [](const Entry& e) { return e.link.expired(); });
+  auto now = std::chrono::steady_clock::now();
+  std::vector<std::shared_ptr<StreamLink>> going;
+  std::erase_if(t.entries, [&](Entry& e) {
+    std::unique_lock link_lock(e.link->mu());
+    bool dead = e.link->stopped() || e.link->disconnected();
+    if (e.link->attached() > 0 || e.link.use_count() > 1) {
+      e.idle_since = {};
+    } else if (e.idle_since == std::chrono::steady_clock::time_point{}) {
+      e.idle_since = now;
+    }
+    bool expired = e.idle_since != std::chrono::steady_clock::time_point{} && now - e.idle_since > kIdleLinger;
+    if (!dead && !expired) return false;
+    link_lock.unlock();
+    going.push_back(std::move(e.link));
+    return true;
+  });
+  // Destroyed here, after the link locks and before the table's (their destructors take no lock).
 }
 
 }  // namespace
@@ -50,12 +74,9 @@ std::shared_ptr<StreamLink> find_link(const sockaddr* address, int receives) {
   tidy(t);
   for (Entry& e : t.entries) {
     if (std::memcmp(&e.address, address, address_length(address)) != 0) continue;
-    std::shared_ptr<StreamLink> link = e.link.lock();
-    if (link == nullptr) continue;
-    std::lock_guard link_lock(link->mu());
-    if (!link->stopped() && !link->disconnected() && link->has_setup_areas() && link->has_room_for(receives) &&
-        link->attached() > 0) {
-      return link;
+    std::lock_guard link_lock(e.link->mu());
+    if (!e.link->stopped() && !e.link->disconnected() && e.link->has_setup_areas() && e.link->has_room_for(receives)) {
+      return e.link;
     }
   }
   return nullptr;

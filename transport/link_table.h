@@ -1,7 +1,7 @@
 // The client's links, by the server address they were made to (docs/links.md): a later stream to the
 // same address opens a channel on a live link instead of making a queue pair. Process-wide; a forked
-// child starts with none (its parent's links are not its to use). Weak references only: a link lives
-// as long as a channel (or an open under way) holds it.
+// child starts with none (its parent's links are not its to use). The table holds each link: one
+// without channels lingers 2 s for the next stream, then goes (and its queue pair is disconnected).
 #pragma once
 
 #include <sys/socket.h>

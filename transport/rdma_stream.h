@@ -299,6 +299,7 @@ class RdmaStream {
   void drain_channels();
   Status handle_completion(const ibv_wc& wc);
   void handle_cm_events();
+  void on_cm_news(const StreamLink::CmNews& news);  // the link's connection events, as this channel's
   Status send_credits();
   Status request_wakeup();
   bool read_mailbox(MailboxUpdate* update);

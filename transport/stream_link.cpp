@@ -165,6 +165,12 @@ void StreamLink::free_retired_if_done(uint32_t index) {
   // more of the bounce buffer (every send completed): the memory can go, and the index be reused.
   Retired& r = *retired_[index];
   if (!r.peer_released || sends_by_channel_[index] > 0) return;
+  if (r.ring != nullptr && r.ring == setup_owner_) {
+    // The link's setup area is in this ring's registration: it stays until the link ends.
+    setup_owner_mr_ = r.ring_mr;
+    r.ring_mr = nullptr;
+    r.ring = nullptr;
+  }
   if (r.ring_mr != nullptr) ibv_dereg_mr(r.ring_mr);
   if (r.bounce_mr != nullptr) ibv_dereg_mr(r.bounce_mr);
   std::free(r.ring);
@@ -287,7 +293,13 @@ void StreamLink::destroy_queue_pair() {
 }
 
 StreamLink::~StreamLink() {
+  // The peer learns that the link is gone (its channels, if any are left, read it as a disconnect).
+  if (id_ != nullptr && id_->qp != nullptr && !disconnected_ && !stopped_) rdma_disconnect(id_);
   destroy_queue_pair();
+  if (setup_owner_mr_ != nullptr) {
+    ibv_dereg_mr(setup_owner_mr_);
+    std::free(setup_owner_);
+  }
   for (std::optional<Retired>& r : retired_) {
     if (!r.has_value()) continue;
     if (r->ring_mr != nullptr) ibv_dereg_mr(r->ring_mr);

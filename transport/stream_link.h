@@ -121,7 +121,10 @@ class StreamLink {
 
   // The setup area (wire.h, kSetupArea): ours, where the peer writes opens or answers, and the
   // peer's, where ours go. Set when the first channel starts (the area follows its ring's mailbox).
-  void set_setup_areas(uint8_t* ours, uint32_t peer_rkey, uint64_t peer_offset) {
+  // `owner` is the first channel's ring allocation that holds our area: kept (registered) until the
+  // link ends, even after that channel goes.
+  void set_setup_areas(void* owner, uint8_t* ours, uint32_t peer_rkey, uint64_t peer_offset) {
+    setup_owner_ = owner;
     own_setup_ = ours;
     peer_setup_rkey_ = peer_rkey;
     peer_setup_offset_ = peer_offset;
@@ -218,6 +221,8 @@ class StreamLink {
   int receives_reserved_ = 0;
   int receives_posted_ = 0;
   uint8_t* own_setup_ = nullptr;
+  void* setup_owner_ = nullptr;
+  ibv_mr* setup_owner_mr_ = nullptr;  // set when the first channel went: freed with the link
   uint32_t peer_setup_rkey_ = 0;
   uint64_t peer_setup_offset_ = 0;
   uint64_t used_slots_ = 0;  // bit s: slot s waits for its answer

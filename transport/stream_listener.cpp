@@ -7,6 +7,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <cstdio>
+#include <cstdlib>
+#include <unistd.h>
 
 #include "os_calls.h"
 #include "own_calls.h"
@@ -190,16 +193,27 @@ void StreamListener::take_event(rdma_cm_event* event) {
 }
 
 void StreamListener::take_link_opens() {
-  std::erase_if(links_, [](const std::weak_ptr<StreamLink>& l) { return l.expired(); });
-  for (const std::weak_ptr<StreamLink>& weak : links_) {
-    std::shared_ptr<StreamLink> link = weak.lock();
-    if (link == nullptr) continue;
+  std::vector<std::shared_ptr<StreamLink>> going;  // destroyed after the loop, no link lock held
+  for (size_t i = 0; i < links_.size();) {
+    std::shared_ptr<StreamLink> link = links_[i];
     std::vector<StreamLink::Open> opens;
+    bool gone = false;
     {
       std::lock_guard lock(link->mu());
       RdmaStream::progress_link(*link);
       opens.swap(link->opens);
+      // The client let the link go (or it failed): once no channel of ours is on it, neither do we.
+      gone = (link->disconnected() || link->stopped()) && link->attached() == 0 && opens.empty();
     }
+    if (getenv("T2R_DEBUG") && !opens.empty()) fprintf(stderr, "[%d] listener: %zu opens from link %p (held %zu)\n", getpid(), opens.size(), (void*)link.get(), held_.size());
+    if (gone) {
+      if (getenv("T2R_DEBUG")) fprintf(stderr, "[%d] listener: link %p gone\n", getpid(), (void*)link.get());
+      going.push_back(std::move(links_[i]));
+      links_[i] = std::move(links_.back());
+      links_.pop_back();
+      continue;
+    }
+    ++i;
     for (const StreamLink::Open& o : opens) {
       ++counters_.requests;
       Held held{nullptr, {}, std::chrono::steady_clock::now(), link, o.slot, o.request};
@@ -230,6 +244,7 @@ void StreamListener::take_link_opens() {
 
 void StreamListener::admit(const Held& incoming) {
   const ConnectRequest& request = incoming.request;
+  if (getenv("T2R_DEBUG")) fprintf(stderr, "[%d] listener: admit port %u link %p\n", getpid(), request.tuple.client_port, (void*)incoming.link.get());
   // Two requests for one connection: one of them is not its client's, and nothing tells which. Both
   // are rejected, and any other for it within the hold: the connection stays TCP (a downgrade is all
   // the other can cause; taking the stream over would need a record in the TCP stream, see
@@ -283,6 +298,12 @@ void StreamListener::collect(std::chrono::milliseconds hold) {
   rdma_cm_event* event = nullptr;
   while (rdma_get_cm_event(channel_, &event) == 0) take_event(event);
   take_link_opens();
+  // An open held from a link that failed since cannot be answered, and its client has given up on it.
+  std::erase_if(held_, [](const Held& h) {
+    if (h.link == nullptr) return false;
+    std::lock_guard lock(h.link->mu());
+    return h.link->stopped() || h.link->disconnected();
+  });
   auto now = std::chrono::steady_clock::now();
   for (size_t i = 0; i < held_.size();) {
     if (now - held_[i].since > hold) {

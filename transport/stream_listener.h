@@ -108,7 +108,9 @@ class StreamListener {
   rdma_cm_id* id_ = nullptr;
   StreamOptions options_;
   std::vector<Held> held_;
-  std::vector<std::weak_ptr<StreamLink>> links_;  // the links of the streams accepted here
+  // The links of the streams accepted here, kept for the client's next streams until the client lets
+  // them go (a disconnect) or the listener closes.
+  std::vector<std::shared_ptr<StreamLink>> links_;
   struct Declined {
     TcpTuple tuple;
     DeclineReason why;

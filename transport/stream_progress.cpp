@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <cstdlib>
 
 #include "os_calls.h"
 #include "own_calls.h"
@@ -207,18 +208,23 @@ void RdmaStream::handle_cm_events() {
   // The link's connection events are every channel's.
   StreamLink::CmNews news = link_->take_cm_events();
   for (RdmaStream* c : link_->channels()) {
-    if (c == nullptr || !c->flow_) {
-      if (c != nullptr && (news.disconnected || news.device_removed)) c->on_answer(nullptr);
-      continue;
-    }
-    if (news.disconnected) c->disconnect_seen_ = true;
-    if (news.device_removed && !c->peer_done()) {
-      c->note_failure("the RDMA device", "was removed");
-      c->path_failed_ = true;
-    }
-    if (c != this && (news.disconnected || news.device_removed)) c->touched_ = true;
+    if (c != nullptr) c->on_cm_news(news);
   }
   if (news.disconnected || news.device_removed) serve_others();
+}
+
+void RdmaStream::on_cm_news(const StreamLink::CmNews& news) {
+  if (!news.disconnected && !news.device_removed) return;
+  if (!flow_) {
+    on_answer(nullptr);  // an open that waits for its answer: the link is gone
+    return;
+  }
+  if (news.disconnected) disconnect_seen_ = true;
+  if (news.device_removed && !peer_done()) {
+    note_failure("the RDMA device", "was removed");
+    path_failed_ = true;
+  }
+  touched_ = true;
 }
 
 void RdmaStream::drain_channels() {
@@ -249,34 +255,36 @@ Status RdmaStream::dispatch(StreamLink& link, const ibv_wc& wc, RdmaStream* call
     return mine;
   }
   uint32_t index = kind == kWrReceive ? imm_channel(ntohl(wc.imm_data)) : StreamLink::work_channel(wc.wr_id);
+  if (kind != kWrReceive && link.channel(index) == nullptr) {
+    // A send of the link's own (an open or answer), or of a channel that went: only the link's
+    // accounting is left to do (a retired channel's memory may be freed by it). Our own wr_id: no lie.
+    link.on_send_completed();
+    link.on_channel_send_completed(index);
+    if (index != kLinkChannel || wc.status == IBV_WC_SUCCESS) return Status::kOk;
+    fail_link(link, "the link's setup", ibv_wc_status_str(wc.status), Status::kReset);
+    return caller != nullptr ? caller->failure_ : Status::kReset;
+  }
   if (kind != kWrReceive) link.on_channel_send_completed(index);
   if (index == kLinkChannel) {
-    // The link's own messages: an open or answer that went out (a send), or one that came in.
-    if (kind != kWrReceive) {
-      link.on_send_completed();
-      if (wc.status == IBV_WC_SUCCESS) return Status::kOk;
-    } else if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM && imm_type(ntohl(wc.imm_data)) == MessageType::kEnd &&
-               on_link_message(link, imm_arg(ntohl(wc.imm_data))) == Status::kOk) {
+    // A message of the link itself came in: an open, or an answer.
+    if (wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM &&
+        imm_type(ntohl(wc.imm_data)) == MessageType::kEnd && on_link_message(link, imm_arg(ntohl(wc.imm_data))) == Status::kOk) {
       return Status::kOk;
     }
-    fail_link(link, "the link's setup", kind != kWrReceive ? ibv_wc_status_str(wc.status) : "a malformed message",
-              kind != kWrReceive ? Status::kReset : Status::kProtocolError);
-    return caller != nullptr ? caller->failure_ : Status::kReset;
+    fail_link(link, "the link's setup", "a malformed message", Status::kProtocolError);
+    return caller != nullptr ? caller->failure_ : Status::kProtocolError;
   }
   RdmaStream* target = link.channel(index);
   if (target == nullptr && link.is_retired(index)) {
     // A channel that went: what the peer still sent it is dropped (as TCP drops what arrives after a
     // close), its receive reposted; its release lets the link free its memory.
-    if (kind != kWrReceive) {
-      link.on_send_completed();
-      return Status::kOk;
-    }
     uint32_t imm = ntohl(wc.imm_data);
     if (!link.stopped() && link.post_receive() != Status::kOk) return Status::kResources;
     link.on_retired_message(index, imm_type(imm) == MessageType::kEnd && imm_arg(imm) == kEndRelease);
     return Status::kOk;
   }
   if (target == nullptr || (kind == kWrReceive && !target->flow_)) {
+    if (getenv("T2R_DEBUG")) fprintf(stderr, "[%d] link %p: no channel %u (kind %lu, imm type %u arg %u, target %p, size %zu)\n", getpid(), (void*)&link, index, (unsigned long)kind, (unsigned)imm_type(ntohl(wc.imm_data)), imm_arg(ntohl(wc.imm_data)), (void*)target, link.channels().size());
     // A message for no channel of ours (or one whose open is not answered yet): the peer broke the
     // link's protocol, which is every channel's violation (a reset each, as a lie within one is).
     fail_link(link, "the peer broke the protocol", "a message for a channel it does not have", Status::kProtocolError);
@@ -301,6 +309,12 @@ void RdmaStream::serve_touched(StreamLink& link, RdmaStream* except) {
 
 Status RdmaStream::progress_link(StreamLink& link) {
   OwnCalls own;  // own_calls.h
+  if (link.cm_watched()) {
+    StreamLink::CmNews news = link.take_cm_events();
+    for (RdmaStream* c : link.channels()) {
+      if (c != nullptr) c->on_cm_news(news);
+    }
+  }
   ibv_wc wcs[16];
   int n = 0;
   while ((n = link.poll(wcs, 16)) > 0) {
@@ -315,6 +329,7 @@ Status RdmaStream::progress_link(StreamLink& link) {
 void RdmaStream::serve_others() { serve_touched(*link_, this); }
 
 void RdmaStream::fail_link(StreamLink& link, const char* what, const char* detail, Status s) {
+  if (getenv("T2R_DEBUG")) fprintf(stderr, "[%d] link %p FAILS: %s: %s\n", getpid(), (void*)&link, what, detail);
   for (RdmaStream* c : link.channels()) {
     if (c == nullptr) continue;
     if (c->open_state_ == OpenState::kWaiting) c->on_answer(nullptr);

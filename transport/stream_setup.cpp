@@ -103,7 +103,8 @@ Status RdmaStream::start(uint8_t peer_ring_log2, uint32_t peer_rkey, uint8_t pee
     // setup areas follow each side's first ring and mailbox.
     if (Status s = link_->watch_cm_channel(); s != Status::kOk) return s;
     if (Status s = readiness_.watch(link_->cm_fd()); s != Status::kOk) return s;
-    link_->set_setup_areas(ring_ + ring_size_ + kMailboxSlot, peer_rkey, (uint64_t{1} << peer_ring_log2) + kMailboxSlot);
+    link_->set_setup_areas(ring_, ring_ + ring_size_ + kMailboxSlot, peer_rkey,
+                           (uint64_t{1} << peer_ring_log2) + kMailboxSlot);
   }
   peer_ring_size_ = uint64_t{1} << peer_ring_log2;
   peer_rkey_ = peer_rkey;
@@ -226,8 +227,9 @@ RdmaStream::~RdmaStream() {
   if (open_state_ == OpenState::kWaiting && open_slot_ >= 0) {
     link_->awaiting[open_slot_].stream = nullptr;  // a late answer finds no stream (and ends its channel)
   }
-  if (link_->attached() > 1 && index_ != kLinkChannel) {
-    // The link carries other channels: the peer may still write into our ring, and the adapter read
+  if (link_.use_count() > 1 && index_ != kLinkChannel) {
+    // The link goes on (other channels, opens under way, or the link table or listener keeping it for
+    // the next stream): the peer may still write into our ring, and the adapter read
     // our bounce buffer, until its release arrives and our sends complete (links.md, "Ending a
     // channel"); the link keeps them until then.
     StreamLink::Retired leftovers{ring_mr_, ring_, bounce_mr_, bounce_, receive_quota(),
