@@ -4,10 +4,8 @@
 // slot with a ChannelAnswer. No rdma_cm, no queue pair, no thread: one round trip on the link.
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <cstring>
-#include <cstdio>
-#include <cstdlib>
-#include <unistd.h>
 
 #include "own_calls.h"
 #include "page_memory.h"
@@ -30,9 +28,7 @@ bool valid_open(const ChannelOpen& o) {
          (o.max_server_ring_log2 == 0 || (o.max_server_ring_log2 >= 10 && o.max_server_ring_log2 <= 29));
 }
 
-static bool dbg() { static bool d = getenv("T2R_DEBUG") != nullptr; return d; }
 Status RdmaStream::on_link_message(StreamLink& link, uint32_t arg) {
-  if (dbg()) fprintf(stderr, "[%d] link %p message op %u slot %u serves %d\n", getpid(), (void*)&link, link_op(arg), link_slot(arg), link.serves_opens);
   // Every link message consumed one of the receives kept for the setup slots: put it back.
   if (!link.stopped() && link.post_receive() != Status::kOk) return Status::kResources;
   uint32_t slot = link_slot(arg);
@@ -90,14 +86,12 @@ Status RdmaStream::post_link_record(StreamLink& link, const void* record, uint32
   auto deadline = Deadline::in_ms(1000);
   while (!link.send_queue_has_room(1) && !link.stopped() && !deadline.passed()) progress_link(link);
   Status s = link.post_setup_record(record, op, slot);
-  if (dbg() && s != Status::kOk) fprintf(stderr, "[%d] link %p: posting op %u slot %u failed (outstanding %d, stopped %d)\n", getpid(), (void*)&link, op, slot, link.sends_outstanding(), link.stopped());
   return s;
 }
 
 void RdmaStream::on_answer(const ChannelAnswer* answer) {
   if (open_state_ != OpenState::kWaiting) return;
   if (answer == nullptr) {  // the link failed or went before the answer
-    if (dbg()) fprintf(stderr, "[%d] open of index %u: the link went\n", getpid(), index_);
     open_state_ = OpenState::kFailed;
     return;
   }
@@ -118,7 +112,6 @@ void RdmaStream::on_answer(const ChannelAnswer* answer) {
   open_state_ = valid && start(answer->ring_size_log2, answer->rkey, answer->queue_depth, true) == Status::kOk
                     ? OpenState::kAccepted
                     : OpenState::kFailed;
-  if (dbg() && open_state_ == OpenState::kFailed) fprintf(stderr, "[%d] open of index %u: start failed (ring %u)\n", getpid(), index_, answer->ring_size_log2);
 }
 
 Status RdmaStream::open_on_link(const std::shared_ptr<StreamLink>& link, const Pairing& pairing,
@@ -175,9 +168,10 @@ Status RdmaStream::open_on_link(const std::shared_ptr<StreamLink>& link, const P
   while (stream->open_state_ == OpenState::kWaiting && !deadline.passed()) {
     stream->progress_unstarted();
     if (stream->open_state_ != OpenState::kWaiting) break;
-    stream->wait(lock, false, deadline.poll_ms());
+    // Bounded: the answer may be taken by another channel's thread of the link, which wakes us; a
+    // look every 10 ms makes a missed wakeup cost no more than that.
+    stream->wait(lock, false, std::min(deadline.poll_ms(), 10));
   }
-  if (dbg()) fprintf(stderr, "[%d] link %p open slot %d index %u state %d\n", getpid(), (void*)link.get(), slot, stream->index_, (int)stream->open_state_);
   switch (stream->open_state_) {
     case OpenState::kAccepted:
       *out = std::move(stream);
@@ -229,7 +223,6 @@ Status RdmaStream::accept_on_link(const std::shared_ptr<StreamLink>& link, uint3
                                            : DeclineReason::kResources,
                   s);
   }
-  if (dbg()) fprintf(stderr, "[%d] link %p answers slot %u: accept, channel %u for client %u\n", getpid(), (void*)link.get(), slot, stream->index_, open.client_channel);
   answer.kind = kAcceptKind;
   answer.ring_size_log2 = static_cast<uint8_t>(sized.ring_size_log2);
   answer.queue_depth = static_cast<uint8_t>(sized.recv_queue_depth);

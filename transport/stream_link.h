@@ -82,6 +82,7 @@ class StreamLink {
   std::mutex& mu() { return mu_; }
   std::condition_variable& cv() { return cv_; }
   bool poller = false;
+  bool spinning = false;  // a thread busy-polls the completion queue (RdmaStream::wait)
 
   // The channels: attach gives a channel its index (kFirstChannel for the first). A channel that goes
   // leaves its memory to the link (retire): the peer may write into it until its release arrives.

@@ -7,9 +7,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <cstdio>
-#include <cstdlib>
-#include <unistd.h>
 
 #include "os_calls.h"
 #include "own_calls.h"
@@ -205,9 +202,7 @@ void StreamListener::take_link_opens() {
       // The client let the link go (or it failed): once no channel of ours is on it, neither do we.
       gone = (link->disconnected() || link->stopped()) && link->attached() == 0 && opens.empty();
     }
-    if (getenv("T2R_DEBUG") && !opens.empty()) fprintf(stderr, "[%d] listener: %zu opens from link %p (held %zu)\n", getpid(), opens.size(), (void*)link.get(), held_.size());
     if (gone) {
-      if (getenv("T2R_DEBUG")) fprintf(stderr, "[%d] listener: link %p gone\n", getpid(), (void*)link.get());
       going.push_back(std::move(links_[i]));
       links_[i] = std::move(links_.back());
       links_.pop_back();
@@ -244,7 +239,6 @@ void StreamListener::take_link_opens() {
 
 void StreamListener::admit(const Held& incoming) {
   const ConnectRequest& request = incoming.request;
-  if (getenv("T2R_DEBUG")) fprintf(stderr, "[%d] listener: admit port %u link %p\n", getpid(), request.tuple.client_port, (void*)incoming.link.get());
   // Two requests for one connection: one of them is not its client's, and nothing tells which. Both
   // are rejected, and any other for it within the hold: the connection stays TCP (a downgrade is all
   // the other can cause; taking the stream over would need a record in the TCP stream, see

@@ -12,7 +12,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <cstdlib>
 
 #include "os_calls.h"
 #include "own_calls.h"
@@ -284,7 +283,6 @@ Status RdmaStream::dispatch(StreamLink& link, const ibv_wc& wc, RdmaStream* call
     return Status::kOk;
   }
   if (target == nullptr || (kind == kWrReceive && !target->flow_)) {
-    if (getenv("T2R_DEBUG")) fprintf(stderr, "[%d] link %p: no channel %u (kind %lu, imm type %u arg %u, target %p, size %zu)\n", getpid(), (void*)&link, index, (unsigned long)kind, (unsigned)imm_type(ntohl(wc.imm_data)), imm_arg(ntohl(wc.imm_data)), (void*)target, link.channels().size());
     // A message for no channel of ours (or one whose open is not answered yet): the peer broke the
     // link's protocol, which is every channel's violation (a reset each, as a lie within one is).
     fail_link(link, "the peer broke the protocol", "a message for a channel it does not have", Status::kProtocolError);
@@ -297,14 +295,17 @@ Status RdmaStream::dispatch(StreamLink& link, const ibv_wc& wc, RdmaStream* call
 }
 
 void RdmaStream::serve_touched(StreamLink& link, RdmaStream* except) {
+  bool any = false;
   for (RdmaStream* c : link.channels()) {
     if (c == nullptr || c == except || !c->touched_) continue;
     c->touched_ = false;
+    any = true;
     if (!c->failed()) c->serve();
-    // Its thread may wait on the condition (progress() wakes it) or its poller on its readiness fd,
-    // whose completion event this thread took.
+    // Its poller watches its readiness fd, whose completion event this thread took.
     if (c->polled_) c->wake_pollers();
   }
+  // Their threads may wait on the link's condition for exactly this news.
+  if (any) link.cv().notify_all();
 }
 
 Status RdmaStream::progress_link(StreamLink& link) {
@@ -329,7 +330,6 @@ Status RdmaStream::progress_link(StreamLink& link) {
 void RdmaStream::serve_others() { serve_touched(*link_, this); }
 
 void RdmaStream::fail_link(StreamLink& link, const char* what, const char* detail, Status s) {
-  if (getenv("T2R_DEBUG")) fprintf(stderr, "[%d] link %p FAILS: %s: %s\n", getpid(), (void*)&link, what, detail);
   for (RdmaStream* c : link.channels()) {
     if (c == nullptr) continue;
     if (c->open_state_ == OpenState::kWaiting) c->on_answer(nullptr);
@@ -347,12 +347,16 @@ Status RdmaStream::progress() {
   ibv_wc wcs[16];
   int n = 0;
   while ((n = link_->poll(wcs, 16)) > 0) {
+    // Every completion taken off the queue is handed on, even after one fails this channel: the rest
+    // of the batch is other channels' (or the link's: an open), and would be lost otherwise.
+    Status mine = Status::kOk;
     for (int i = 0; i < n; ++i) {
-      if (Status s = take_completion(wcs[i]); s != Status::kOk) {
-        fail(s);
-        serve_others();
-        return s;
-      }
+      if (Status s = take_completion(wcs[i]); s != Status::kOk && mine == Status::kOk) mine = s;
+    }
+    if (mine != Status::kOk) {
+      fail(mine);
+      serve_others();
+      return mine;
     }
   }
   if (n < 0) {
@@ -508,13 +512,17 @@ Status RdmaStream::wait(std::unique_lock<std::mutex>& lock, bool interruptible, 
     }
     return Status::kOk;
   }
-  // Bounded busy polling: a reply that comes within microseconds costs no sleep and no interrupt.
-  if (options_.busy_poll_us > 0) {
+  // Bounded busy polling: a reply that comes within microseconds costs no sleep and no interrupt. One
+  // thread a link spins (the others wait for its news), and it lets go of the link's lock between
+  // polls: the link's other channels, and the listener that answers opens, must get in meanwhile.
+  if (options_.busy_poll_us > 0 && !link_->spinning) {
+    link_->spinning = true;
     auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(options_.busy_poll_us);
     for (unsigned polls = 1;; ++polls) {
       ibv_wc wc;
       int n = link_->poll(&wc, 1);
       if (n != 0) {
+        link_->spinning = false;
         if (n < 0) return Status::kReset;
         Status s = take_completion(wc);
         if (s != Status::kOk) fail(s);
@@ -524,9 +532,19 @@ Status RdmaStream::wait(std::unique_lock<std::mutex>& lock, bool interruptible, 
       // Give the CPU to anyone who wants it between polls: on a software device (rxe) the adapter's
       // own work needs the CPU we would spin on. Measured (docs/benchmarks.md): without yielding, a
       // long spin halves throughput; with it, a 1 ms spin costs nothing and saves sleeps.
+      lock.unlock();
       sched_yield();
+      lock.lock();
+      // Another thread may have taken our news meanwhile: the caller looks again.
+      if (failed() || touched_) break;
       // Reading the clock can be a system call (no vDSO clock in some guests): not on every poll.
       if (polls % 32 == 0 && std::chrono::steady_clock::now() >= until) break;
+    }
+    link_->spinning = false;
+    if (failed()) return failure_;
+    if (touched_) {
+      touched_ = false;
+      return serve();
     }
   }
   bool news = false;
