@@ -227,6 +227,15 @@ RdmaStream::~RdmaStream() {
   if (open_state_ == OpenState::kWaiting && open_slot_ >= 0) {
     link_->awaiting[open_slot_].stream = nullptr;  // a late answer finds no stream (and ends its channel)
   }
+  if (link_.use_count() > 1 && index_ != kLinkChannel && flow_ && !flow_->release_sent() && !link_->stopped()) {
+    // Destroyed without close() or abort() (or before their release could go): to the peer this is
+    // what a vanished queue pair was, a reset, never a clean end. An abort if a credit allows (after a
+    // move to TCP nothing is owed: the connection's fate is TCP's), then our release.
+    if (!disconnected_ && !move_sent_ && !failed() && flow_->credits() >= 1 && send_queue_has_room(2)) {
+      post_write(nullptr, 0, 0, 0, imm(MessageType::kEnd, kEndAbort), true, 0, kWrSignal);
+    }
+    send_release();
+  }
   if (link_.use_count() > 1 && index_ != kLinkChannel) {
     // The link goes on (other channels, opens under way, or the link table or listener keeping it for
     // the next stream): the peer may still write into our ring, and the adapter read
