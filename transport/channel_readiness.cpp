@@ -30,6 +30,8 @@ Status ChannelReadiness::create(int completions) {
 Status ChannelReadiness::watch(int fd) { return watch_readable(set_fd_, fd) ? Status::kOk : Status::kResources; }
 
 void ChannelReadiness::look_again() {
+  // Already readable and not yet taken: nothing to add (a link's progress may tell many channels).
+  if (look_pending_.load(std::memory_order_acquire)) return;
   // eventfd_read and eventfd_write are libc's own calls, never the module's wrappers (own_calls.h).
   (void)eventfd_write(look_fd_, 1);
   // After the write: a take_look_again() that misses the flag leaves the fd readable, so the pollers

@@ -301,8 +301,11 @@ void RdmaStream::serve_touched(StreamLink& link, RdmaStream* except) {
     c->touched_ = false;
     any = true;
     if (!c->failed()) c->serve();
-    // Its poller watches its readiness fd, whose completion event this thread took.
-    if (c->polled_) c->wake_pollers();
+    // Its poller watches its readiness fd, whose completion event this thread took: told always, not
+    // only once readiness() was called (a caller that got kWouldBlock polls the fd before it calls
+    // readiness(); the preload's path watcher, progressing another channel of the link, would
+    // otherwise take the completion that poll waits for).
+    c->wake_pollers();
   }
   // Their threads may wait on the link's condition for exactly this news.
   if (any) link.cv().notify_all();
