@@ -30,20 +30,23 @@ Status ChannelReadiness::create(int completions) {
 Status ChannelReadiness::watch(int fd) { return watch_readable(set_fd_, fd) ? Status::kOk : Status::kResources; }
 
 void ChannelReadiness::look_again() {
+  // The flag and the eventfd change together under look_mu_: callers come with the link's lock and
+  // without it (the preload's epoll code), and a take that drained a write whose flag it did not see
+  // would leave the flag set over an empty eventfd, so that every later look_again() said nothing.
+  std::lock_guard lock(look_mu_);
   // Already readable and not yet taken: nothing to add (a link's progress may tell many channels).
-  if (look_pending_.load(std::memory_order_acquire)) return;
+  if (look_pending_) return;
   // eventfd_read and eventfd_write are libc's own calls, never the module's wrappers (own_calls.h).
   (void)eventfd_write(look_fd_, 1);
-  // After the write: a take_look_again() that misses the flag leaves the fd readable, so the pollers
-  // look once more, and that look drains it.
-  look_pending_.store(true, std::memory_order_release);
+  look_pending_ = true;
 }
 
 void ChannelReadiness::take_look_again() {
-  if (look_pending_.exchange(false, std::memory_order_acquire)) {
-    eventfd_t looks = 0;
-    (void)eventfd_read(look_fd_, &looks);
-  }
+  std::lock_guard lock(look_mu_);
+  if (!look_pending_) return;
+  eventfd_t looks = 0;
+  (void)eventfd_read(look_fd_, &looks);
+  look_pending_ = false;
 }
 
 ChannelReadiness::~ChannelReadiness() {

@@ -6,7 +6,7 @@
 // is told by look_again().
 #pragma once
 
-#include <atomic>
+#include <mutex>
 
 #include "status.h"
 
@@ -31,7 +31,8 @@ class ChannelReadiness {
  private:
   int set_fd_ = -1;
   int look_fd_ = -1;  // eventfd: "look again"; only take_look_again() drains it
-  std::atomic<bool> look_pending_{false};  // set after each write to look_fd_
+  std::mutex look_mu_;         // a leaf lock: the flag and the eventfd's count change together
+  bool look_pending_ = false;  // look_fd_ holds a count (readable)
 };
 
 // fd joins the epoll set `set`, readable when fd is.

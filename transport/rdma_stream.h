@@ -297,6 +297,9 @@ class RdmaStream {
   // The immediate of a message to the peer's end of this channel.
   uint32_t imm(MessageType type, uint32_t arg) const { return encode_imm(type, peer_index_, arg); }
   void drain_channels();
+  // After the link's completion event was taken: arms the queue again, taking what came before the
+  // arming to its channels.
+  void rearm_link();
   Status handle_completion(const ibv_wc& wc);
   void handle_cm_events();
   void on_cm_news(const StreamLink::CmNews& news);  // the link's connection events, as this channel's

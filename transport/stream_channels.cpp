@@ -239,14 +239,17 @@ Status RdmaStream::accept_on_link(const std::shared_ptr<StreamLink>& link, uint3
 
 Status RdmaStream::progress_unstarted() {
   // progress() for a channel whose open is not answered yet: the link's completions, this one's
-  // answer among them, without serving a stream that has no flow control yet.
+  // answer among them, without serving a stream that has no flow control yet. The completion event
+  // is taken before the queue is polled, never after: a completion that came between the poll and
+  // the taking would stay in the queue with nobody told (the queue no longer armed, the event gone),
+  // and its channel's poller would sleep forever.
+  drain_channels();
   ibv_wc wcs[16];
   int n = 0;
   while ((n = link_->poll(wcs, 16)) > 0) {
     for (int i = 0; i < n; ++i) dispatch(*link_, wcs[i], this);
   }
   if (n < 0) fail_link(*link_, "the completion queue", "failed", Status::kReset);
-  drain_channels();
   serve_others();
   return Status::kOk;
 }

@@ -231,8 +231,28 @@ void RdmaStream::drain_channels() {
   // that would cost a system call per message. A side that only busy-polls still learns of a dead
   // peer: its sends fail, and its busy polling is bounded, after which it sleeps here.
   handle_cm_events();
+  if (!link_->take_channel_events()) return;
+  // The event is taken and the queue no longer armed, yet the pollers of every channel of the link
+  // sleep on that event, each having armed the queue before it slept: whoever takes the event arms
+  // the queue again before letting go of the lock, after taking what is in it (to its channels,
+  // which are told), so that the next completion raises an event again.
+  rearm_link();
   // A thread asleep on the channels may have been waiting for exactly a completion's event.
-  if (link_->take_channel_events() && link_->poller) kick();
+  if (link_->poller) kick();
+}
+
+void RdmaStream::rearm_link() {
+  for (;;) {
+    bool news = false;
+    ibv_wc wc;
+    if (link_->arm_and_poll(&wc, &news) != Status::kOk) {
+      fail_link(*link_, "the completion queue", "failed", Status::kReset);
+      return;
+    }
+    if (!news) break;
+    if (Status s = take_completion(wc); s != Status::kOk) fail(s);
+  }
+  serve_others();
 }
 
 Status RdmaStream::dispatch(StreamLink& link, const ibv_wc& wc, RdmaStream* caller) {
@@ -288,7 +308,13 @@ Status RdmaStream::dispatch(StreamLink& link, const ibv_wc& wc, RdmaStream* call
     fail_link(link, "the peer broke the protocol", "a message for a channel it does not have", Status::kProtocolError);
     return caller != nullptr ? caller->failure_ : Status::kProtocolError;
   }
-  if (target == caller) return target->handle_completion(wc);
+  if (target == caller) {
+    // The caller's own news, which may be what another thread of its application polls for (a
+    // writer's thread takes the completions its reader's poll waits on): told as any channel is.
+    Status s = target->handle_completion(wc);
+    if (target->polled_) target->wake_pollers();
+    return s;
+  }
   if (Status s = target->handle_completion(wc); s != Status::kOk) target->fail(s);
   target->touched_ = true;
   return Status::kOk;
@@ -605,9 +631,14 @@ Readiness RdmaStream::readiness() {
   OwnCalls own;  // own_calls.h
   std::unique_lock lock(mu_);
   polled_ = true;
-  readiness_.take_look_again();
   drain_channels();
   Readiness r;
+  // What the caller is told reflects every news so far (the lock is held): a "look again" left by it,
+  // by our own progress here among others, would only wake the caller's next poll for nothing.
+  struct TakeLook {
+    ChannelReadiness& readiness;
+    ~TakeLook() { readiness.take_look_again(); }
+  } take_look{readiness_};
   for (;;) {
     progress();
     r.failed = failed();
