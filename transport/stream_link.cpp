@@ -248,6 +248,10 @@ StreamLink::CmNews StreamLink::take_cm_events() {
   while (rdma_get_cm_event(cm_channel_, &event) == 0) {
     rdma_cm_event_type type = event->event;
     rdma_ack_cm_event(event);
+    if (type == RDMA_CM_EVENT_ESTABLISHED) established_ = true;
+    if (type == RDMA_CM_EVENT_CONNECT_ERROR || type == RDMA_CM_EVENT_UNREACHABLE || type == RDMA_CM_EVENT_REJECTED) {
+      setup_failed_ = true;
+    }
     if (type == RDMA_CM_EVENT_DISCONNECTED || type == RDMA_CM_EVENT_DEVICE_REMOVAL ||
         type == RDMA_CM_EVENT_TIMEWAIT_EXIT) {
       news.disconnected = true;

@@ -181,7 +181,14 @@ class StreamLink {
     bool disconnected = false;    // disconnected, the device removed, or the time-wait over
     bool device_removed = false;
   };
+  // Takes the link's connection events, whoever calls it (a channel's thread, the listener's), with
+  // the link's lock held; the establishment of a server's link is one of them, remembered for its
+  // accept (established()).
   CmNews take_cm_events();
+  // The server's side of a link: the client completed the connection (an ESTABLISHED event came), or
+  // it never will (a connection error, a rejection, a disconnect).
+  bool established() const { return established_; }
+  bool setup_failed() const { return setup_failed_; }
   // Takes the completion channel's events (and acknowledges them) and the kicks; the channel is
   // disarmed if there were any. Returns whether there were completion events.
   bool take_channel_events();
@@ -245,6 +252,8 @@ class StreamLink {
   int kick_fd_ = -1;   // eventfd: wakes the sleeping thread when another one changed the state
   bool cm_watched_ = false;
   bool disconnected_ = false;
+  bool established_ = false;
+  bool setup_failed_ = false;
 };
 
 }  // namespace tcp2rdma::transport

@@ -426,9 +426,22 @@ Status StreamListener::accept_held(size_t index, uint64_t server_nonce, const St
 Status RdmaStream::await_established() {
   OwnCalls own;  // own_calls.h
   if (link_open_) return Status::kOk;  // a channel on a live link is ready once answered
-  // The cm channel was made non-blocking by start(), and it is this stream's own since the accept
-  // (no listener state is touched: its caller's lock need not be held).
-  return expect_cm_event(link_->cm_channel(), options_.timeout_ms, RDMA_CM_EVENT_ESTABLISHED);
+  // The link's connection events are taken by whoever holds its lock: the listener takes them with
+  // the link's opens from the moment of the accept, so the establishment is read from the link, not
+  // from the channel (the listener's lock need not be held). A wait is bounded by 20 ms: the event
+  // that wakes it may be taken by another thread first.
+  auto deadline = Deadline::in_ms(options_.timeout_ms);
+  std::unique_lock lock(mu_);
+  for (;;) {
+    handle_cm_events();
+    if (link_->established()) return Status::kOk;
+    if (link_->setup_failed() || link_->disconnected()) return Status::kReset;
+    if (deadline.passed()) return Status::kTimeout;
+    pollfd p{link_->cm_fd(), POLLIN, 0};
+    lock.unlock();
+    os().poll(&p, 1, std::min(deadline.poll_ms(), 20));
+    lock.lock();
+  }
 }
 
 }  // namespace tcp2rdma::transport
