@@ -168,9 +168,9 @@ Status RdmaStream::open_on_link(const std::shared_ptr<StreamLink>& link, const P
   while (stream->open_state_ == OpenState::kWaiting && !deadline.passed()) {
     stream->progress_unstarted();
     if (stream->open_state_ != OpenState::kWaiting) break;
-    // Bounded: the answer may be taken by another channel's thread of the link, which wakes us; a
-    // look every 10 ms makes a missed wakeup cost no more than that.
-    stream->wait(lock, false, std::min(deadline.poll_ms(), 10));
+    // The answer may be taken by another channel's thread of the link: on_link_message notifies the
+    // link's condition, on which we wait when another thread sleeps on the link.
+    stream->wait(lock, false, deadline.poll_ms());
   }
   switch (stream->open_state_) {
     case OpenState::kAccepted:
