@@ -268,6 +268,16 @@ void run(Side& me, Side& peer, std::mt19937_64& rng) {
   if (!did_something) me.sleeping = true;  // wait_for_event
 }
 
+// One random event: a side runs, or the network delivers a message to one.
+void step(Side& a, Side& b, std::mt19937_64& rng) {
+  switch (rng() % 4) {
+    case 0: if (!a.sleeping) run(a, b, rng); break;
+    case 1: if (!b.sleeping) run(b, a, rng); break;
+    case 2: if (!a.inbox.empty()) deliver(a); break;
+    case 3: if (!b.inbox.empty()) deliver(b); break;
+  }
+}
+
 // One random schedule; failures are recorded by gtest.
 void simulate(uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -285,12 +295,7 @@ void simulate(uint64_t seed) {
     bool quiet = a.sleeping && b.sleeping && a.inbox.empty() && b.inbox.empty();
     ASSERT_FALSE(quiet) << "deadlock: both sides asleep, nothing in flight; a owes " << a.to_send << ", b owes "
                         << b.to_send << "; credits a " << a.flow.credits() << " b " << b.flow.credits();
-    switch (rng() % 4) {
-      case 0: if (!a.sleeping) run(a, b, rng); break;
-      case 1: if (!b.sleeping) run(b, a, rng); break;
-      case 2: if (!a.inbox.empty()) deliver(a); break;
-      case 3: if (!b.inbox.empty()) deliver(b); break;
-    }
+    step(a, b, rng);
     if (::testing::Test::HasFatalFailure()) return;
   }
   EXPECT_EQ(b.to_receive, 0u);
@@ -320,12 +325,7 @@ TEST(FlowSimulation, TwoWritersBlockedOnEachOthersRingFallQuiet) {
     bool quiet = false;
     int steps = 0;
     for (; steps < 200000 && !quiet; ++steps) {
-      switch (rng() % 4) {
-        case 0: if (!a.sleeping) run(a, b, rng); break;
-        case 1: if (!b.sleeping) run(b, a, rng); break;
-        case 2: if (!a.inbox.empty()) deliver(a); break;
-        case 3: if (!b.inbox.empty()) deliver(b); break;
-      }
+      step(a, b, rng);
       if (HasFatalFailure()) return;
       quiet = a.sleeping && b.sleeping && a.inbox.empty() && b.inbox.empty();
     }
@@ -340,12 +340,7 @@ TEST(FlowSimulation, TwoWritersBlockedOnEachOthersRingFallQuiet) {
       if (a.to_send == 0 && b.to_send == 0 && a.to_receive == 0 && b.to_receive == 0) break;
       bool stuck = a.sleeping && b.sleeping && a.inbox.empty() && b.inbox.empty();
       ASSERT_FALSE(stuck) << "deadlock after reading resumed";
-      switch (rng() % 4) {
-        case 0: if (!a.sleeping) run(a, b, rng); break;
-        case 1: if (!b.sleeping) run(b, a, rng); break;
-        case 2: if (!a.inbox.empty()) deliver(a); break;
-        case 3: if (!b.inbox.empty()) deliver(b); break;
-      }
+      step(a, b, rng);
       if (HasFatalFailure()) return;
     }
     EXPECT_EQ(a.to_receive, 0u);

@@ -452,6 +452,21 @@ TEST(StreamApi, AClientThatNeverCompletesStallsNoOtherAccept) {
   rdma_destroy_event_channel(ch);
 }
 
+// Reads to the end of the stream in pieces of `piece`: true when exactly `bytes` came, each the
+// sequence `seed` wrote.
+bool read_to_end_checked(RdmaStream& s, uint64_t seed, uint64_t bytes, size_t piece) {
+  std::vector<uint8_t> buf(piece);
+  uint64_t pos = 0;
+  for (;;) {
+    iovec iov{buf.data(), buf.size()};
+    size_t done = 0;
+    if (s.read(&iov, 1, 0, &done) != Status::kOk) return false;
+    if (done == 0) return pos == bytes;
+    if (first_difference(buf.data(), done, seed, pos) != done) return false;
+    pos += done;
+  }
+}
+
 TEST(StreamApi, ConcurrentReaderAndWriterThreadsOnBothEnds) {
   Pair p = connect_pair(7608);
   ASSERT_TRUE(p.client && p.server);
@@ -468,18 +483,7 @@ TEST(StreamApi, ConcurrentReaderAndWriterThreadsOnBothEnds) {
     }
     return s->shutdown_write() == Status::kOk;
   };
-  auto drain = [](RdmaStream* s, uint64_t seed) {
-    std::vector<uint8_t> buf(77777);
-    uint64_t pos = 0;
-    for (;;) {
-      iovec iov{buf.data(), buf.size()};
-      size_t done = 0;
-      if (s->read(&iov, 1, 0, &done) != Status::kOk) return false;
-      if (done == 0) return pos == kBytes;
-      if (first_difference(buf.data(), done, seed, pos) != done) return false;
-      pos += done;
-    }
-  };
+  auto drain = [](RdmaStream* s, uint64_t seed) { return read_to_end_checked(*s, seed, kBytes, 77777); };
   auto a = std::async(std::launch::async, pump, p.client.get(), 1);
   auto b = std::async(std::launch::async, pump, p.server.get(), 2);
   auto c = std::async(std::launch::async, drain, p.server.get(), 1);
@@ -516,18 +520,7 @@ TEST(StreamApi, TwoWritersBlockedOnEachOthersRingsLeaveTheLinkQuiet) {
   uint64_t before = messages();
   std::this_thread::sleep_for(std::chrono::seconds(1));
   EXPECT_LE(messages() - before, 4u) << "blocked writers kept exchanging wakeups and updates";
-  auto drain = [](RdmaStream* s, uint64_t seed) {
-    std::vector<uint8_t> buf(65536);
-    uint64_t pos = 0;
-    for (;;) {
-      iovec iov{buf.data(), buf.size()};
-      size_t done = 0;
-      if (s->read(&iov, 1, 0, &done) != Status::kOk) return false;
-      if (done == 0) return pos == kBytes;
-      if (first_difference(buf.data(), done, seed, pos) != done) return false;
-      pos += done;
-    }
-  };
+  auto drain = [](RdmaStream* s, uint64_t seed) { return read_to_end_checked(*s, seed, kBytes, 65536); };
   auto c = std::async(std::launch::async, drain, p.server.get(), 3);
   auto d = std::async(std::launch::async, drain, p.client.get(), 4);
   EXPECT_TRUE(a.get());
