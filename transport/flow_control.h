@@ -59,13 +59,15 @@ class FlowControl {
   // RDMA Write is contiguous), and zero unless three receive credits are left: two stay back, for an
   // arm and for a wakeup or close, so that signalling never waits on data credits.
   uint64_t data_room(uint64_t want) const;
+  static constexpr uint64_t kDataCredits = 3;  // a data message needs this many credits left
   uint64_t peer_ring_offset() const { return sent_ & (config_.peer_ring_size - 1); }
   void on_data_sent(uint64_t bytes);
 
   // A wakeup is owed when the peer armed with a count we have not answered. It is sent once we have
-  // advertised more than the peer had seen when it armed (so the woken peer finds something; until
-  // then a wakeup would only make it arm again). Its receive is the one we kept back;
-  // on_wakeup_sent returns the count it answers.
+  // advertised something the peer can use that it had not seen when it armed: ring space we
+  // consumed, or receives that give it the credits for data it lacked (so the woken peer finds
+  // something; until then a wakeup would only make it arm again). Its receive is the one we kept
+  // back; on_wakeup_sent returns the count it answers.
   bool wakeup_owed() const { return peer_armed_ != answered_armed_; }
   bool may_send_wakeup() const;
   uint64_t on_wakeup_sent();
@@ -140,6 +142,9 @@ class FlowControl {
   // The peer may use only the receives we have told it of (our last update), not those we reposted
   // since: anything beyond is a violation even when the hardware happened to have a receive for it.
   bool receive_advertised() const { return arrived_ != last_update_.posted; }
+  // The peer's credits if it had seen `posted` of ours: every message it sent that takes one of our
+  // receives has arrived once its arm has (RC keeps order), and only wakeups and ends follow an arm.
+  uint64_t peer_credits(uint64_t posted) const { return posted - arrived_; }
 
   FlowConfig config_;
   // sending

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "channel_readiness.h"
 #include "deadline.h"
 #include "flow_control.h"
 #include "path_failover.h"
@@ -200,7 +201,7 @@ class RdmaStream {
   // Pollable (POLLIN) when the stream may have news: call readiness() then. When readiness() reports
   // less than readable and writable, or a call returned kWouldBlock, the fd will fire on the next change,
   // even when a blocking call of ours sleeps through that change and takes its events.
-  int readiness_fd() const { return link_->readiness_fd(); }
+  int readiness_fd() const { return readiness_.fd(); }
   Readiness readiness();
   // Makes readiness_fd readable now and until the next readiness(), whatever our own calls do
   // meanwhile: for a poller that registers an already-ready stream and must be told at once
@@ -221,11 +222,15 @@ class RdmaStream {
   // Bytes of our receive ring and of the peer's (what each side's options asked for).
   uint64_t ring_size() const { return ring_size_; }
   uint64_t peer_ring_size() const { return peer_ring_size_; }
+  // Opened as a channel on a link another stream had made (docs/links.md), not by rdma_cm.
+  bool opened_on_link() const { return link_open_; }
   const TcpTuple& tuple() const { return tuple_; }
 
  private:
   friend class StreamListener;
-  RdmaStream() : link_(std::make_unique<StreamLink>()) {}
+  RdmaStream() : link_(std::make_shared<StreamLink>()) {}
+  // A channel on a live link: constructed with the link's lock held (it attaches itself).
+  explicit RdmaStream(std::shared_ptr<StreamLink> link) : link_(std::move(link)) {}
 
   static constexpr uint64_t kWrSignal = StreamLink::kWrSignal;
   static constexpr uint64_t kWrCopy = StreamLink::kWrCopy;
@@ -238,6 +243,20 @@ class RdmaStream {
   // does a valid decline, which sets *declined.
   static Status connect_once(const sockaddr* address, const Pairing& pairing, const StreamOptions& options,
                              std::unique_ptr<RdmaStream>* out, uint16_t* redirect_port, DeclineReason* declined);
+  // Channels on a live link (stream_channels.cpp): the client's open and its wait for the answer; the
+  // server's accept of an open its listener held. Both with the pin reservation already made.
+  static Status open_on_link(const std::shared_ptr<StreamLink>& link, const Pairing& pairing,
+                             const StreamOptions& sized, std::unique_ptr<RdmaStream>* out, uint16_t* redirect_port,
+                             DeclineReason* declined);
+  static Status accept_on_link(const std::shared_ptr<StreamLink>& link, uint32_t slot, const ChannelOpen& open,
+                               uint64_t server_nonce, const StreamOptions& sized, std::unique_ptr<RdmaStream>* out);
+  // Our ring (and mailbox, and for a link's first channel the setup area after it) in the link's
+  // protection domain; the channel's readiness set.
+  Status create_channel_memory(bool first);
+  int receive_quota() const { return options_.recv_queue_depth + 1; }  // its depth and its release
+  void send_release();
+  void end_on_link();  // after close or abort: our release, or the link's disconnect
+  Status progress_unstarted();  // progress() while our open waits for its answer
   // The link for `id` (stream_link.h), then our ring in its protection domain.
   Status create_resources(rdma_cm_id* id, const StreamOptions& options);
   Status start(uint8_t peer_ring_log2, uint32_t peer_rkey, uint8_t peer_depth, bool is_client);
@@ -257,17 +276,33 @@ class RdmaStream {
   Status progress();
   // Hands one completion to the channel it names (this one, another, or every channel for a flushed
   // receive, which names none). Returns this channel's status; another's failure is that channel's.
-  Status take_completion(const ibv_wc& wc);
+  Status take_completion(const ibv_wc& wc) { return dispatch(*link_, wc, this); }
+  // The same for any thread that holds the link's lock (`caller` may be null: the listener's).
+  static Status dispatch(StreamLink& link, const ibv_wc& wc, RdmaStream* caller);
+  static void serve_touched(StreamLink& link, RdmaStream* except);
+  // Takes every completion of a link for a thread that is none of its channels' (the listener's, which
+  // collects the opens): returns kReset when the link failed.
+  static Status progress_link(StreamLink& link);
+  // A message of the link itself (an open or an answer in a setup slot; stream_channels.cpp).
+  static Status on_link_message(StreamLink& link, uint32_t arg);
+  // The client's answer to its open arrived (or the open cannot be answered: `answer` null).
+  void on_answer(const ChannelAnswer* answer);
+  // Posts a setup record, first making room in the link's send queue if it is full.
+  static Status post_link_record(StreamLink& link, const void* record, uint32_t op, uint32_t slot);
   // What follows new completions: the link's disconnect, the mailbox, owed ends, credit updates.
   Status serve();
   void serve_others();  // serve() for every other channel handed a completion, and its pollers told
   // Every channel of the link fails with `s` (kReset: the path's failure, which a failover may ride out).
-  void on_link_failed(const char* what, const char* detail, Status s);
+  static void fail_link(StreamLink& link, const char* what, const char* detail, Status s);
   // The immediate of a message to the peer's end of this channel.
   uint32_t imm(MessageType type, uint32_t arg) const { return encode_imm(type, peer_index_, arg); }
   void drain_channels();
+  // After the link's completion event was taken: arms the queue again, taking what came before the
+  // arming to its channels.
+  void rearm_link();
   Status handle_completion(const ibv_wc& wc);
   void handle_cm_events();
+  void on_cm_news(const StreamLink::CmNews& news);  // the link's connection events, as this channel's
   Status send_credits();
   Status request_wakeup();
   bool read_mailbox(MailboxUpdate* update);
@@ -303,7 +338,7 @@ class RdmaStream {
   // bounce mirror from the caller's buffer, which it still holds (src is our cursor src_cursor).
   void keep_unacknowledged(const uint8_t* src, uint64_t src_cursor);
   SentCursors sent_cursors() const;
-  bool peer_done() const { return flow_->peer_closed() || flow_->peer_moved(); }
+  bool peer_done() const { return flow_->peer_closed() || flow_->peer_moved(); }  // a started stream's
 
   // Data path (stream_io.cpp), with mu_ held.
   Status write_piece(const uint8_t* src, size_t len, int flags, size_t* done, std::unique_lock<std::mutex>& lock);
@@ -328,8 +363,9 @@ class RdmaStream {
   bool reader_busy_ = false;
 
   StreamOptions options_;
-  // The queue pair and what is per queue pair (stream_link.h): this stream's own, for now.
-  std::unique_ptr<StreamLink> link_;
+  // The queue pair and what is per queue pair (stream_link.h), shared by the link's channels; the
+  // last channel to go takes it down.
+  std::shared_ptr<StreamLink> link_;
   // The link's lock and condition (every member here is used with mu_ held), and this channel's
   // index on the link (attached at construction).
   std::mutex& mu_ = link_->mu();
@@ -337,6 +373,15 @@ class RdmaStream {
   uint32_t index_ = link_->attach(this);
   uint32_t peer_index_ = kFirstChannel;  // the peer's index of this channel: what our immediates name
   bool touched_ = false;  // another channel's thread handed us a completion: serve() is due
+  bool peer_aborted_ = false;
+  bool release_owed_ = false;  // the peer released: our release answers it
+  bool link_open_ = false;     // opened on a live link (no rdma_cm connection of its own)
+  enum class OpenState { kNone, kWaiting, kAccepted, kRefused, kFailed };
+  OpenState open_state_ = OpenState::kNone;
+  int open_slot_ = -1;  // the setup slot our open waits in
+  DeclineReason refused_why_ = DeclineReason::kNone;
+  uint16_t redirect_port_ = 0;
+  ChannelReadiness readiness_;  // what the application's pollers watch (readiness_fd)
   bool polled_ = false;  // readiness() was called: someone polls, and our sleeps must pass news on
   uint8_t* ring_ = nullptr;  // our receive ring, then our mailbox; registered at iova 0
   ibv_mr* ring_mr_ = nullptr;

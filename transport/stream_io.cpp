@@ -335,10 +335,11 @@ Status RdmaStream::flush() {
 Status RdmaStream::flush_locked(std::unique_lock<std::mutex>& lock, Deadline deadline) {
   // A write is in the peer's memory once its send is acknowledged; the peer delivers what is there
   // even if a reset follows. An owed close must first go out (it waits for the peer's credit).
-  while ((link_->sends_outstanding() > 0 || close_owed_) && !failed() && !disconnect_seen_) {
+  // Our channel's sends, not the link's: other channels' traffic must not hold our close.
+  while ((link_->sends_of(index_) > 0 || close_owed_) && !failed() && !disconnect_seen_) {
     if (deadline.passed()) return Status::kTimeout;
     progress();
-    if (link_->sends_outstanding() > 0 || close_owed_) wait(lock, false, deadline.poll_ms());
+    if (link_->sends_of(index_) > 0 || close_owed_) wait(lock, false, deadline.poll_ms());
   }
   return failed() ? outward(failure_) : Status::kOk;
 }
@@ -356,8 +357,7 @@ Status RdmaStream::close(Deadline deadline) {
   Status s = writes_moved() ? Status::kOk : shutdown_write();
   std::unique_lock lock(mu_);
   if (s == Status::kOk) s = flush_locked(lock, deadline);
-  disconnected_ = true;
-  link_->disconnect();
+  end_on_link();
   return move_sent_ ? Status::kOk : s;
 }
 
@@ -367,8 +367,7 @@ void RdmaStream::abort() {
   if (move_sent_) {
     // After our "to TCP" the peer may still be reading what came before it: no abort message, which
     // would overtake nothing but could fail the peer's stream; TCP carries the connection's fate.
-    disconnected_ = true;
-    link_->disconnect();
+    end_on_link();
     return;
   }
   if (!failed() && !disconnected_ && !disconnect_seen_) {
@@ -380,8 +379,25 @@ void RdmaStream::abort() {
     }
   }
   fail(Status::kReset);
+  end_on_link();
+}
+
+void RdmaStream::end_on_link() {
+  // Nothing more goes out on this channel. On a link that others hold (channels, opens under way)
+  // the peer learns it from our release; a link that ends with this channel is disconnected, which
+  // the peer reads the same way.
+  if (!disconnected_ && link_.use_count() > 1 && !link_->stopped()) send_release();
+  if (link_.use_count() == 1) link_->disconnect();
   disconnected_ = true;
-  link_->disconnect();
+}
+
+void RdmaStream::send_release() {
+  if (!flow_ || flow_->release_sent() || link_->stopped() || !send_queue_has_room(1)) return;
+  // Its receive at the peer is the one each channel keeps for it: no credit needed.
+  if (post_write(nullptr, 0, 0, 0, imm(MessageType::kEnd, kEndRelease), true, 0, kWrSignal) == Status::kOk) {
+    flow_->on_release_sent();
+    release_owed_ = false;
+  }
 }
 
 }  // namespace tcp2rdma::transport

@@ -5,12 +5,16 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 
+#include <arpa/inet.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 
 #include "os_calls.h"
 #include "own_descriptors.h"
+#include "channel_readiness.h"
 #include "page_memory.h"
 #include "rdma_stream.h"
 #include "wire.h"
@@ -21,14 +25,6 @@ namespace {
 bool set_nonblocking(int fd) {
   int flags = os().fcntl(fd, F_GETFL);
   return flags >= 0 && os().fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0;
-}
-
-// fd joins the epoll set `set`, readable when fd is.
-bool watch(int set, int fd) {
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.fd = fd;
-  return os().epoll_ctl(set, EPOLL_CTL_ADD, fd, &ev) == 0;
 }
 
 }  // namespace
@@ -54,14 +50,21 @@ Status StreamLink::create(const StreamOptions& options) {
     if (comp_channel_ == nullptr) return Status::kResources;
     if ((comp_channel_->fd = window.place(comp_channel_->fd)) < 0) return Status::kDescriptors;
   }
-  int cq_size = options.send_queue_depth + options.recv_queue_depth;
+  // Room for the receives of many channels (each its depth and one for its release) and the setup
+  // slots, as far as the device allows: a link that is full makes the next stream take a new link.
+  ibv_device_attr device{};
+  if (ibv_query_device(id_->verbs, &device) != 0) return Status::kResources;
+  int first_quota = options.recv_queue_depth + 1 + static_cast<int>(kSetupSlots);
+  receive_capacity_ = std::max(first_quota, std::min({kLinkReceives, device.max_qp_wr,
+                                                     device.max_cqe - options.send_queue_depth}));
+  int cq_size = options.send_queue_depth + receive_capacity_;
   cq_ = ibv_create_cq(id_->verbs, cq_size, nullptr, comp_channel_, 0);
   if (cq_ == nullptr) return Status::kResources;
   ibv_qp_init_attr attr{};
   attr.send_cq = attr.recv_cq = cq_;
   attr.qp_type = IBV_QPT_RC;
   attr.cap.max_send_wr = options.send_queue_depth;
-  attr.cap.max_recv_wr = options.recv_queue_depth;
+  attr.cap.max_recv_wr = receive_capacity_;
   attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
   attr.cap.max_inline_data = options.inline_threshold;
   // A protection domain of the link's own, not librdmacm's one per device and process: a queue pair
@@ -81,9 +84,7 @@ Status StreamLink::create(const StreamOptions& options) {
   mailbox_out_mr_ = ibv_reg_mr(pd_, mailbox_out_, kMailboxSlot * options.send_queue_depth, 0);
   if (mailbox_out_mr_ == nullptr) return registration_failure(errno);
   // Every receive is posted before the peer can send anything: RNR is impossible from the start.
-  for (int i = 0; i < options.recv_queue_depth; ++i) {
-    if (Status s = post_receive(); s != Status::kOk) return s;
-  }
+  if (Status s = reserve_receives(first_quota); s != Status::kOk) return s;
   if (options.zcopy_threshold > 0) {
     registrations_ = std::make_unique<RegistrationCache>(pd_, options.registration_cache_entries);
   }
@@ -96,40 +97,125 @@ Status StreamLink::create_wait_sets() {
   {
     OwnDescriptors window;
     kick_fd_ = window.place(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-    look_fd_ = window.place(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
     epoll_fd_ = window.place(os().epoll_create1(EPOLL_CLOEXEC));
-    readiness_fd_ = window.place(os().epoll_create1(EPOLL_CLOEXEC));
   }
-  if (kick_fd_ < 0 || look_fd_ < 0 || epoll_fd_ < 0 || readiness_fd_ < 0) return Status::kDescriptors;
-  if (!watch(epoll_fd_, comp_channel_->fd) || !watch(epoll_fd_, kick_fd_) ||
-      !watch(readiness_fd_, comp_channel_->fd) || !watch(readiness_fd_, look_fd_)) {
-    return Status::kResources;
-  }
+  if (kick_fd_ < 0 || epoll_fd_ < 0) return Status::kDescriptors;
+  if (!watch_readable(epoll_fd_, comp_channel_->fd) || !watch_readable(epoll_fd_, kick_fd_)) return Status::kResources;
   return Status::kOk;
 }
 
 Status StreamLink::watch_cm_channel() {
   if (!set_nonblocking(cm_channel_->fd)) return Status::kResources;
-  if (!watch(epoll_fd_, cm_channel_->fd) || !watch(readiness_fd_, cm_channel_->fd)) return Status::kResources;
+  if (!watch_readable(epoll_fd_, cm_channel_->fd)) return Status::kResources;
+  cm_watched_ = true;
   cq_armed_ = false;
   return Status::kOk;
 }
 
 uint32_t StreamLink::attach(RdmaStream* channel) {
-  if (channels_.empty()) channels_.push_back(nullptr);  // kLinkChannel
+  if (channels_.empty()) {  // kLinkChannel
+    channels_.push_back(nullptr);
+    retired_.emplace_back();
+    sends_by_channel_.push_back(0);
+  }
   for (uint32_t i = kFirstChannel; i < channels_.size(); ++i) {
-    if (channels_[i] == nullptr) {
+    if (channels_[i] == nullptr && !retired_[i].has_value()) {
       channels_[i] = channel;
       return i;
     }
   }
+  if (channels_.size() >= kMaxChannels) return kLinkChannel;  // full: the caller takes another link
   channels_.push_back(channel);
+  retired_.emplace_back();
+  sends_by_channel_.push_back(0);
   return static_cast<uint32_t>(channels_.size() - 1);
 }
 
-void StreamLink::detach(uint32_t index) {
-  if (index < channels_.size()) channels_[index] = nullptr;
+size_t StreamLink::attached() const {
+  size_t n = 0;
+  for (RdmaStream* c : channels_) n += c != nullptr;
+  return n;
 }
+
+void StreamLink::retire(uint32_t index, const Retired& leftovers) {
+  if (index == kLinkChannel || index >= channels_.size()) return;
+  channels_[index] = nullptr;
+  retired_[index] = leftovers;
+  free_retired_if_done(index);
+}
+
+void StreamLink::on_retired_message(uint32_t index, bool release) {
+  if (release && is_retired(index)) {
+    retired_[index]->peer_released = true;
+    free_retired_if_done(index);
+  }
+}
+
+void StreamLink::on_channel_send_posted(uint32_t index) {
+  if (index < sends_by_channel_.size()) ++sends_by_channel_[index];
+}
+
+void StreamLink::on_channel_send_completed(uint32_t index) {
+  if (index < sends_by_channel_.size() && sends_by_channel_[index] > 0) --sends_by_channel_[index];
+  if (is_retired(index)) free_retired_if_done(index);
+}
+
+void StreamLink::free_retired_if_done(uint32_t index) {
+  // The peer writes nothing more into the ring (its release came), and the adapter reads nothing
+  // more of the bounce buffer (every send completed): the memory can go, and the index be reused.
+  Retired& r = *retired_[index];
+  if (!r.peer_released || sends_by_channel_[index] > 0) return;
+  if (r.ring != nullptr && r.ring == setup_owner_) {
+    // The link's setup area is in this ring's registration: it stays until the link ends.
+    setup_owner_mr_ = r.ring_mr;
+    r.ring_mr = nullptr;
+    r.ring = nullptr;
+  }
+  if (r.ring_mr != nullptr) ibv_dereg_mr(r.ring_mr);
+  if (r.bounce_mr != nullptr) ibv_dereg_mr(r.bounce_mr);
+  std::free(r.ring);
+  std::free(r.bounce);
+  unreserve_receives(r.receives);
+  retired_[index].reset();
+}
+
+Status StreamLink::reserve_receives(int receives) {
+  if (!has_room_for(receives)) return Status::kResources;
+  receives_reserved_ += receives;
+  while (receives_posted_ < receives_reserved_) {
+    if (Status s = post_receive(); s != Status::kOk) return s;
+    ++receives_posted_;
+  }
+  return Status::kOk;
+}
+
+Status StreamLink::post_setup_record(const void* record, uint32_t op, uint32_t slot) {
+  uint8_t* source = next_mailbox_slot();  // 64 bytes, registered: what the adapter reads from
+  std::memcpy(source, record, kSetupRecordBytes);
+  ibv_sge sge{reinterpret_cast<uint64_t>(source), kSetupRecordBytes, mailbox_out_mr_->lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = work_id(kLinkChannel, kWrSignal);
+  wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.imm_data = htonl(encode_imm(MessageType::kEnd, kLinkChannel, link_imm_arg(op, slot)));
+  wr.wr.rdma.remote_addr = peer_setup_offset_ + slot * kSetupRecordBytes;
+  wr.wr.rdma.rkey = peer_setup_rkey_;
+  return send_queue_has_room(1) && post_send(&wr) == 0 ? Status::kOk : Status::kResources;
+}
+
+int StreamLink::take_free_slot() {
+  for (uint32_t s = 0; s < kSetupSlots; ++s) {
+    if (!(used_slots_ & (uint64_t{1} << s))) {
+      used_slots_ |= uint64_t{1} << s;
+      return static_cast<int>(s);
+    }
+  }
+  return -1;
+}
+
+void StreamLink::free_slot(uint32_t slot) { used_slots_ &= ~(uint64_t{1} << slot); }
 
 int StreamLink::post_send(ibv_send_wr* wr) {
   ibv_send_wr* bad = nullptr;
@@ -162,12 +248,17 @@ StreamLink::CmNews StreamLink::take_cm_events() {
   while (rdma_get_cm_event(cm_channel_, &event) == 0) {
     rdma_cm_event_type type = event->event;
     rdma_ack_cm_event(event);
+    if (type == RDMA_CM_EVENT_ESTABLISHED) established_ = true;
+    if (type == RDMA_CM_EVENT_CONNECT_ERROR || type == RDMA_CM_EVENT_UNREACHABLE || type == RDMA_CM_EVENT_REJECTED) {
+      setup_failed_ = true;
+    }
     if (type == RDMA_CM_EVENT_DISCONNECTED || type == RDMA_CM_EVENT_DEVICE_REMOVAL ||
         type == RDMA_CM_EVENT_TIMEWAIT_EXIT) {
       news.disconnected = true;
     }
     if (type == RDMA_CM_EVENT_DEVICE_REMOVAL) news.device_removed = true;
   }
+  if (news.disconnected) disconnected_ = true;
   return news;
 }
 
@@ -192,20 +283,6 @@ int StreamLink::sleep(int ms) {
 
 void StreamLink::kick() { (void)eventfd_write(kick_fd_, 1); }
 
-void StreamLink::look_again() {
-  (void)eventfd_write(look_fd_, 1);
-  // After the write: a take_look_again() that misses the flag leaves the fd readable, so the pollers
-  // look once more, and that look drains it.
-  look_pending_.store(true, std::memory_order_release);
-}
-
-void StreamLink::take_look_again() {
-  if (look_pending_.exchange(false, std::memory_order_acquire)) {
-    eventfd_t looks = 0;
-    (void)eventfd_read(look_fd_, &looks);
-  }
-}
-
 void StreamLink::stop() {
   stopped_ = true;
   if (id_ != nullptr && id_->qp != nullptr) {
@@ -220,7 +297,20 @@ void StreamLink::destroy_queue_pair() {
 }
 
 StreamLink::~StreamLink() {
+  // The peer learns that the link is gone (its channels, if any are left, read it as a disconnect).
+  if (id_ != nullptr && id_->qp != nullptr && !disconnected_ && !stopped_) rdma_disconnect(id_);
   destroy_queue_pair();
+  if (setup_owner_mr_ != nullptr) {
+    ibv_dereg_mr(setup_owner_mr_);
+    std::free(setup_owner_);
+  }
+  for (std::optional<Retired>& r : retired_) {
+    if (!r.has_value()) continue;
+    if (r->ring_mr != nullptr) ibv_dereg_mr(r->ring_mr);
+    if (r->bounce_mr != nullptr) ibv_dereg_mr(r->bounce_mr);
+    std::free(r->ring);
+    std::free(r->bounce);
+  }
   registrations_.reset();
   if (mailbox_out_mr_ != nullptr) ibv_dereg_mr(mailbox_out_mr_);
   if (pd_ != nullptr) ibv_dealloc_pd(pd_);  // after its queue pair and every registration in it
@@ -228,7 +318,7 @@ StreamLink::~StreamLink() {
   if (comp_channel_ != nullptr) ibv_destroy_comp_channel(comp_channel_);
   if (id_ != nullptr) rdma_destroy_id(id_);
   if (cm_channel_ != nullptr) rdma_destroy_event_channel(cm_channel_);
-  for (int fd : {epoll_fd_, kick_fd_, readiness_fd_, look_fd_}) {
+  for (int fd : {epoll_fd_, kick_fd_}) {
     if (fd >= 0) os().close(fd);
   }
   std::free(mailbox_out_);

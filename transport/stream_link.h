@@ -12,15 +12,18 @@
 
 #include <rdma/rdma_cma.h>
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "registration_cache.h"
 #include "status.h"
+#include "wire.h"
 
 namespace tcp2rdma::transport {
 
@@ -43,6 +46,9 @@ class StreamLink {
   // Each outgoing mailbox update is written from a slot of its own, so that an update still being
   // read by the adapter is never overwritten by the next.
   static constexpr size_t kMailboxSlot = 64;
+  // Receives a link's queue holds at most (the device may allow fewer): with the default depth of 64,
+  // about 120 channels a link.
+  static constexpr int kLinkReceives = 8192;
 
   StreamLink() = default;
   // Destroys the queue pair first (see destroy_queue_pair), then everything else.
@@ -64,23 +70,90 @@ class StreamLink {
   // start), and the wait sets.
   Status create(const StreamOptions& options);
   // Once the cm channel carries only this connection's events (the client's from the start, the
-  // server's after the accept): its events wake sleepers and pollers too.
+  // server's after the accept): its events wake the link's sleeper, and its channels' pollers (each
+  // channel adds cm_fd() to its own readiness set).
   Status watch_cm_channel();
+  bool cm_watched() const { return cm_watched_; }
+  int cm_fd() const { return cm_channel_->fd; }
+  int completion_fd() const { return comp_channel_->fd; }
 
   // The lock of the link and of its channels; the condition its channels' threads wait on; whether a
   // thread sleeps in sleep() (the others wait on cv(), and that thread wakes them after its progress).
   std::mutex& mu() { return mu_; }
   std::condition_variable& cv() { return cv_; }
   bool poller = false;
+  bool spinning = false;  // a thread busy-polls the completion queue (RdmaStream::wait)
 
-  // The channels: attach gives a channel its index (kFirstChannel for the first), detach frees it.
+  // The channels: attach gives a channel its index (kFirstChannel for the first). A channel that goes
+  // leaves its memory to the link (retire): the peer may write into it until its release arrives.
   uint32_t attach(RdmaStream* channel);
-  void detach(uint32_t index);
-  // The channel with `index`, or nullptr (none, or a peer's lie).
+  // The channel with `index`, or nullptr (none, retired, or a peer's lie).
   RdmaStream* channel(uint32_t index) const {
     return index < channels_.size() ? channels_[index] : nullptr;
   }
   const std::vector<RdmaStream*>& channels() const { return channels_; }
+  size_t attached() const;  // channels in use, retired ones not counted
+  // What a departing channel leaves: its registrations (ring and mailbox, bounce buffer), the pages
+  // under them, and its receive quota. Freed once the peer released the channel and every send of
+  // ours on it completed; then the index is free again.
+  struct Retired {
+    ibv_mr* ring_mr = nullptr;
+    void* ring = nullptr;
+    ibv_mr* bounce_mr = nullptr;
+    void* bounce = nullptr;
+    int receives = 0;
+    bool peer_released = false;
+  };
+  void retire(uint32_t index, const Retired& leftovers);
+  bool is_retired(uint32_t index) const { return index < retired_.size() && retired_[index].has_value(); }
+  // A message for a retired channel: taken and ignored; a release frees it when nothing is left.
+  void on_retired_message(uint32_t index, bool release);
+  // Sends of each channel not yet completed (a retired channel's memory waits for them).
+  void on_channel_send_posted(uint32_t index);
+  void on_channel_send_completed(uint32_t index);
+  int sends_of(uint32_t index) const { return index < sends_by_channel_.size() ? sends_by_channel_[index] : 0; }
+
+  // Receives: the queue holds what every channel's quota (its depth and one for its release) and the
+  // link's setup slots need; posted once, reposted as they are consumed. A new channel on the link
+  // needs room for its quota (has_room_for); reserve_receives posts it.
+  bool has_room_for(int receives) const { return receives_reserved_ + receives <= receive_capacity_; }
+  Status reserve_receives(int receives);
+  void unreserve_receives(int receives) { receives_reserved_ -= receives; }
+
+  // The setup area (wire.h, kSetupArea): ours, where the peer writes opens or answers, and the
+  // peer's, where ours go. Set when the first channel starts (the area follows its ring's mailbox).
+  // `owner` is the first channel's ring allocation that holds our area: kept (registered) until the
+  // link ends, even after that channel goes.
+  void set_setup_areas(void* owner, uint8_t* ours, uint32_t peer_rkey, uint64_t peer_offset) {
+    setup_owner_ = owner;
+    own_setup_ = ours;
+    peer_setup_rkey_ = peer_rkey;
+    peer_setup_offset_ = peer_offset;
+  }
+  bool has_setup_areas() const { return own_setup_ != nullptr; }
+  const uint8_t* own_setup_slot(uint32_t slot) const { return own_setup_ + slot * kSetupRecordBytes; }
+  // Writes a 64-byte record into the peer's setup slot, with the link message `op` (wire.h).
+  Status post_setup_record(const void* record, uint32_t op, uint32_t slot);
+  // The client's slots: one for each open waiting for its answer (at most kSetupSlots). A slot is
+  // freed only by its answer, never by a client that stopped waiting: the server's answer may still
+  // come, into that slot.
+  int take_free_slot();
+  void free_slot(uint32_t slot);
+  struct Awaiting {
+    RdmaStream* stream = nullptr;  // nullptr once its connect gave up (an accept is then aborted)
+    uint32_t index = 0;            // the channel the open is for
+    uint64_t client_nonce = 0;
+    bool used = false;
+  };
+  std::array<Awaiting, kSetupSlots> awaiting{};  // by slot: the client's opens
+  // The server's: opens taken off the link, for its listener (StreamListener::collect).
+  struct Open {
+    uint32_t slot;
+    ChannelOpen request;
+  };
+  std::vector<Open> opens;
+  // Set by the listener that accepted the link's first channel: opens are its to answer.
+  bool serves_opens = false;
 
   ibv_pd* pd() const { return pd_; }
   uint32_t max_inline() const { return max_inline_; }
@@ -108,28 +181,36 @@ class StreamLink {
     bool disconnected = false;    // disconnected, the device removed, or the time-wait over
     bool device_removed = false;
   };
+  // Takes the link's connection events, whoever calls it (a channel's thread, the listener's), with
+  // the link's lock held; the establishment of a server's link is one of them, remembered for its
+  // accept (established()).
   CmNews take_cm_events();
+  // The server's side of a link: the client completed the connection (an ESTABLISHED event came), or
+  // it never will (a connection error, a rejection, a disconnect).
+  bool established() const { return established_; }
+  bool setup_failed() const { return setup_failed_; }
   // Takes the completion channel's events (and acknowledges them) and the kicks; the channel is
   // disarmed if there were any. Returns whether there were completion events.
   bool take_channel_events();
 
-  // The stream's threads sleep on one set (completions, connection events, kicks); the application's
-  // pollers watch another (completions, connection events, "look again"), so that neither takes the
+  // The channels' threads sleep on the link's set (completions, connection events, kicks); the
+  // application's pollers watch each channel's own (channel_readiness.h), so that neither takes the
   // other's news.
-  // Sleeps up to ms (-1: for ever) on the first set; epoll_wait's result, errno kept.
+  // Sleeps up to ms (-1: for ever) on the link's set; epoll_wait's result, errno kept.
   int sleep(int ms);
   // Wakes a thread asleep in sleep().
   void kick();
-  int readiness_fd() const { return readiness_fd_; }
-  // Makes readiness_fd readable until take_look_again().
-  void look_again();
-  void take_look_again();
 
   // The queue pair to the error state for good: the adapter flushes every work request with a
   // completion, and no receive is reposted from here (stopped()).
   void stop();
   bool stopped() const { return stopped_; }
-  void disconnect() { rdma_disconnect(id_); }
+  void disconnect() {
+    disconnected_ = true;
+    rdma_disconnect(id_);
+  }
+  // We disconnected, or the peer did (a connection event seen): no channel can be opened on it.
+  bool disconnected() const { return disconnected_; }
   // Teardown order: no work request may touch a buffer after it is deregistered, so the queue pair
   // goes before any registration of the stream's (its ring and bounce buffer, in pd()).
   void destroy_queue_pair();
@@ -139,7 +220,20 @@ class StreamLink {
 
   std::mutex mu_;
   std::condition_variable cv_;
+  static constexpr uint32_t kSetupRecordBytes = 64;
   std::vector<RdmaStream*> channels_;  // by index; [kLinkChannel] is always empty
+  std::vector<std::optional<Retired>> retired_;  // by index
+  std::vector<int> sends_by_channel_;  // by index
+  void free_retired_if_done(uint32_t index);
+  int receive_capacity_ = 0;
+  int receives_reserved_ = 0;
+  int receives_posted_ = 0;
+  uint8_t* own_setup_ = nullptr;
+  void* setup_owner_ = nullptr;
+  ibv_mr* setup_owner_mr_ = nullptr;  // set when the first channel went: freed with the link
+  uint32_t peer_setup_rkey_ = 0;
+  uint64_t peer_setup_offset_ = 0;
+  uint64_t used_slots_ = 0;  // bit s: slot s waits for its answer
   uint64_t mailbox_updates_ = 0;
   rdma_event_channel* cm_channel_ = nullptr;
   rdma_cm_id* id_ = nullptr;
@@ -154,11 +248,12 @@ class StreamLink {
   uint8_t* mailbox_out_ = nullptr;  // one slot per send work request
   ibv_mr* mailbox_out_mr_ = nullptr;
   std::unique_ptr<RegistrationCache> registrations_;
-  int epoll_fd_ = -1;      // comp channel, cm channel, kick_fd_: what the stream's sleeps wait on
-  int kick_fd_ = -1;       // eventfd: wakes the sleeping thread when another one changed the state
-  int readiness_fd_ = -1;  // comp channel, cm channel, look_fd_: what the application's pollers watch
-  int look_fd_ = -1;       // eventfd: "look again" for pollers; only take_look_again() drains it
-  std::atomic<bool> look_pending_{false};  // set after each write to look_fd_
+  int epoll_fd_ = -1;  // comp channel, cm channel, kick_fd_: what the channels' threads sleep on
+  int kick_fd_ = -1;   // eventfd: wakes the sleeping thread when another one changed the state
+  bool cm_watched_ = false;
+  bool disconnected_ = false;
+  bool established_ = false;
+  bool setup_failed_ = false;
 };
 
 }  // namespace tcp2rdma::transport

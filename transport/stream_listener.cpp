@@ -80,7 +80,13 @@ Status StreamListener::listen(const sockaddr* address, const StreamOptions& opti
 
 StreamListener::~StreamListener() {
   OwnCalls own;  // own_calls.h
-  for (Held& h : held_) reject(h.id);
+  for (Held& h : held_) {
+    if (h.link != nullptr) {
+      say_no(h, DeclineReason::kServerStaysTcp);
+    } else {
+      reject(h.id);
+    }
+  }
   if (id_ != nullptr) rdma_destroy_id(id_);
   if (channel_ != nullptr) rdma_destroy_event_channel(channel_);
 }
@@ -94,6 +100,34 @@ void StreamListener::reject(rdma_cm_id* id, const ConnectRequest& request, Decli
   Decline d = decline_record(request, why);
   rdma_reject(id, &d, sizeof d);
   rdma_destroy_id(id);
+}
+
+void StreamListener::say_no(const Held& held, DeclineReason why, uint16_t redirect_port) {
+  if (held.link == nullptr) {
+    if (redirect_port != 0) {
+      Redirect r{};
+      r.magic = kSetupMagic;
+      r.version = kProtocolVersion;
+      r.kind = kRedirectKind;
+      r.port = redirect_port;
+      r.client_nonce = held.request.client_nonce;
+      rdma_reject(held.id, &r, sizeof r);
+      rdma_destroy_id(held.id);
+    } else {
+      reject(held.id, held.request, why);
+    }
+    return;
+  }
+  ChannelAnswer answer{};
+  answer.magic = kSetupMagic;
+  answer.version = kProtocolVersion;
+  answer.kind = kRefuseKind;
+  answer.reason = static_cast<uint8_t>(why);
+  answer.redirect_port = redirect_port;
+  answer.client_channel = held.open.client_channel;
+  answer.client_nonce = held.open.client_nonce;
+  std::lock_guard lock(held.link->mu());
+  RdmaStream::post_link_record(*held.link, &answer, kLinkAnswer, held.slot);
 }
 
 void StreamListener::remove_held(size_t index) {
@@ -113,14 +147,7 @@ std::vector<StreamListener::Redirected> StreamListener::redirect(
       ++i;
       continue;
     }
-    Redirect r{};
-    r.magic = kSetupMagic;
-    r.version = kProtocolVersion;
-    r.kind = kRedirectKind;
-    r.port = port;
-    r.client_nonce = held_[i].request.client_nonce;
-    rdma_reject(held_[i].id, &r, sizeof r);
-    rdma_destroy_id(held_[i].id);
+    say_no(held_[i], DeclineReason::kServerStaysTcp, port);
     sent.push_back(Redirected{held_[i].request.tuple, port});
     ++counters_.redirected;
     remove_held(i);
@@ -159,6 +186,59 @@ void StreamListener::take_event(rdma_cm_event* event) {
     reject(id);
     return;
   }
+  admit(Held{id, request, std::chrono::steady_clock::now()});
+}
+
+void StreamListener::take_link_opens() {
+  std::vector<std::shared_ptr<StreamLink>> going;  // destroyed after the loop, no link lock held
+  for (size_t i = 0; i < links_.size();) {
+    std::shared_ptr<StreamLink> link = links_[i];
+    std::vector<StreamLink::Open> opens;
+    bool gone = false;
+    {
+      std::lock_guard lock(link->mu());
+      RdmaStream::progress_link(*link);
+      opens.swap(link->opens);
+      // The client let the link go (or it failed): once no channel of ours is on it, neither do we.
+      gone = (link->disconnected() || link->stopped()) && link->attached() == 0 && opens.empty();
+    }
+    if (gone) {
+      going.push_back(std::move(links_[i]));
+      links_[i] = std::move(links_.back());
+      links_.pop_back();
+      continue;
+    }
+    ++i;
+    for (const StreamLink::Open& o : opens) {
+      ++counters_.requests;
+      Held held{nullptr, {}, std::chrono::steady_clock::now(), link, o.slot, o.request};
+      if (!valid_open(o.request)) {
+        ++counters_.rejected_malformed;
+        say_no(held, DeclineReason::kServerStaysTcp);
+        continue;
+      }
+      // The same proof as an rdma_cm request's, against the link's own addresses.
+      if (!tuple_matches(o.request.tuple, rdma_get_peer_addr(link->id()), rdma_get_local_addr(link->id()))) {
+        ++counters_.rejected_forged;
+        say_no(held, DeclineReason::kServerStaysTcp);
+        continue;
+      }
+      ConnectRequest& r = held.request;  // what the rest of the listener reads of any request
+      r.magic = kSetupMagic;
+      r.version = kProtocolVersion;
+      r.ring_size_log2 = o.request.ring_size_log2;
+      r.rkey = o.request.rkey;
+      r.queue_depth = o.request.queue_depth;
+      r.max_server_ring_log2 = o.request.max_server_ring_log2;
+      r.tuple = o.request.tuple;
+      r.client_nonce = o.request.client_nonce;
+      admit(held);
+    }
+  }
+}
+
+void StreamListener::admit(const Held& incoming) {
+  const ConnectRequest& request = incoming.request;
   // Two requests for one connection: one of them is not its client's, and nothing tells which. Both
   // are rejected, and any other for it within the hold: the connection stays TCP (a downgrade is all
   // the other can cause; taking the stream over would need a record in the TCP stream, see
@@ -166,9 +246,9 @@ void StreamListener::take_event(rdma_cm_event* event) {
   for (size_t i = 0; i < held_.size(); ++i) {
     if (std::memcmp(&held_[i].request.tuple, &request.tuple, sizeof request.tuple) == 0) {
       counters_.rejected_duplicate += 2;
-      reject(held_[i].id, held_[i].request, DeclineReason::kDuplicate);
+      say_no(held_[i], DeclineReason::kDuplicate);
       remove_held(i);
-      reject(id, request, DeclineReason::kDuplicate);
+      say_no(incoming, DeclineReason::kDuplicate);
       remember_declined(request.tuple, DeclineReason::kDuplicate);
       return;
     }
@@ -176,13 +256,13 @@ void StreamListener::take_event(rdma_cm_event* event) {
   for (size_t i = 0; i < declined_.size(); ++i) {
     if (std::memcmp(&declined_[i].tuple, &request.tuple, sizeof request.tuple) == 0) {
       ++counters_.rejected_declined;
-      reject(id, request, declined_[i].why);
+      say_no(incoming, declined_[i].why);
       declined_[i] = declined_.back();
       declined_.pop_back();
       return;
     }
   }
-  held_.push_back(Held{id, request, std::chrono::steady_clock::now()});
+  held_.push_back(incoming);
 }
 
 void StreamListener::decline(const TcpTuple& tuple, DeclineReason why) {
@@ -190,7 +270,7 @@ void StreamListener::decline(const TcpTuple& tuple, DeclineReason why) {
   for (size_t i = 0; i < held_.size(); ++i) {
     if (std::memcmp(&held_[i].request.tuple, &tuple, sizeof tuple) == 0) {
       ++counters_.rejected_declined;
-      reject(held_[i].id, held_[i].request, why);
+      say_no(held_[i], why);
       remove_held(i);
       return;
     }
@@ -211,11 +291,18 @@ void StreamListener::collect(std::chrono::milliseconds hold) {
   OwnCalls own;  // own_calls.h
   rdma_cm_event* event = nullptr;
   while (rdma_get_cm_event(channel_, &event) == 0) take_event(event);
+  take_link_opens();
+  // An open held from a link that failed since cannot be answered, and its client has given up on it.
+  std::erase_if(held_, [](const Held& h) {
+    if (h.link == nullptr) return false;
+    std::lock_guard lock(h.link->mu());
+    return h.link->stopped() || h.link->disconnected();
+  });
   auto now = std::chrono::steady_clock::now();
   for (size_t i = 0; i < held_.size();) {
     if (now - held_[i].since > hold) {
       ++counters_.rejected_expired;
-      reject(held_[i].id, held_[i].request, DeclineReason::kExpired);
+      say_no(held_[i], DeclineReason::kExpired);
       remove_held(i);
     } else {
       ++i;
@@ -254,8 +341,9 @@ Status StreamListener::accept_any(std::chrono::milliseconds timeout, std::unique
   for (;;) {
     while (held_.empty()) {
       if (deadline.passed()) return Status::kTimeout;
+      // Opens on our links raise no event here: look again at least every 20 ms.
       pollfd p{channel_->fd, POLLIN, 0};
-      os().poll(&p, 1, deadline.poll_ms());
+      os().poll(&p, 1, std::min(deadline.poll_ms(), 20));
       collect(timeout);
     }
     // A request refused for its size is not the one to wait for: the next may be.
@@ -275,7 +363,7 @@ Status StreamListener::accept_held(size_t index, uint64_t server_nonce, const St
   remove_held(index);
   if (held.request.ring_size_log2 > options.max_peer_ring_size_log2) {
     // Its ring would cost us a bounce buffer as large, pinned: refused before anything is made.
-    reject(held.id, held.request, DeclineReason::kRingTooLarge);
+    say_no(held, DeclineReason::kRingTooLarge);
     return Status::kRefused;
   }
   // Our ring as the client allows (its bounce buffer mirrors it) and as the pinning limit allows,
@@ -284,11 +372,16 @@ Status StreamListener::accept_held(size_t index, uint64_t server_nonce, const St
   if (held.request.max_server_ring_log2 != 0) wanted = std::min<uint32_t>(wanted, held.request.max_server_ring_log2);
   PinReservation pin(wanted, held.request.ring_size_log2, stream_fixed_pin(options.send_queue_depth));
   if (pin.choice().ring_log2 == 0) {
-    reject(held.id, held.request, DeclineReason::kPinLimit);
+    say_no(held, DeclineReason::kPinLimit);
     return Status::kPinLimit;
   }
   StreamOptions sized = options;
   sized.ring_size_log2 = pin.choice().ring_log2;
+  if (held.link != nullptr) {
+    Status s = RdmaStream::accept_on_link(held.link, held.slot, held.open, server_nonce, sized, out);
+    if (s == Status::kOk) ++counters_.accepted;
+    return s;
+  }
   std::unique_ptr<RdmaStream> stream(new RdmaStream);
   stream->tuple_ = held.request.tuple;
   stream->client_nonce_ = held.request.client_nonce;
@@ -321,6 +414,9 @@ Status StreamListener::accept_held(size_t index, uint64_t server_nonce, const St
   param.private_data_len = sizeof reply;
   param.retry_count = RdmaStream::kRetryCount;
   param.rnr_retry_count = 0;
+  // Its link takes later opens from the same client process (links.md); the listener answers them.
+  stream->link_->serves_opens = true;
+  links_.push_back(stream->link_);
   if (rdma_accept(held.id, &param) != 0) return Status::kReset;
   ++counters_.accepted;
   *out = std::move(stream);
@@ -329,9 +425,23 @@ Status StreamListener::accept_held(size_t index, uint64_t server_nonce, const St
 
 Status RdmaStream::await_established() {
   OwnCalls own;  // own_calls.h
-  // The cm channel was made non-blocking by start(), and it is this stream's own since the accept
-  // (no listener state is touched: its caller's lock need not be held).
-  return expect_cm_event(link_->cm_channel(), options_.timeout_ms, RDMA_CM_EVENT_ESTABLISHED);
+  if (link_open_) return Status::kOk;  // a channel on a live link is ready once answered
+  // The link's connection events are taken by whoever holds its lock: the listener takes them with
+  // the link's opens from the moment of the accept, so the establishment is read from the link, not
+  // from the channel (the listener's lock need not be held). A wait is bounded by 20 ms: the event
+  // that wakes it may be taken by another thread first.
+  auto deadline = Deadline::in_ms(options_.timeout_ms);
+  std::unique_lock lock(mu_);
+  for (;;) {
+    handle_cm_events();
+    if (link_->established()) return Status::kOk;
+    if (link_->setup_failed() || link_->disconnected()) return Status::kReset;
+    if (deadline.passed()) return Status::kTimeout;
+    pollfd p{link_->cm_fd(), POLLIN, 0};
+    lock.unlock();
+    os().poll(&p, 1, std::min(deadline.poll_ms(), 20));
+    lock.lock();
+  }
 }
 
 }  // namespace tcp2rdma::transport

@@ -76,13 +76,25 @@ class StreamListener {
   const Counters& counters() const { return counters_; }
 
  private:
+  // A request held until its TCP connection is accepted: an rdma_cm connect request (id), or an open
+  // on a link this listener accepted earlier (link, the client's slot, its channel index).
   struct Held {
     rdma_cm_id* id;
     ConnectRequest request;
     std::chrono::steady_clock::time_point since;
+    std::shared_ptr<StreamLink> link = nullptr;
+    uint32_t slot = 0;
+    ChannelOpen open{};
   };
   StreamListener() = default;
   void take_event(rdma_cm_event* event);
+  // Takes the opens that arrived on this listener's links (stream_channels.cpp).
+  void take_link_opens();
+  // A request that passed its checks: held, or answered at once (a duplicate, a declined tuple).
+  void admit(const Held& held);
+  // No to a held request, with a Decline record (rdma_cm) or a refusal in its slot (link), saying why
+  // (and where to go instead: a redirect's port).
+  void say_no(const Held& held, DeclineReason why, uint16_t redirect_port = 0);
   Status accept_held(size_t index, uint64_t server_nonce, const StreamOptions& options,
                      std::unique_ptr<RdmaStream>* out);
   // A rejection without a word (malformed, forged, no longer wanted), or with a Decline record that
@@ -96,6 +108,9 @@ class StreamListener {
   rdma_cm_id* id_ = nullptr;
   StreamOptions options_;
   std::vector<Held> held_;
+  // The links of the streams accepted here, kept for the client's next streams until the client lets
+  // them go (a disconnect) or the listener closes.
+  std::vector<std::shared_ptr<StreamLink>> links_;
   struct Declined {
     TcpTuple tuple;
     DeclineReason why;
@@ -109,6 +124,7 @@ class StreamListener {
 bool valid_request(const ConnectRequest& r);
 bool valid_reply(const AcceptReply& r, uint64_t client_nonce);
 bool valid_redirect(const Redirect& r, uint64_t client_nonce);
+bool valid_open(const ChannelOpen& o);
 // Why a rejection's private data (read as a Redirect) says the server declined: kNone when it is not a
 // valid Decline for this client's request.
 DeclineReason decline_reason(const Redirect& rejection, uint64_t client_nonce);

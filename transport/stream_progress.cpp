@@ -59,6 +59,7 @@ Status RdmaStream::post_write(const void* local, uint32_t length, uint32_t lkey,
     path_failed_ = true;
     return Status::kReset;
   }
+  link_->on_channel_send_posted(index_);
   ++sends_since_keepalive_;
   if (wr_kind == kWrZeroCopy) ++zcopy_outstanding_;
   if (wr_kind == kWrCopy || wr_kind == kWrZeroCopy) note_data_posted(flow_->sent() + length, wr_kind == kWrZeroCopy);
@@ -129,6 +130,7 @@ Status RdmaStream::handle_completion(const ibv_wc& wc) {
   ++counters_.completions;
   // The wr_id's kind, not the opcode: undefined in an error completion.
   bool is_send = StreamLink::work_kind(wc.wr_id) != kWrReceive;
+  if (!flow_) return is_send ? Status::kOk : Status::kProtocolError;  // an open not answered yet
   if (is_send) note_send_completion(wc);
   if (wc.status != IBV_WC_SUCCESS) {
     // After an orderly end from the peer, or once we disconnected, the queue pair's flushed work is
@@ -164,7 +166,24 @@ Status RdmaStream::handle_completion(const ibv_wc& wc) {
       e = flow_->on_arm_arrived();  // the count itself came with the mailbox update before it
       break;
     case MessageType::kEnd:
-      if (imm_arg(imm) == kEndAbort) return Status::kReset;
+      if (imm_arg(imm) == kEndAbort) {
+        peer_aborted_ = true;
+        if (!link_->stopped()) link_->post_receive();  // the link goes on: the receive is the link's
+        return Status::kReset;
+      }
+      if (imm_arg(imm) == kEndRelease) {
+        // The peer writes nothing more here (links.md, "Ending a channel"): like a disconnect of this
+        // channel alone, answered by our own release. Its receive was the one kept for it.
+        if (FlowError r = flow_->on_release_arrived(peer_aborted_); r != FlowError::kNone) {
+          note_failure("the peer broke the protocol", to_string(r));
+          return Status::kProtocolError;
+        }
+        disconnect_seen_ = true;
+        if (!link_->stopped()) link_->post_receive();
+        release_owed_ = !flow_->release_sent();
+        send_release();  // at once, whatever our application does (else at the next serve)
+        return Status::kOk;
+      }
       if (imm_arg(imm) == kEndToTcp) {
         e = flow_->on_move_arrived();
         move_owed_ = !move_sent_;  // answered at once, the application's calls or not
@@ -188,15 +207,23 @@ void RdmaStream::handle_cm_events() {
   // The link's connection events are every channel's.
   StreamLink::CmNews news = link_->take_cm_events();
   for (RdmaStream* c : link_->channels()) {
-    if (c == nullptr) continue;
-    if (news.disconnected) c->disconnect_seen_ = true;
-    if (news.device_removed && !c->peer_done()) {
-      c->note_failure("the RDMA device", "was removed");
-      c->path_failed_ = true;
-    }
-    if (c != this && (news.disconnected || news.device_removed)) c->touched_ = true;
+    if (c != nullptr) c->on_cm_news(news);
   }
   if (news.disconnected || news.device_removed) serve_others();
+}
+
+void RdmaStream::on_cm_news(const StreamLink::CmNews& news) {
+  if (!news.disconnected && !news.device_removed) return;
+  if (!flow_) {
+    on_answer(nullptr);  // an open that waits for its answer: the link is gone
+    return;
+  }
+  if (news.disconnected) disconnect_seen_ = true;
+  if (news.device_removed && !peer_done()) {
+    note_failure("the RDMA device", "was removed");
+    path_failed_ = true;
+  }
+  touched_ = true;
 }
 
 void RdmaStream::drain_channels() {
@@ -204,19 +231,40 @@ void RdmaStream::drain_channels() {
   // that would cost a system call per message. A side that only busy-polls still learns of a dead
   // peer: its sends fail, and its busy polling is bounded, after which it sleeps here.
   handle_cm_events();
+  if (!link_->take_channel_events()) return;
+  // The event is taken and the queue no longer armed, yet the pollers of every channel of the link
+  // sleep on that event, each having armed the queue before it slept: whoever takes the event arms
+  // the queue again before letting go of the lock, after taking what is in it (to its channels,
+  // which are told), so that the next completion raises an event again.
+  rearm_link();
   // A thread asleep on the channels may have been waiting for exactly a completion's event.
-  if (link_->take_channel_events() && link_->poller) kick();
+  if (link_->poller) kick();
 }
 
-Status RdmaStream::take_completion(const ibv_wc& wc) {
-  if (StreamLink::work_kind(wc.wr_id) == kWrReceive && wc.status != IBV_WC_SUCCESS) {
+void RdmaStream::rearm_link() {
+  for (;;) {
+    bool news = false;
+    ibv_wc wc;
+    if (link_->arm_and_poll(&wc, &news) != Status::kOk) {
+      fail_link(*link_, "the completion queue", "failed", Status::kReset);
+      return;
+    }
+    if (!news) break;
+    if (Status s = take_completion(wc); s != Status::kOk) fail(s);
+  }
+  serve_others();
+}
+
+Status RdmaStream::dispatch(StreamLink& link, const ibv_wc& wc, RdmaStream* caller) {
+  uint64_t kind = StreamLink::work_kind(wc.wr_id);
+  if (kind == kWrReceive && wc.status != IBV_WC_SUCCESS) {
     // A flushed receive names no channel: the queue pair is in the error state, which is every
     // channel's to judge (a failure, or the expected tail of one that ended).
     Status mine = Status::kOk;
-    for (RdmaStream* c : link_->channels()) {
-      if (c == nullptr) continue;
+    for (RdmaStream* c : link.channels()) {
+      if (c == nullptr || !c->flow_) continue;
       Status s = c->handle_completion(wc);
-      if (c == this) {
+      if (c == caller) {
         mine = s;
       } else {
         if (s != Status::kOk) c->fail(s);
@@ -225,35 +273,96 @@ Status RdmaStream::take_completion(const ibv_wc& wc) {
     }
     return mine;
   }
-  uint32_t index = StreamLink::work_kind(wc.wr_id) == kWrReceive ? imm_channel(ntohl(wc.imm_data))
-                                                                  : StreamLink::work_channel(wc.wr_id);
-  RdmaStream* target = link_->channel(index);
-  if (target == nullptr) {
-    // A message for no channel of ours: the peer broke the link's protocol, which is every channel's
-    // violation (a reset each, as a lie within one channel is).
-    on_link_failed("the peer broke the protocol", "a message for a channel it does not have", Status::kProtocolError);
-    return failure_;
+  uint32_t index = kind == kWrReceive ? imm_channel(ntohl(wc.imm_data)) : StreamLink::work_channel(wc.wr_id);
+  if (kind != kWrReceive && link.channel(index) == nullptr) {
+    // A send of the link's own (an open or answer), or of a channel that went: only the link's
+    // accounting is left to do (a retired channel's memory may be freed by it). Our own wr_id: no lie.
+    link.on_send_completed();
+    link.on_channel_send_completed(index);
+    if (index != kLinkChannel || wc.status == IBV_WC_SUCCESS) return Status::kOk;
+    fail_link(link, "the link's setup", ibv_wc_status_str(wc.status), Status::kReset);
+    return caller != nullptr ? caller->failure_ : Status::kReset;
   }
-  if (target == this) return handle_completion(wc);
+  if (kind != kWrReceive) link.on_channel_send_completed(index);
+  if (index == kLinkChannel) {
+    // A message of the link itself came in: an open, or an answer.
+    if (wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM &&
+        imm_type(ntohl(wc.imm_data)) == MessageType::kEnd && on_link_message(link, imm_arg(ntohl(wc.imm_data))) == Status::kOk) {
+      return Status::kOk;
+    }
+    fail_link(link, "the link's setup", "a malformed message", Status::kProtocolError);
+    return caller != nullptr ? caller->failure_ : Status::kProtocolError;
+  }
+  RdmaStream* target = link.channel(index);
+  if (target == nullptr && link.is_retired(index)) {
+    // A channel that went: what the peer still sent it is dropped (as TCP drops what arrives after a
+    // close), its receive reposted; its release lets the link free its memory.
+    uint32_t imm = ntohl(wc.imm_data);
+    if (!link.stopped() && link.post_receive() != Status::kOk) return Status::kResources;
+    link.on_retired_message(index, imm_type(imm) == MessageType::kEnd && imm_arg(imm) == kEndRelease);
+    return Status::kOk;
+  }
+  if (target == nullptr || (kind == kWrReceive && !target->flow_)) {
+    // A message for no channel of ours (or one whose open is not answered yet): the peer broke the
+    // link's protocol, which is every channel's violation (a reset each, as a lie within one is).
+    fail_link(link, "the peer broke the protocol", "a message for a channel it does not have", Status::kProtocolError);
+    return caller != nullptr ? caller->failure_ : Status::kProtocolError;
+  }
+  if (target == caller) {
+    // The caller's own news, which may be what another thread of its application polls for (a
+    // writer's thread takes the completions its reader's poll waits on): told as any channel is.
+    Status s = target->handle_completion(wc);
+    if (target->polled_) target->wake_pollers();
+    return s;
+  }
   if (Status s = target->handle_completion(wc); s != Status::kOk) target->fail(s);
   target->touched_ = true;
   return Status::kOk;
 }
 
-void RdmaStream::serve_others() {
-  for (RdmaStream* c : link_->channels()) {
-    if (c == nullptr || c == this || !c->touched_) continue;
+void RdmaStream::serve_touched(StreamLink& link, RdmaStream* except) {
+  bool any = false;
+  for (RdmaStream* c : link.channels()) {
+    if (c == nullptr || c == except || !c->touched_) continue;
     c->touched_ = false;
+    any = true;
     if (!c->failed()) c->serve();
-    // Its thread may wait on the condition (progress() wakes it) or its poller on its readiness fd,
-    // whose completion event this thread took.
-    if (c->polled_) c->wake_pollers();
+    // Its poller watches its readiness fd, whose completion event this thread took: told always, not
+    // only once readiness() was called (a caller that got kWouldBlock polls the fd before it calls
+    // readiness(); the preload's path watcher, progressing another channel of the link, would
+    // otherwise take the completion that poll waits for).
+    c->wake_pollers();
   }
+  // Their threads may wait on the link's condition for exactly this news.
+  if (any) link.cv().notify_all();
 }
 
-void RdmaStream::on_link_failed(const char* what, const char* detail, Status s) {
-  for (RdmaStream* c : link_->channels()) {
-    if (c == nullptr || c->failed()) continue;
+Status RdmaStream::progress_link(StreamLink& link) {
+  OwnCalls own;  // own_calls.h
+  if (link.cm_watched()) {
+    StreamLink::CmNews news = link.take_cm_events();
+    for (RdmaStream* c : link.channels()) {
+      if (c != nullptr) c->on_cm_news(news);
+    }
+  }
+  ibv_wc wcs[16];
+  int n = 0;
+  while ((n = link.poll(wcs, 16)) > 0) {
+    for (int i = 0; i < n; ++i) dispatch(link, wcs[i], nullptr);
+  }
+  if (n < 0) fail_link(link, "the completion queue", "failed", Status::kReset);
+  serve_touched(link, nullptr);
+  link.cv().notify_all();
+  return n < 0 || link.stopped() ? Status::kReset : Status::kOk;
+}
+
+void RdmaStream::serve_others() { serve_touched(*link_, this); }
+
+void RdmaStream::fail_link(StreamLink& link, const char* what, const char* detail, Status s) {
+  for (RdmaStream* c : link.channels()) {
+    if (c == nullptr) continue;
+    if (c->open_state_ == OpenState::kWaiting) c->on_answer(nullptr);
+    if (c->failed()) continue;
     c->note_failure(what, detail);
     c->path_failed_ = s == Status::kReset;  // the path's failure, not the peer's word
     c->fail(s);
@@ -267,16 +376,20 @@ Status RdmaStream::progress() {
   ibv_wc wcs[16];
   int n = 0;
   while ((n = link_->poll(wcs, 16)) > 0) {
+    // Every completion taken off the queue is handed on, even after one fails this channel: the rest
+    // of the batch is other channels' (or the link's: an open), and would be lost otherwise.
+    Status mine = Status::kOk;
     for (int i = 0; i < n; ++i) {
-      if (Status s = take_completion(wcs[i]); s != Status::kOk) {
-        fail(s);
-        serve_others();
-        return s;
-      }
+      if (Status s = take_completion(wcs[i]); s != Status::kOk && mine == Status::kOk) mine = s;
+    }
+    if (mine != Status::kOk) {
+      fail(mine);
+      serve_others();
+      return mine;
     }
   }
   if (n < 0) {
-    on_link_failed("the completion queue", "failed", Status::kReset);
+    fail_link(*link_, "the completion queue", "failed", Status::kReset);
     return failure_;
   }
   serve_others();
@@ -284,6 +397,8 @@ Status RdmaStream::progress() {
 }
 
 Status RdmaStream::serve() {
+  if (!flow_) return Status::kOk;  // an open not answered yet: nothing of ours to serve
+  if (release_owed_) send_release();
   // After the peer's orderly close a disconnect is the normal end; before it, the peer (or its
   // process, or the link) is gone: a reset, never a clean end of stream.
   if (disconnect_seen_ && !peer_done() && !disconnected_) {
@@ -426,13 +541,17 @@ Status RdmaStream::wait(std::unique_lock<std::mutex>& lock, bool interruptible, 
     }
     return Status::kOk;
   }
-  // Bounded busy polling: a reply that comes within microseconds costs no sleep and no interrupt.
-  if (options_.busy_poll_us > 0) {
+  // Bounded busy polling: a reply that comes within microseconds costs no sleep and no interrupt. One
+  // thread a link spins (the others wait for its news), and it lets go of the link's lock between
+  // polls: the link's other channels, and the listener that answers opens, must get in meanwhile.
+  if (options_.busy_poll_us > 0 && !link_->spinning) {
+    link_->spinning = true;
     auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(options_.busy_poll_us);
     for (unsigned polls = 1;; ++polls) {
       ibv_wc wc;
       int n = link_->poll(&wc, 1);
       if (n != 0) {
+        link_->spinning = false;
         if (n < 0) return Status::kReset;
         Status s = take_completion(wc);
         if (s != Status::kOk) fail(s);
@@ -442,9 +561,19 @@ Status RdmaStream::wait(std::unique_lock<std::mutex>& lock, bool interruptible, 
       // Give the CPU to anyone who wants it between polls: on a software device (rxe) the adapter's
       // own work needs the CPU we would spin on. Measured (docs/benchmarks.md): without yielding, a
       // long spin halves throughput; with it, a 1 ms spin costs nothing and saves sleeps.
+      lock.unlock();
       sched_yield();
+      lock.lock();
+      // Another thread may have taken our news meanwhile: the caller looks again.
+      if (failed() || touched_) break;
       // Reading the clock can be a system call (no vDSO clock in some guests): not on every poll.
       if (polls % 32 == 0 && std::chrono::steady_clock::now() >= until) break;
+    }
+    link_->spinning = false;
+    if (failed()) return failure_;
+    if (touched_) {
+      touched_ = false;
+      return serve();
     }
   }
   bool news = false;
@@ -472,7 +601,7 @@ Status RdmaStream::wait(std::unique_lock<std::mutex>& lock, bool interruptible, 
 }
 
 Status RdmaStream::keepalive_locked() {
-  if (failed() || disconnected_ || disconnect_seen_) return failure_;
+  if (!flow_ || failed() || disconnected_ || disconnect_seen_) return failure_;
   // After the peer's end its queue pair may be gone any moment (its close destroys it): a probe would
   // only count a retry error at rxe. Our own sends, if any, still find a dead path.
   if (flow_->peer_closed()) return Status::kOk;
@@ -495,16 +624,21 @@ Status RdmaStream::keepalive() {
 
 void RdmaStream::wake_pollers() {
   OwnCalls own;  // own_calls.h
-  link_->look_again();
+  readiness_.look_again();
 }
 
 Readiness RdmaStream::readiness() {
   OwnCalls own;  // own_calls.h
   std::unique_lock lock(mu_);
   polled_ = true;
-  link_->take_look_again();
   drain_channels();
   Readiness r;
+  // What the caller is told reflects every news so far (the lock is held): a "look again" left by it,
+  // by our own progress here among others, would only wake the caller's next poll for nothing.
+  struct TakeLook {
+    ChannelReadiness& readiness;
+    ~TakeLook() { readiness.take_look_again(); }
+  } take_look{readiness_};
   for (;;) {
     progress();
     r.failed = failed();

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "link_table.h"
 #include "own_calls.h"
 #include "page_memory.h"
 #include "pin_budget.h"
@@ -75,12 +76,21 @@ Status RdmaStream::create_resources(rdma_cm_id* id, const StreamOptions& options
   options_ = options;
   link_->adopt_id(id);
   if (Status s = link_->create(options); s != Status::kOk) return s;
-  ring_size_ = uint64_t{1} << options.ring_size_log2;
-  ring_ = allocate_pages(ring_size_ + kMailboxSlot);
+  return create_channel_memory(true);
+}
+
+Status RdmaStream::create_channel_memory(bool first) {
+  if (Status s = readiness_.create(link_->completion_fd()); s != Status::kOk) return s;
+  if (link_->cm_watched()) {
+    if (Status s = readiness_.watch(link_->cm_fd()); s != Status::kOk) return s;
+  }
+  ring_size_ = uint64_t{1} << options_.ring_size_log2;
+  // A link's first channel carries the link's setup area after its mailbox (wire.h, kSetupArea).
+  uint64_t length = ring_size_ + kMailboxSlot + (first ? kSetupArea : 0);
+  ring_ = allocate_pages(length);
   if (ring_ == nullptr) return Status::kResources;
   // Registered at iova 0: the peer addresses our ring by offset, so no address crosses the wire.
-  ring_mr_ = ibv_reg_mr_iova(link_->pd(), ring_, ring_size_ + kMailboxSlot, 0,
-                             IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  ring_mr_ = ibv_reg_mr_iova(link_->pd(), ring_, length, 0, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   if (ring_mr_ == nullptr) return registration_failure(errno);
   return Status::kOk;
 }
@@ -88,7 +98,14 @@ Status RdmaStream::create_resources(rdma_cm_id* id, const StreamOptions& options
 // Called once both sides' parameters are known; the cm channel is this stream's own by now.
 Status RdmaStream::start(uint8_t peer_ring_log2, uint32_t peer_rkey, uint8_t peer_depth, bool is_client) {
   if (peer_ring_log2 > options_.max_peer_ring_size_log2) return Status::kRefused;  // before allocating it
-  if (Status s = link_->watch_cm_channel(); s != Status::kOk) return s;
+  if (!link_->cm_watched()) {
+    // The link's first channel: its connection events are the link's own from here on, and the
+    // setup areas follow each side's first ring and mailbox.
+    if (Status s = link_->watch_cm_channel(); s != Status::kOk) return s;
+    if (Status s = readiness_.watch(link_->cm_fd()); s != Status::kOk) return s;
+    link_->set_setup_areas(ring_, ring_ + ring_size_ + kMailboxSlot, peer_rkey,
+                           (uint64_t{1} << peer_ring_log2) + kMailboxSlot);
+  }
   peer_ring_size_ = uint64_t{1} << peer_ring_log2;
   peer_rkey_ = peer_rkey;
   bounce_ = allocate_pages(peer_ring_size_);
@@ -139,6 +156,17 @@ Status RdmaStream::connect_once(const sockaddr* address, const Pairing& pairing,
   StreamOptions sized = options;
   sized.ring_size_log2 = pin.choice().ring_log2;
   sized.max_peer_ring_size_log2 = pin.choice().max_peer_log2;
+  // A live link to this server address takes the stream as a channel: one round trip, no rdma_cm
+  // (docs/links.md). A link that cannot (full, failed meanwhile) leaves it to a queue pair of its own.
+  if (std::shared_ptr<StreamLink> link = find_link(address, sized.recv_queue_depth + 1)) {
+    Pairing paired = pairing;
+    if (std::all_of(std::begin(paired.tuple.client_addr), std::end(paired.tuple.client_addr),
+                    [](uint8_t b) { return b == 0; })) {
+      tuple_address(rdma_get_local_addr(link->id()), paired.tuple.client_addr);
+    }
+    Status s = open_on_link(link, paired, sized, out, redirect_port, declined);
+    if (s != Status::kResources && s != Status::kReset) return s;
+  }
   std::unique_ptr<RdmaStream> stream(new RdmaStream);
   stream->tuple_ = pairing.tuple;
   stream->client_nonce_ = pairing.client_nonce;
@@ -188,17 +216,44 @@ Status RdmaStream::connect_once(const sockaddr* address, const Pairing& pairing,
   if (!valid_reply(reply, pairing.client_nonce)) return Status::kProtocolError;
   stream->server_nonce_ = reply.server_nonce;
   if (Status s = stream->start(reply.ring_size_log2, reply.rkey, reply.queue_depth, true); s != Status::kOk) return s;
+  remember_link(address, stream->link_);
   *out = std::move(stream);
   return Status::kOk;
 }
 
 RdmaStream::~RdmaStream() {
   OwnCalls own;  // own_calls.h
-  // The queue pair first: no work request may touch our ring or bounce buffer once deregistered.
-  if (link_) {
-    link_->detach(index_);
-    link_->destroy_queue_pair();
+  std::unique_lock lock(mu_);  // other channels' threads may be running the link
+  if (open_state_ == OpenState::kWaiting && open_slot_ >= 0) {
+    link_->awaiting[open_slot_].stream = nullptr;  // a late answer finds no stream (and ends its channel)
   }
+  if (link_.use_count() > 1 && index_ != kLinkChannel && flow_ && !flow_->release_sent() && !link_->stopped()) {
+    // Destroyed without close() or abort() (or before their release could go): to the peer this is
+    // what a vanished queue pair was, a reset, never a clean end. An abort if a credit allows (after a
+    // move to TCP nothing is owed: the connection's fate is TCP's), then our release.
+    if (!disconnected_ && !move_sent_ && !failed() && flow_->credits() >= 1 && send_queue_has_room(2)) {
+      post_write(nullptr, 0, 0, 0, imm(MessageType::kEnd, kEndAbort), true, 0, kWrSignal);
+    }
+    send_release();
+  }
+  if (link_.use_count() > 1 && index_ != kLinkChannel) {
+    // The link goes on (other channels, opens under way, or the link table or listener keeping it for
+    // the next stream): the peer may still write into our ring, and the adapter read
+    // our bounce buffer, until its release arrives and our sends complete (links.md, "Ending a
+    // channel"); the link keeps them until then.
+    StreamLink::Retired leftovers{ring_mr_, ring_, bounce_mr_, bounce_, receive_quota(),
+                                  flow_ ? flow_->peer_released() : open_state_ == OpenState::kRefused};
+    link_->retire(index_, leftovers);
+    lock.unlock();
+    return;
+  }
+  StreamLink::Retired nothing;
+  nothing.peer_released = true;
+  link_->retire(index_, nothing);  // the link goes with this channel, and the memory below
+  lock.unlock();
+  // The last channel: the queue pair first, since no work request may touch our ring or bounce
+  // buffer once deregistered.
+  link_->destroy_queue_pair();
   if (ring_mr_ != nullptr) ibv_dereg_mr(ring_mr_);
   if (bounce_mr_ != nullptr) ibv_dereg_mr(bounce_mr_);
   link_.reset();  // its protection domain after every registration in it

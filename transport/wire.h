@@ -114,6 +114,7 @@ enum class MessageType : uint32_t { kData = 0, kWakeup = 1, kArm = 2, kEnd = 3 }
 inline constexpr uint32_t kEndClose = 0;
 inline constexpr uint32_t kEndAbort = 1;
 inline constexpr uint32_t kEndToTcp = 2;
+inline constexpr uint32_t kEndRelease = 3;  // the sender writes nothing more into this channel (links.md)
 inline constexpr uint32_t kImmArgBits = 16;
 inline constexpr uint32_t kImmArgMask = (uint32_t{1} << kImmArgBits) - 1;
 inline constexpr uint32_t kChannelBits = 14;
@@ -128,5 +129,60 @@ inline constexpr uint32_t encode_imm(MessageType type, uint32_t channel, uint32_
 inline constexpr MessageType imm_type(uint32_t imm) { return static_cast<MessageType>(imm >> 30); }
 inline constexpr uint32_t imm_channel(uint32_t imm) { return (imm >> kImmArgBits) & (kMaxChannels - 1); }
 inline constexpr uint32_t imm_arg(uint32_t imm) { return imm & kImmArgMask; }
+
+// Messages of the link itself (channel index kLinkChannel): an RDMA Write with immediate of one
+// 64-byte record into a slot of the peer's setup area (after the first channel's ring and mailbox, in
+// that registration), whose immediate's argument says what it is (bits 12-15) and which slot (bits
+// 0-11). The client opens a channel with a ChannelOpen in slot s; the server answers in the client's
+// slot s with a ChannelAnswer (docs/links.md, "Opening a channel on a live link").
+inline constexpr uint32_t kLinkOpen = 1;
+inline constexpr uint32_t kLinkAnswer = 2;
+inline constexpr uint32_t kSetupSlots = 64;     // opens a client may have unanswered on a link
+inline constexpr uint32_t kSetupRecord = 64;    // bytes a slot
+inline constexpr uint32_t kSetupArea = kSetupSlots * kSetupRecord;
+inline constexpr uint32_t link_imm_arg(uint32_t op, uint32_t slot) { return op << 12 | (slot & 0xfff); }
+inline constexpr uint32_t link_op(uint32_t arg) { return arg >> 12; }
+inline constexpr uint32_t link_slot(uint32_t arg) { return arg & 0xfff; }
+
+inline constexpr uint8_t kOpenKind = 1;
+inline constexpr uint8_t kAcceptKind = 2;
+inline constexpr uint8_t kRefuseKind = 3;
+// A new stream on a live link: what a ConnectRequest says, plus the client's index of the channel.
+struct [[gnu::packed]] ChannelOpen {
+  uint16_t magic;
+  uint8_t version;
+  uint8_t kind;  // kOpenKind
+  uint8_t ring_size_log2;
+  uint8_t max_server_ring_log2;
+  uint8_t queue_depth;
+  uint8_t reserved;
+  uint32_t rkey;            // of the client's ring for this channel, then its mailbox
+  uint16_t client_channel;  // where the server's messages for this channel go
+  uint8_t reserved2[2];
+  TcpTuple tuple;
+  uint64_t client_nonce;
+  uint8_t pad[2];
+};
+static_assert(sizeof(ChannelOpen) == kSetupRecord);
+
+// The server's answer: an accept (its ring and index), or a refusal with a DeclineReason.
+struct [[gnu::packed]] ChannelAnswer {
+  uint16_t magic;
+  uint8_t version;
+  uint8_t kind;  // kAcceptKind or kRefuseKind
+  uint8_t ring_size_log2;
+  uint8_t queue_depth;
+  uint8_t reason;  // a refusal's DeclineReason
+  uint8_t reserved;
+  uint32_t rkey;
+  uint16_t server_channel;
+  uint16_t client_channel;  // echoed
+  uint64_t client_nonce;    // echoed
+  uint64_t server_nonce;
+  uint16_t redirect_port;   // a refusal that sends the client to another port (a pre-fork server's
+                            // worker: docs/protocol.md, "Redirect"); 0 otherwise
+  uint8_t pad[30];
+};
+static_assert(sizeof(ChannelAnswer) == kSetupRecord);
 
 }  // namespace tcp2rdma::transport

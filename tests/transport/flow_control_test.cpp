@@ -195,6 +195,7 @@ struct Side {
   uint64_t to_send = 0;         // bytes the application still wants to write
   uint64_t to_receive = 0;      // bytes the application still expects
   bool sleeping = false;
+  bool reads = true;            // the application reads what arrives
   bool mailbox_pending = false;
   MailboxUpdate mailbox{};      // our mailbox as the peer last wrote it
   int wakeups = 0;
@@ -236,6 +237,7 @@ void run(Side& me, Side& peer, std::mt19937_64& rng) {
   progress(me, peer);
   if (::testing::Test::HasFatalFailure()) return;
   bool did_something = false;
+  bool blocked = false;  // it wants to write and cannot
   if (me.to_send > 0) {
     uint64_t n = me.flow.data_room(1 + rng() % std::min<uint64_t>(me.to_send, 3000));
     if (n > 0) {
@@ -243,14 +245,20 @@ void run(Side& me, Side& peer, std::mt19937_64& rng) {
       me.to_send -= n;
       peer.inbox.push_back({Message::kData, n, {}});
       did_something = true;
-    } else if (me.flow.may_arm()) {  // RdmaStream::request_wakeup
-      me.flow.arm();
-      peer.inbox.push_back({Message::kMailbox, 0, me.flow.make_update()});
-      me.flow.on_arm_sent();
-      peer.inbox.push_back({Message::kArm, me.flow.arm_count(), {}});
+    } else {
+      blocked = true;
+      if (me.flow.may_arm()) {  // RdmaStream::request_wakeup
+        me.flow.arm();
+        peer.inbox.push_back({Message::kMailbox, 0, me.flow.make_update()});
+        me.flow.on_arm_sent();
+        peer.inbox.push_back({Message::kArm, me.flow.arm_count(), {}});
+      }
     }
   }
-  if (me.flow.readable() > 0 && (me.to_send == 0 || rng() % 2)) {
+  // It reads when it has nothing to write, cannot write, or by chance: an application that sleeps
+  // only when it can neither read nor write (a writer that never reads while it is blocked is
+  // blocked on TCP too).
+  if (me.reads && me.flow.readable() > 0 && (me.to_send == 0 || blocked || rng() % 2)) {
     uint64_t n = 1 + rng() % me.flow.readable();
     me.flow.on_app_consumed(n);
     me.to_receive -= n;
@@ -258,6 +266,16 @@ void run(Side& me, Side& peer, std::mt19937_64& rng) {
   }
   progress(me, peer);
   if (!did_something) me.sleeping = true;  // wait_for_event
+}
+
+// One random event: a side runs, or the network delivers a message to one.
+void step(Side& a, Side& b, std::mt19937_64& rng) {
+  switch (rng() % 4) {
+    case 0: if (!a.sleeping) run(a, b, rng); break;
+    case 1: if (!b.sleeping) run(b, a, rng); break;
+    case 2: if (!a.inbox.empty()) deliver(a); break;
+    case 3: if (!b.inbox.empty()) deliver(b); break;
+  }
 }
 
 // One random schedule; failures are recorded by gtest.
@@ -277,12 +295,7 @@ void simulate(uint64_t seed) {
     bool quiet = a.sleeping && b.sleeping && a.inbox.empty() && b.inbox.empty();
     ASSERT_FALSE(quiet) << "deadlock: both sides asleep, nothing in flight; a owes " << a.to_send << ", b owes "
                         << b.to_send << "; credits a " << a.flow.credits() << " b " << b.flow.credits();
-    switch (rng() % 4) {
-      case 0: if (!a.sleeping) run(a, b, rng); break;
-      case 1: if (!b.sleeping) run(b, a, rng); break;
-      case 2: if (!a.inbox.empty()) deliver(a); break;
-      case 3: if (!b.inbox.empty()) deliver(b); break;
-    }
+    step(a, b, rng);
     if (::testing::Test::HasFatalFailure()) return;
   }
   EXPECT_EQ(b.to_receive, 0u);
@@ -290,6 +303,48 @@ void simulate(uint64_t seed) {
   // With few receives a writer blocks often: the arm and wakeup path must have run.
   if (depth <= 4) {
     EXPECT_GT(a.wakeups, 0);
+  }
+}
+
+// Two writers, neither reading, each blocked on the other's full ring: once the messages in flight
+// are delivered both sleep, armed, and nothing moves (an arm's own receive, reposted, is no news that
+// deserves a wakeup; answering it made the two wake each other for ever). When they read again,
+// every byte arrives.
+TEST(FlowSimulation, TwoWritersBlockedOnEachOthersRingFallQuiet) {
+  for (uint64_t seed = 1; seed <= 300; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937_64 rng(seed);
+    uint64_t ring = uint64_t{1} << (10 + rng() % 3);
+    uint64_t depth = 4 + rng() % 6;
+    uint64_t a_first = kNearWrap - rng() % 5000, b_first = ~uint64_t{0} - rng() % 5000;
+    Side a(FlowConfig{ring, a_first, depth, depth, ring, b_first, depth, depth});
+    Side b(FlowConfig{ring, b_first, depth, depth, ring, a_first, depth, depth});
+    a.to_send = b.to_receive = 8 * ring;
+    b.to_send = a.to_receive = 8 * ring;
+    a.reads = b.reads = false;
+    bool quiet = false;
+    int steps = 0;
+    for (; steps < 200000 && !quiet; ++steps) {
+      step(a, b, rng);
+      if (HasFatalFailure()) return;
+      quiet = a.sleeping && b.sleeping && a.inbox.empty() && b.inbox.empty();
+    }
+    ASSERT_TRUE(quiet) << "still busy after " << steps << " steps: " << a.wakeups << " and " << b.wakeups
+                       << " wakeups delivered";
+    EXPECT_EQ(a.flow.readable(), ring);  // each ring is full: that is what blocked the other
+    EXPECT_EQ(b.flow.readable(), ring);
+    // The applications read again (their reader threads call in): every byte arrives.
+    a.reads = b.reads = true;
+    a.sleeping = b.sleeping = false;
+    for (int i = 0; i < 2000000; ++i) {
+      if (a.to_send == 0 && b.to_send == 0 && a.to_receive == 0 && b.to_receive == 0) break;
+      bool stuck = a.sleeping && b.sleeping && a.inbox.empty() && b.inbox.empty();
+      ASSERT_FALSE(stuck) << "deadlock after reading resumed";
+      step(a, b, rng);
+      if (HasFatalFailure()) return;
+    }
+    EXPECT_EQ(a.to_receive, 0u);
+    EXPECT_EQ(b.to_receive, 0u);
   }
 }
 

@@ -243,11 +243,12 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // the server writes, blocks, arms
     uint64_t ring = uint64_t{1} << c.peer.ring_size_log2;
     // Our mailbox update, as the protocol has it: nothing consumed of the server's stream, no receive
-    // posted beyond the first 8, armed once, having seen none of the server's receives (so that the
-    // server has news for us and owes the wakeup at once).
+    // posted beyond the first 8, armed once, having seen a single receive of the server's, which our
+    // arm takes (blocked on credits: the server's advertised receives are news for us, and it owes
+    // the wakeup at once).
     uint64_t consumed = stream_cursor_origin(request.client_nonce, c.peer.server_nonce, false);
     uint64_t seen_consumed = stream_cursor_origin(request.client_nonce, c.peer.server_nonce, true);
-    uint64_t words[7] = {1, consumed, request.queue_depth, 1, seen_consumed, 0, 1};
+    uint64_t words[7] = {1, consumed, request.queue_depth, 1, seen_consumed, 1, 1};
     constexpr size_t kOutbox = 1 << 19;  // beyond the ring and mailbox the server writes into
     std::memcpy(buf.data() + kOutbox, words, sizeof words);
     ibv_wc_status update = post_and_wait(c, buf, sizeof words, c.peer.rkey, ring, false, 0, kOutbox);

@@ -452,6 +452,21 @@ TEST(StreamApi, AClientThatNeverCompletesStallsNoOtherAccept) {
   rdma_destroy_event_channel(ch);
 }
 
+// Reads to the end of the stream in pieces of `piece`: true when exactly `bytes` came, each the
+// sequence `seed` wrote.
+bool read_to_end_checked(RdmaStream& s, uint64_t seed, uint64_t bytes, size_t piece) {
+  std::vector<uint8_t> buf(piece);
+  uint64_t pos = 0;
+  for (;;) {
+    iovec iov{buf.data(), buf.size()};
+    size_t done = 0;
+    if (s.read(&iov, 1, 0, &done) != Status::kOk) return false;
+    if (done == 0) return pos == bytes;
+    if (first_difference(buf.data(), done, seed, pos) != done) return false;
+    pos += done;
+  }
+}
+
 TEST(StreamApi, ConcurrentReaderAndWriterThreadsOnBothEnds) {
   Pair p = connect_pair(7608);
   ASSERT_TRUE(p.client && p.server);
@@ -468,18 +483,7 @@ TEST(StreamApi, ConcurrentReaderAndWriterThreadsOnBothEnds) {
     }
     return s->shutdown_write() == Status::kOk;
   };
-  auto drain = [](RdmaStream* s, uint64_t seed) {
-    std::vector<uint8_t> buf(77777);
-    uint64_t pos = 0;
-    for (;;) {
-      iovec iov{buf.data(), buf.size()};
-      size_t done = 0;
-      if (s->read(&iov, 1, 0, &done) != Status::kOk) return false;
-      if (done == 0) return pos == kBytes;
-      if (first_difference(buf.data(), done, seed, pos) != done) return false;
-      pos += done;
-    }
-  };
+  auto drain = [](RdmaStream* s, uint64_t seed) { return read_to_end_checked(*s, seed, kBytes, 77777); };
   auto a = std::async(std::launch::async, pump, p.client.get(), 1);
   auto b = std::async(std::launch::async, pump, p.server.get(), 2);
   auto c = std::async(std::launch::async, drain, p.server.get(), 1);
@@ -490,6 +494,40 @@ TEST(StreamApi, ConcurrentReaderAndWriterThreadsOnBothEnds) {
   EXPECT_TRUE(d.get());
 }
 
+
+// Two writers blocked on each other's full rings (neither application reads yet): once both sleep, the
+// link is quiet. An arm's own receive, reposted, is no news: answering it with a wakeup made a blocked
+// writer arm again at once, and the two woke each other for ever (flow_control.cpp, may_send_wakeup).
+// When they read again, every byte arrives.
+TEST(StreamApi, TwoWritersBlockedOnEachOthersRingsLeaveTheLinkQuiet) {
+  Pair p = connect_pair(7609);
+  ASSERT_TRUE(p.client && p.server);
+  constexpr uint64_t kBytes = 1 << 20;  // 16 of the 64 KiB rings
+  auto pump = [](RdmaStream* s, uint64_t seed) {
+    std::vector<uint8_t> buf(kBytes);
+    fill(buf.data(), buf.size(), seed, 0);
+    iovec iov{buf.data(), buf.size()};
+    size_t done = 0;
+    return s->write(&iov, 1, 0, &done) == Status::kOk && done == kBytes && s->shutdown_write() == Status::kOk;
+  };
+  auto a = std::async(std::launch::async, pump, p.client.get(), 3);
+  auto b = std::async(std::launch::async, pump, p.server.get(), 4);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // both fill the other's ring and sleep
+  auto messages = [&] {
+    StreamCounters c = p.client->counters(), s = p.server->counters();
+    return c.wakeups_received + s.wakeups_received + c.mailbox_updates_sent + s.mailbox_updates_sent;
+  };
+  uint64_t before = messages();
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  EXPECT_LE(messages() - before, 4u) << "blocked writers kept exchanging wakeups and updates";
+  auto drain = [](RdmaStream* s, uint64_t seed) { return read_to_end_checked(*s, seed, kBytes, 65536); };
+  auto c = std::async(std::launch::async, drain, p.server.get(), 3);
+  auto d = std::async(std::launch::async, drain, p.client.get(), 4);
+  EXPECT_TRUE(a.get());
+  EXPECT_TRUE(b.get());
+  EXPECT_TRUE(c.get());
+  EXPECT_TRUE(d.get());
+}
 
 // Back to TCP (docs/protocol.md): the side that moves takes every byte the peer sent before its marker;
 // the peer reads everything sent before ours, then learns that the rest is on TCP; neither writes on

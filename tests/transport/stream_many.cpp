@@ -106,10 +106,12 @@ int drive(std::vector<Peer>& peers, uint64_t bytes, const char* who) {
     peer_smallest = std::min(peer_smallest, p.stream->peer_ring_size());
     peer_largest = std::max(peer_largest, p.stream->peer_ring_size());
   }
+  size_t on_links = 0;
+  for (Peer& p : peers) on_links += p.stream->opened_on_link();
   std::printf("%s: %zu streams, %llu bytes each way on each, all checked; slept %llu times; rings %llu-%llu KiB, "
-              "the peer's %llu-%llu KiB\n",
+              "the peer's %llu-%llu KiB; %zu opened on a live link\n",
               who, peers.size(), ull(bytes), ull(sleeps), ull(smallest / 1024), ull(largest / 1024),
-              ull(peer_smallest / 1024), ull(peer_largest / 1024));
+              ull(peer_smallest / 1024), ull(peer_largest / 1024), on_links);
   return 0;
 }
 

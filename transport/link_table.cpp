@@ -1,0 +1,95 @@
+// The client's links by server address (link_table.h).
+#include "link_table.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "stream_link.h"
+
+namespace tcp2rdma::transport {
+namespace {
+
+struct Entry {
+  sockaddr_storage address;
+  std::shared_ptr<StreamLink> link;
+  std::chrono::steady_clock::time_point idle_since{};  // when it was last seen without channels
+};
+
+// A link without channels is kept this long for the next stream to the same server (a burst of
+// short connections then costs one queue pair), then let go: its queue pair disconnected.
+constexpr auto kIdleLinger = std::chrono::seconds(2);
+
+struct Table {
+  std::mutex mu;
+  pid_t owner = 0;  // the process the links belong to
+  std::vector<Entry> entries;
+};
+
+Table& table() {
+  static Table* t = new Table;  // never destroyed: streams may outlive static destructors at exit
+  return *t;
+}
+
+size_t address_length(const sockaddr* a) {
+  return a->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+}
+
+// With the table's lock held: forgets a parent's links in a forked child (leaked, never destroyed:
+// the verbs resources are the parent's), and lets go of links that failed or stayed idle too long.
+void tidy(Table& t) {
+  pid_t me = getpid();
+  if (t.owner != me) {
+    if (!t.entries.empty()) new std::vector<Entry>(std::move(t.entries));  // never freed: the parent's
+    t.entries.clear();
+    t.owner = me;
+  }
+  auto now = std::chrono::steady_clock::now();
+  std::vector<std::shared_ptr<StreamLink>> going;
+  std::erase_if(t.entries, [&](Entry& e) {
+    std::unique_lock link_lock(e.link->mu());
+    bool dead = e.link->stopped() || e.link->disconnected();
+    if (e.link->attached() > 0 || e.link.use_count() > 1) {
+      e.idle_since = {};
+    } else if (e.idle_since == std::chrono::steady_clock::time_point{}) {
+      e.idle_since = now;
+    }
+    bool expired = e.idle_since != std::chrono::steady_clock::time_point{} && now - e.idle_since > kIdleLinger;
+    if (!dead && !expired) return false;
+    link_lock.unlock();
+    going.push_back(std::move(e.link));
+    return true;
+  });
+  // Destroyed here, after the link locks and before the table's (their destructors take no lock).
+}
+
+}  // namespace
+
+std::shared_ptr<StreamLink> find_link(const sockaddr* address, int receives) {
+  Table& t = table();
+  std::lock_guard lock(t.mu);
+  tidy(t);
+  for (Entry& e : t.entries) {
+    if (std::memcmp(&e.address, address, address_length(address)) != 0) continue;
+    std::lock_guard link_lock(e.link->mu());
+    if (!e.link->stopped() && !e.link->disconnected() && e.link->has_setup_areas() && e.link->has_room_for(receives)) {
+      return e.link;
+    }
+  }
+  return nullptr;
+}
+
+void remember_link(const sockaddr* address, const std::shared_ptr<StreamLink>& link) {
+  Table& t = table();
+  std::lock_guard lock(t.mu);
+  tidy(t);
+  Entry e{};
+  std::memcpy(&e.address, address, address_length(address));
+  e.link = link;
+  t.entries.push_back(e);
+}
+
+}  // namespace tcp2rdma::transport

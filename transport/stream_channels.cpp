@@ -1,0 +1,257 @@
+// Channels on a live link (docs/links.md, "Opening a channel on a live link"): the client writes a
+// ChannelOpen into a slot of the server's setup area; the server's listener holds it as it holds an
+// rdma_cm request (same hold, same proof against the link's addresses) and answers in the client's
+// slot with a ChannelAnswer. No rdma_cm, no queue pair, no thread: one round trip on the link.
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "own_calls.h"
+#include "page_memory.h"
+#include "rdma_stream.h"
+#include "stream_listener.h"
+
+namespace tcp2rdma::transport {
+namespace {
+
+bool valid_answer(const ChannelAnswer& a) {
+  return a.magic == kSetupMagic && a.version == kProtocolVersion && (a.kind == kAcceptKind || a.kind == kRefuseKind);
+}
+
+}  // namespace
+
+bool valid_open(const ChannelOpen& o) {
+  return o.magic == kSetupMagic && o.version == kProtocolVersion && o.kind == kOpenKind && o.ring_size_log2 >= 10 &&
+         o.ring_size_log2 <= 29 && o.queue_depth >= 4 && o.client_channel != kLinkChannel &&
+         o.client_channel < kMaxChannels && (o.tuple.family == AF_INET || o.tuple.family == AF_INET6) &&
+         (o.max_server_ring_log2 == 0 || (o.max_server_ring_log2 >= 10 && o.max_server_ring_log2 <= 29));
+}
+
+Status RdmaStream::on_link_message(StreamLink& link, uint32_t arg) {
+  // Every link message consumed one of the receives kept for the setup slots: put it back.
+  if (!link.stopped() && link.post_receive() != Status::kOk) return Status::kResources;
+  uint32_t slot = link_slot(arg);
+  if (slot >= kSetupSlots || !link.has_setup_areas()) return Status::kProtocolError;
+  if (link_op(arg) == kLinkOpen) {
+    // Only a server's link takes opens, and at most one per slot is outstanding (the client's slots):
+    // more than that would be more than the receives kept for them.
+    if (!link.serves_opens || link.opens.size() >= kSetupSlots) return Status::kProtocolError;
+    StreamLink::Open open{slot, {}};
+    std::memcpy(&open.request, link.own_setup_slot(slot), sizeof open.request);
+    link.opens.push_back(open);
+    link.cv().notify_all();
+    return Status::kOk;
+  }
+  if (link_op(arg) != kLinkAnswer) return Status::kProtocolError;
+  ChannelAnswer answer{};
+  std::memcpy(&answer, link.own_setup_slot(slot), sizeof answer);
+  StreamLink::Awaiting& awaiting = link.awaiting[slot];
+  // An answer we did not ask for, or not for the open in that slot: the peer lies.
+  if (!awaiting.used || !valid_answer(answer) || answer.client_nonce != awaiting.client_nonce ||
+      answer.client_channel != awaiting.index) {
+    return Status::kProtocolError;
+  }
+  RdmaStream* stream = awaiting.stream;
+  uint32_t index = awaiting.index;
+  awaiting = StreamLink::Awaiting{};
+  link.free_slot(slot);
+  if (stream != nullptr) {
+    stream->on_answer(&answer);
+  } else if (answer.kind == kAcceptKind) {
+    // Its connect gave up before the answer came: the server's new channel is ended at once (an
+    // abort, then our release), and the peer's release frees what we left on the link.
+    uint32_t imm_abort = encode_imm(MessageType::kEnd, answer.server_channel, kEndAbort);
+    uint32_t imm_release = encode_imm(MessageType::kEnd, answer.server_channel, kEndRelease);
+    for (uint32_t imm : {imm_abort, imm_release}) {
+      ibv_send_wr wr{};
+      wr.wr_id = StreamLink::work_id(index, kWrSignal);
+      wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+      wr.send_flags = IBV_SEND_SIGNALED;
+      wr.imm_data = htonl(imm);
+      wr.wr.rdma.rkey = answer.rkey;
+      if (!link.send_queue_has_room(1) || link.post_send(&wr) != 0) break;
+      link.on_channel_send_posted(index);
+    }
+  } else {
+    link.on_retired_message(index, true);  // refused: the server made nothing that could write here
+  }
+  link.cv().notify_all();
+  return Status::kOk;
+}
+
+Status RdmaStream::post_link_record(StreamLink& link, const void* record, uint32_t op, uint32_t slot) {
+  // The send queue is the link's, shared by its channels: a busy link may have it full for a moment.
+  // Its completions make room (taken here for their channels, with the link's lock held).
+  auto deadline = Deadline::in_ms(1000);
+  while (!link.send_queue_has_room(1) && !link.stopped() && !deadline.passed()) progress_link(link);
+  Status s = link.post_setup_record(record, op, slot);
+  return s;
+}
+
+void RdmaStream::on_answer(const ChannelAnswer* answer) {
+  if (open_state_ != OpenState::kWaiting) return;
+  if (answer == nullptr) {  // the link failed or went before the answer
+    open_state_ = OpenState::kFailed;
+    return;
+  }
+  if (answer->kind == kRefuseKind) {
+    open_state_ = OpenState::kRefused;
+    refused_why_ = answer->reason == 0 || answer->reason > kLastDeclineReason
+                       ? DeclineReason::kServerStaysTcp
+                       : static_cast<DeclineReason>(answer->reason);
+    redirect_port_ = answer->redirect_port;
+    return;
+  }
+  // Started here, in the order of the link's completions: the server's first messages on the channel
+  // come after its answer, and find it ready.
+  server_nonce_ = answer->server_nonce;
+  peer_index_ = answer->server_channel;
+  bool valid = answer->server_channel != kLinkChannel && answer->server_channel < kMaxChannels &&
+               answer->ring_size_log2 >= 10 && answer->ring_size_log2 <= 29 && answer->queue_depth >= 4;
+  open_state_ = valid && start(answer->ring_size_log2, answer->rkey, answer->queue_depth, true) == Status::kOk
+                    ? OpenState::kAccepted
+                    : OpenState::kFailed;
+}
+
+Status RdmaStream::open_on_link(const std::shared_ptr<StreamLink>& link, const Pairing& pairing,
+                                const StreamOptions& sized, std::unique_ptr<RdmaStream>* out, uint16_t* redirect_port,
+                                DeclineReason* declined) {
+  // Declared before the lock: a stream that fails here is destroyed after the lock is let go (its
+  // destructor takes the link's lock).
+  std::unique_ptr<RdmaStream> stream;
+  std::unique_lock lock(link->mu());
+  int slot = link->take_free_slot();
+  if (slot < 0) return Status::kResources;
+  if (link->stopped() || link->disconnected() || !link->has_room_for(sized.recv_queue_depth + 1)) {
+    link->free_slot(static_cast<uint32_t>(slot));
+    return Status::kResources;
+  }
+  stream.reset(new RdmaStream(link));
+  if (stream->index_ == kLinkChannel) {  // the link has no index left
+    link->free_slot(static_cast<uint32_t>(slot));
+    return Status::kResources;
+  }
+  stream->options_ = sized;
+  stream->link_open_ = true;
+  stream->tuple_ = pairing.tuple;
+  stream->client_nonce_ = pairing.client_nonce;
+  Status s = stream->create_channel_memory(false);
+  // Our receives for the channel are posted before the server can send on it.
+  if (s == Status::kOk) s = link->reserve_receives(stream->receive_quota());
+  if (s != Status::kOk) {
+    link->free_slot(static_cast<uint32_t>(slot));
+    stream->open_state_ = OpenState::kRefused;  // nothing was asked: its memory goes with it
+    return s;
+  }
+  ChannelOpen open{};
+  open.magic = kSetupMagic;
+  open.version = kProtocolVersion;
+  open.kind = kOpenKind;
+  open.ring_size_log2 = static_cast<uint8_t>(sized.ring_size_log2);
+  open.max_server_ring_log2 = static_cast<uint8_t>(sized.max_peer_ring_size_log2);
+  open.queue_depth = static_cast<uint8_t>(sized.recv_queue_depth);
+  open.rkey = stream->ring_mr_->rkey;
+  open.client_channel = static_cast<uint16_t>(stream->index_);
+  open.tuple = pairing.tuple;
+  open.client_nonce = pairing.client_nonce;
+  link->awaiting[slot] = StreamLink::Awaiting{stream.get(), stream->index_, pairing.client_nonce, true};
+  stream->open_state_ = OpenState::kWaiting;
+  stream->open_slot_ = slot;
+  if (post_link_record(*link, &open, kLinkOpen, static_cast<uint32_t>(slot)) != Status::kOk) {
+    link->awaiting[slot] = StreamLink::Awaiting{};
+    link->free_slot(static_cast<uint32_t>(slot));
+    stream->open_state_ = OpenState::kRefused;
+    return Status::kResources;
+  }
+  auto deadline = Deadline::in_ms(sized.timeout_ms);
+  while (stream->open_state_ == OpenState::kWaiting && !deadline.passed()) {
+    stream->progress_unstarted();
+    if (stream->open_state_ != OpenState::kWaiting) break;
+    // The answer may be taken by another channel's thread of the link: on_link_message notifies the
+    // link's condition, on which we wait when another thread sleeps on the link.
+    stream->wait(lock, false, deadline.poll_ms());
+  }
+  switch (stream->open_state_) {
+    case OpenState::kAccepted:
+      *out = std::move(stream);
+      return Status::kOk;
+    case OpenState::kRefused:
+      *declined = stream->refused_why_;
+      *redirect_port = stream->redirect_port_;
+      return Status::kRejected;
+    case OpenState::kWaiting:
+      return Status::kTimeout;  // the destructor leaves the slot to the answer, whenever it comes
+    default:
+      return Status::kReset;
+  }
+}
+
+Status RdmaStream::accept_on_link(const std::shared_ptr<StreamLink>& link, uint32_t slot, const ChannelOpen& open,
+                                  uint64_t server_nonce, const StreamOptions& sized,
+                                  std::unique_ptr<RdmaStream>* out) {
+  std::unique_ptr<RdmaStream> stream;  // before the lock, as in open_on_link
+  std::unique_lock lock(link->mu());
+  ChannelAnswer answer{};
+  answer.magic = kSetupMagic;
+  answer.version = kProtocolVersion;
+  answer.client_channel = open.client_channel;
+  answer.client_nonce = open.client_nonce;
+  auto refuse = [&](DeclineReason why, Status s) {
+    answer.kind = kRefuseKind;
+    answer.reason = static_cast<uint8_t>(why);
+    post_link_record(*link, &answer, kLinkAnswer, slot);
+    return s;
+  };
+  if (link->stopped() || link->disconnected()) return Status::kReset;
+  if (!link->has_room_for(sized.recv_queue_depth + 1)) return refuse(DeclineReason::kResources, Status::kResources);
+  stream.reset(new RdmaStream(link));
+  if (stream->index_ == kLinkChannel) return refuse(DeclineReason::kResources, Status::kResources);
+  stream->options_ = sized;
+  stream->link_open_ = true;
+  stream->tuple_ = open.tuple;
+  stream->client_nonce_ = open.client_nonce;
+  stream->server_nonce_ = server_nonce;
+  stream->peer_index_ = open.client_channel;
+  Status s = stream->create_channel_memory(false);
+  if (s == Status::kOk) s = link->reserve_receives(stream->receive_quota());
+  if (s == Status::kOk) s = stream->start(open.ring_size_log2, open.rkey, open.queue_depth, false);
+  if (s != Status::kOk) {
+    stream->open_state_ = OpenState::kRefused;  // the client makes nothing that writes here
+    return refuse(s == Status::kMemoryLock ? DeclineReason::kMemoryLock
+                  : s == Status::kRefused  ? DeclineReason::kRingTooLarge
+                                           : DeclineReason::kResources,
+                  s);
+  }
+  answer.kind = kAcceptKind;
+  answer.ring_size_log2 = static_cast<uint8_t>(sized.ring_size_log2);
+  answer.queue_depth = static_cast<uint8_t>(sized.recv_queue_depth);
+  answer.rkey = stream->ring_mr_->rkey;
+  answer.server_channel = static_cast<uint16_t>(stream->index_);
+  answer.server_nonce = server_nonce;
+  if (post_link_record(*link, &answer, kLinkAnswer, slot) != Status::kOk) {
+    stream->fail(Status::kReset);
+    return Status::kReset;
+  }
+  *out = std::move(stream);
+  return Status::kOk;
+}
+
+Status RdmaStream::progress_unstarted() {
+  // progress() for a channel whose open is not answered yet: the link's completions, this one's
+  // answer among them, without serving a stream that has no flow control yet. The completion event
+  // is taken before the queue is polled, never after: a completion that came between the poll and
+  // the taking would stay in the queue with nobody told (the queue no longer armed, the event gone),
+  // and its channel's poller would sleep forever.
+  drain_channels();
+  ibv_wc wcs[16];
+  int n = 0;
+  while ((n = link_->poll(wcs, 16)) > 0) {
+    for (int i = 0; i < n; ++i) dispatch(*link_, wcs[i], this);
+  }
+  if (n < 0) fail_link(*link_, "the completion queue", "failed", Status::kReset);
+  serve_others();
+  return Status::kOk;
+}
+
+}  // namespace tcp2rdma::transport
