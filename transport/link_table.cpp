@@ -3,7 +3,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -25,8 +27,10 @@ constexpr auto kIdleLinger = std::chrono::seconds(2);
 
 struct Table {
   std::mutex mu;
+  std::condition_variable made;  // a making ended
   pid_t owner = 0;  // the process the links belong to
   std::vector<Entry> entries;
+  std::vector<sockaddr_storage> making;  // addresses a thread is making a link to
 };
 
 Table& table() {
@@ -45,6 +49,7 @@ void tidy(Table& t) {
   if (t.owner != me) {
     if (!t.entries.empty()) new std::vector<Entry>(std::move(t.entries));  // never freed: the parent's
     t.entries.clear();
+    t.making.clear();  // the parent's threads, not in this process
     t.owner = me;
   }
   auto now = std::chrono::steady_clock::now();
@@ -66,19 +71,46 @@ void tidy(Table& t) {
   // Destroyed here, after the link locks and before the table's (their destructors take no lock).
 }
 
-}  // namespace
+bool same_address(const sockaddr_storage& a, const sockaddr* b) {
+  return std::memcmp(&a, b, address_length(b)) == 0;
+}
 
-std::shared_ptr<StreamLink> find_link(const sockaddr* address, int receives) {
-  Table& t = table();
-  std::lock_guard lock(t.mu);
-  tidy(t);
+bool is_making(const Table& t, const sockaddr* address) {
+  return std::any_of(t.making.begin(), t.making.end(), [&](const sockaddr_storage& a) { return same_address(a, address); });
+}
+
+std::shared_ptr<StreamLink> live_link(Table& t, const sockaddr* address, int receives) {
   for (Entry& e : t.entries) {
-    if (std::memcmp(&e.address, address, address_length(address)) != 0) continue;
+    if (!same_address(e.address, address)) continue;
     std::lock_guard link_lock(e.link->mu());
     if (!e.link->stopped() && !e.link->disconnected() && e.link->has_setup_areas() && e.link->has_room_for(receives)) {
       return e.link;
     }
   }
+  return nullptr;
+}
+
+}  // namespace
+
+std::shared_ptr<StreamLink> find_link(const sockaddr* address, int receives, std::chrono::milliseconds wait,
+                                      bool* making) {
+  Table& t = table();
+  std::unique_lock lock(t.mu);
+  tidy(t);
+  *making = false;
+  if (std::shared_ptr<StreamLink> link = live_link(t, address, receives)) return link;
+  if (is_making(t, address)) {
+    // Once: if that making fails, each caller tries its own (a server that refuses one refuses all
+    // quickly; one that is slow to answer must not make the callers queue behind each other).
+    t.made.wait_for(lock, wait, [&] { return !is_making(t, address); });
+    tidy(t);
+    if (std::shared_ptr<StreamLink> link = live_link(t, address, receives)) return link;
+    if (is_making(t, address)) return nullptr;
+  }
+  sockaddr_storage a{};
+  std::memcpy(&a, address, address_length(address));
+  t.making.push_back(a);
+  *making = true;
   return nullptr;
 }
 
@@ -90,6 +122,13 @@ void remember_link(const sockaddr* address, const std::shared_ptr<StreamLink>& l
   std::memcpy(&e.address, address, address_length(address));
   e.link = link;
   t.entries.push_back(e);
+}
+
+void link_made(const sockaddr* address) {
+  Table& t = table();
+  std::lock_guard lock(t.mu);
+  std::erase_if(t.making, [&](const sockaddr_storage& a) { return same_address(a, address); });
+  t.made.notify_all();
 }
 
 }  // namespace tcp2rdma::transport

@@ -6,15 +6,23 @@
 
 #include <sys/socket.h>
 
+#include <chrono>
 #include <memory>
 
 namespace tcp2rdma::transport {
 
 class StreamLink;
 
-// A live link to `address` with room for a channel of `receives` receives, or nullptr.
-std::shared_ptr<StreamLink> find_link(const sockaddr* address, int receives);
+// A live link to `address` with room for a channel of `receives` receives, or nullptr. While another
+// thread of this process makes a link to `address`, waits for it first (up to `wait`, once): streams
+// that start together to a new server share its first link instead of making one each. With nullptr,
+// *making says whether the caller is now the one making the link: it then tells link_made() when it
+// is done (remembered or failed); the others wait for it.
+std::shared_ptr<StreamLink> find_link(const sockaddr* address, int receives, std::chrono::milliseconds wait,
+                                      bool* making);
 // Remembers `link` as one to `address`.
 void remember_link(const sockaddr* address, const std::shared_ptr<StreamLink>& link);
+// The caller's making of a link to `address` (find_link) is over.
+void link_made(const sockaddr* address);
 
 }  // namespace tcp2rdma::transport

@@ -158,7 +158,9 @@ Status RdmaStream::connect_once(const sockaddr* address, const Pairing& pairing,
   sized.max_peer_ring_size_log2 = pin.choice().max_peer_log2;
   // A live link to this server address takes the stream as a channel: one round trip, no rdma_cm
   // (docs/links.md). A link that cannot (full, failed meanwhile) leaves it to a queue pair of its own.
-  if (std::shared_ptr<StreamLink> link = find_link(address, sized.recv_queue_depth + 1)) {
+  bool making = false;
+  if (std::shared_ptr<StreamLink> link =
+          find_link(address, sized.recv_queue_depth + 1, std::chrono::milliseconds(options.timeout_ms), &making)) {
     Pairing paired = pairing;
     if (std::all_of(std::begin(paired.tuple.client_addr), std::end(paired.tuple.client_addr),
                     [](uint8_t b) { return b == 0; })) {
@@ -167,6 +169,14 @@ Status RdmaStream::connect_once(const sockaddr* address, const Pairing& pairing,
     Status s = open_on_link(link, paired, sized, out, redirect_port, declined);
     if (s != Status::kResources && s != Status::kReset) return s;
   }
+  // Whatever becomes of this link, the streams that wait for it learn so when this returns.
+  struct Made {
+    const sockaddr* address;
+    bool making;
+    ~Made() {
+      if (making) link_made(address);
+    }
+  } made{address, making};
   std::unique_ptr<RdmaStream> stream(new RdmaStream);
   stream->tuple_ = pairing.tuple;
   stream->client_nonce_ = pairing.client_nonce;

@@ -112,8 +112,6 @@ bool has_bound_port(int fd) {
   return false;
 }
 
-namespace {
-
 // In a process of a pre-fork server that listens on a port of its own (another process holds the
 // listener's port): while the connection's request is awaited, the directory says where the holder
 // is to send it.
@@ -146,8 +144,6 @@ class PublishedTuple {
   pid_t self_ = 0;
 };
 
-}  // namespace
-
 // A server connection that stays TCP: its client's RDMA request, held or still to come, is rejected at
 // once instead of making the client wait out the hold (an event-loop client that upgrades its
 // connections one by one would wait that long for each).
@@ -166,25 +162,38 @@ bool serves_rdma(TrackedSocket* socket) {
   return listener->rdma_listener != nullptr && listener->listener_generation == fork_generation();
 }
 
+RequestWait::RequestWait(TrackedSocket* listener, const transport::TcpTuple& tuple,
+                         const config::ConnectionOptions& options)
+    : listener_(listener),
+      tuple_(tuple),
+      options_(stream_options(options)),
+      until_(Deadline::in(std::chrono::microseconds(options.upgrade_timeout_us))) {
+  if (ListenerState* state = listener_state(listener)) published_ = std::make_unique<PublishedTuple>(state, tuple);
+}
+
+RequestWait::~RequestWait() = default;
+
+transport::Status RequestWait::look(bool collect, std::unique_ptr<transport::RdmaStream>* out, int* fd) {
+  ListenerState* listener = listener_state(listener_);
+  if (listener == nullptr) return transport::Status::kRejected;
+  std::lock_guard lock(listener->mutex);
+  transport::StreamListener* rdma = listener->rdma_listener.get();
+  if (rdma == nullptr || listener->listener_generation != fork_generation()) return transport::Status::kRejected;
+  if (collect) rdma->collect(kRequestHold);
+  *fd = rdma->fd();
+  return rdma->begin_accept(tuple_, transport::random_nonce(), options_, out);
+}
+
+void RequestWait::give_up() { decline(listener_, tuple_, transport::DeclineReason::kTooLate); }
+
 transport::Status accept_request(TrackedSocket* socket, const transport::TcpTuple& tuple,
                                  const config::ConnectionOptions& options, const UpgradeSession* session,
                                  std::unique_ptr<transport::RdmaStream>* out) {
-  ListenerState* listener = listener_state(socket);
-  if (listener == nullptr) return transport::Status::kRejected;
-  auto until = Deadline::in(std::chrono::microseconds(options.upgrade_timeout_us));
-  PublishedTuple published(listener, tuple);
+  RequestWait wait(socket, tuple, options);
   for (;;) {
     int listener_fd = -1;
-    transport::Status s = transport::Status::kWouldBlock;
     std::unique_ptr<transport::RdmaStream> answered;
-    {
-      std::lock_guard lock(listener->mutex);
-      transport::StreamListener* rdma = listener->rdma_listener.get();
-      if (rdma == nullptr || listener->listener_generation != fork_generation()) return transport::Status::kRejected;
-      rdma->collect(kRequestHold);
-      s = rdma->begin_accept(tuple, transport::random_nonce(), stream_options(options), &answered);
-      listener_fd = rdma->fd();
-    }
+    transport::Status s = wait.look(true, &answered, &listener_fd);
     if (s == transport::Status::kOk) {
       // The client's completion is awaited without the listener's lock: one that never completes
       // stalls no other connection's upgrade.
@@ -193,8 +202,8 @@ transport::Status accept_request(TrackedSocket* socket, const transport::TcpTupl
       return s;
     }
     if (s != transport::Status::kWouldBlock) return s;
-    if (until.passed() || session->phase() == UpgradeSession::Phase::kOver) {
-      decline(socket, tuple, transport::DeclineReason::kTooLate);  // a later request is answered at once
+    if (wait.expired() || session->phase() == UpgradeSession::Phase::kOver) {
+      wait.give_up();  // a later request is answered at once
       return transport::Status::kWouldBlock;
     }
     pollfd p{listener_fd, POLLIN, 0};

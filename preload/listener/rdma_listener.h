@@ -6,6 +6,7 @@
 #include <chrono>
 #include <memory>
 
+#include "deadline.h"
 #include "options.h"
 #include "rdma_stream.h"
 
@@ -34,6 +35,38 @@ void drop_rdma_listener(TrackedSocket* listener);
 
 // Whether fd is bound to a port already (bind() was called), i.e. listen() will not pick one.
 bool has_bound_port(int fd);
+
+class PublishedTuple;
+
+// A server connection's wait for its client's RDMA request, one look at a time: the upgrade engine
+// (upgrade/request_watch.h) holds thousands of them in one thread, where a thread each would wait for
+// seconds. While it lives, a pre-fork server's directory says where the request is to be sent.
+class RequestWait {
+ public:
+  RequestWait(TrackedSocket* listener, const transport::TcpTuple& tuple, const config::ConnectionOptions& options);
+  ~RequestWait();
+  RequestWait(const RequestWait&) = delete;
+  RequestWait& operator=(const RequestWait&) = delete;
+
+  // One look: takes what arrived at the listener first when `collect` (once per listener per round
+  // is enough), then answers this connection's request if it is held. kOk: answered into *out (its
+  // await_established() comes next, off the listener's lock); kWouldBlock: not yet, and *fd is the
+  // listener's descriptor to poll for the next; anything else: no RDMA for this connection
+  // (kRejected: no RDMA listener in this process).
+  transport::Status look(bool collect, std::unique_ptr<transport::RdmaStream>* out, int* fd);
+  // The upgrade timeout has passed.
+  bool expired() const { return until_.passed(); }
+  // The wait is given up: a request that comes later is answered at once with a decline.
+  void give_up();
+  TrackedSocket* listener() const { return listener_; }
+
+ private:
+  TrackedSocket* listener_;
+  transport::TcpTuple tuple_;
+  transport::StreamOptions options_;
+  transport::Deadline until_;
+  std::unique_ptr<PublishedTuple> published_;
+};
 
 // Waits (up to the rule's upgrade_timeout) for the client's RDMA connection request for the accepted
 // connection `tuple` and accepts it into *out. A tcp2rdma client sends it right after its TCP connect

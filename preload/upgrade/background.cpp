@@ -1,0 +1,115 @@
+#include "upgrade/background.h"
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <new>
+
+#include "listener/rdma_listener.h"
+#include "readiness/epoll_sets.h"
+#include "registry/connection_policy.h"
+#include "registry/fd_table.h"
+#include "registry/per_process.h"
+#include "registry/upgrade_session.h"
+#include "upgrade/request_watch.h"
+#include "upgrade/upgrade_steps.h"
+#include "upgrade/worker_pool.h"
+#include "util/log.h"
+
+namespace tcp2rdma::preload {
+namespace {
+
+// Background upgrades run in two pools (docs/links.md, "The upgrade engine"): a client's from the
+// start, a server's once its client's request has been answered (the wait before is the engine's,
+// request_watch.h). Two pools, not one: a server's switch waits only for its client, who is already
+// in a thread of its own process, while a client's waits for its server; with one pool, clients
+// could fill two processes' pools waiting for servers neither has a thread left for.
+constexpr int kPoolThreads = 16;
+constexpr int kPoolLingerMs = 10000;  // an idle pool thread ends after this long
+
+struct Pools {
+  explicit Pools(unsigned made_in) : generation(made_in) {}
+  const unsigned generation;
+  WorkerPool clients{kPoolThreads, kPoolLingerMs};
+  WorkerPool servers{kPoolThreads, kPoolLingerMs};
+};
+std::atomic<Pools*> g_pools{nullptr};
+
+// A background upgrade that cannot go on in a thread of its own (none could be had): the connection
+// stays TCP, saying why.
+void stays_without_thread(const Connection& c, UpgradeSession* session) {
+  if (session->end_on_tcp()) log_line("%s: stays tcp (cannot start a thread for the upgrade)", session->label());
+  epoll_move_pending(c.fd, false);
+}
+
+// A server connection's background upgrade after its wait: the rest (the client's completion, the
+// switch) in the server pool; on the engine's thread itself only if no pool thread can be had.
+void finish_server(Pools* pools, const std::shared_ptr<Connection>& c, UpgradeSession* session,
+                   const std::function<void()>& let_go, transport::Status s,
+                   std::unique_ptr<transport::RdmaStream> answered) {
+  auto answer = std::make_shared<Answer>(Answer{s, std::move(answered)});
+  auto rest = [c, session, let_go, answer] {
+    conclude(*c, session, run_upgrade(*c, session, answer.get()), true);
+    let_go();
+  };
+  if (!pools->servers.submit(rest)) rest();
+}
+
+}  // namespace
+
+// A client's upgrade runs in the client pool; a server's waits for its client's request in the
+// engine's thread, then runs in the server pool.
+void upgrade_beside(int fd, config::Role role, TrackedSocket* listener, const config::Decision& decision) {
+  SocketHold socket = SocketHold::of(fd);
+  if (!socket) return;
+  UpgradeSession* session = socket->start_session();
+  if (session == nullptr) return;
+  char label[kConnectionLabelSize];
+  describe_connection(fd, role, decision, label, sizeof label);
+  session->set_label(label);
+  if (stays_for_want_of_descriptors(session)) return;
+  std::shared_ptr<Connection> c;
+  Pools* pools = this_process_instance(g_pools);
+  try {
+    if (pools == nullptr) throw std::bad_alloc();
+    c = std::make_shared<Connection>(describe(fd, role, socket.get(), listener, decision));
+  } catch (const std::bad_alloc&) {
+    if (session->end_on_tcp()) log_line("%s: stays tcp (out of memory)", label);
+    epoll_move_pending(fd, false);
+    return;
+  }
+  socket->add_ref();  // the upgrade's, until it is done with the socket and its listener
+  if (listener != nullptr) listener->add_ref();
+  std::function<void()> let_go = [c] {
+    c->socket->release();
+    if (c->listener != nullptr) c->listener->release();
+  };
+  auto whole = [c, session, let_go] {
+    conclude(*c, session, run_upgrade(*c, session), true);
+    let_go();
+  };
+  if (c->is_client || !c->have_tuple || listener == nullptr) {
+    // A server connection that cannot have a request concludes in the pool too (quickly).
+    if (!(c->is_client ? pools->clients : pools->servers).submit(whole)) {
+      stays_without_thread(*c, session);
+      let_go();
+    }
+    return;
+  }
+  RequestWaiter waiter;
+  try {
+    waiter.wait = std::make_unique<RequestWait>(listener, c->tuple, *decision.options);
+    waiter.gone = [session] { return session->phase() == UpgradeSession::Phase::kOver; };
+    waiter.done = [pools, c, session, let_go](transport::Status s, std::unique_ptr<transport::RdmaStream> answered) {
+      finish_server(pools, c, session, let_go, s, std::move(answered));
+    };
+  } catch (const std::bad_alloc&) {
+    waiter.wait.reset();
+  }
+  if (waiter.wait == nullptr || !watch_request(waiter)) {
+    stays_without_thread(*c, session);
+    let_go();
+  }
+}
+
+}  // namespace tcp2rdma::preload

@@ -1,0 +1,190 @@
+#include "upgrade/upgrade_steps.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <system_error>
+
+#include "libc/real_calls.h"
+#include "listener/rdma_listener.h"
+#include "readiness/epoll_sets.h"
+#include "registry/connection_policy.h"
+#include "registry/fd_table.h"
+#include "registry/upgrade_session.h"
+#include "stream_listener.h"
+#include "tuple_address.h"
+#include "upgrade/switch.h"
+#include "util/log.h"
+#include "util/saved_errno.h"
+
+namespace tcp2rdma::preload {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// An IPv4 peer of a dual-stack IPv6 socket appears as ::ffff:a.b.c.d: both ends must name it alike.
+void put_address(const sockaddr_storage& s, uint8_t* addr, uint16_t* port, uint8_t* family) {
+  *family = transport::tuple_address(reinterpret_cast<const sockaddr*>(&s), addr);
+  *port = ntohs(s.ss_family == AF_INET ? reinterpret_cast<const sockaddr_in*>(&s)->sin_port
+                                       : reinterpret_cast<const sockaddr_in6*>(&s)->sin6_port);
+}
+
+// The TCP 4-tuple as the client sees it, and the server's address (where its rdma_cm listens).
+bool tuple_of(int fd, bool is_client, transport::TcpTuple* tuple, sockaddr_storage* server) {
+  sockaddr_storage local{}, remote{};
+  socklen_t local_len = sizeof local, remote_len = sizeof remote;
+  if (real().getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0 ||
+      real().getpeername(fd, reinterpret_cast<sockaddr*>(&remote), &remote_len) != 0) {
+    return false;
+  }
+  const sockaddr_storage& client = is_client ? local : remote;
+  *server = is_client ? remote : local;
+  *tuple = transport::TcpTuple{};
+  uint8_t client_family = 0, server_family = 0;
+  uint16_t client_port = 0, server_port = 0;
+  put_address(client, tuple->client_addr, &client_port, &client_family);
+  put_address(*server, tuple->server_addr, &server_port, &server_family);
+  tuple->client_port = client_port;
+  tuple->server_port = server_port;
+  tuple->family = server_family;
+  // An IPv4-mapped server address is kept: the transport connects to the IPv4 address it is
+  // (rdma_address.h).
+  return client_family == tuple->family;
+}
+
+transport::Status connect_stream(const Connection& c, std::unique_ptr<transport::RdmaStream>* out,
+                                 transport::DeclineReason* declined) {
+  transport::Pairing pairing;
+  pairing.tuple = c.tuple;
+  pairing.client_nonce = transport::random_nonce();
+  return transport::RdmaStream::connect(reinterpret_cast<const sockaddr*>(&c.server), pairing,
+                                        stream_options(*c.decision.options), out, declined);
+}
+
+}  // namespace
+
+Connection describe(int fd, config::Role role, TrackedSocket* socket, TrackedSocket* listener,
+                    const config::Decision& decision) {
+  Connection c;
+  c.fd = fd;
+  c.is_client = role == config::Role::kClient;
+  c.socket = socket;
+  c.listener = listener;
+  c.decision = decision;
+  c.have_tuple = tuple_of(fd, c.is_client, &c.tuple, &c.server);
+  return c;
+}
+
+void decline_request(int fd, TrackedSocket* listener, transport::DeclineReason why) {
+  if (listener == nullptr || !serves_rdma(listener)) return;  // no request can come: no system call
+  transport::TcpTuple tuple{};
+  sockaddr_storage server{};
+  if (tuple_of(fd, false, &tuple, &server)) decline(listener, tuple, why);
+}
+
+namespace {
+
+// The server's half of the setup: the request the engine answered (`answer`), or, when the upgrade
+// runs in the application's call, the wait for it here.
+transport::Status accept_stream(const Connection& c, UpgradeSession* session, Answer* answer,
+                                std::unique_ptr<transport::RdmaStream>* out) {
+  if (answer == nullptr) return accept_request(c.listener, c.tuple, *c.decision.options, session, out);
+  if (answer->status != transport::Status::kOk) return answer->status;
+  transport::Status s = answer->stream->await_established();
+  if (s == transport::Status::kOk) *out = std::move(answer->stream);
+  return s;
+}
+
+UpgradeOutcome run_upgrade_steps(const Connection& c, UpgradeSession* session, Answer* answer) {
+  // Settled while it waited in a pool's queue (closed, fork, exec): no RDMA connection is made for it.
+  if (session->phase() == UpgradeSession::Phase::kOver) return {false, true, "the connection was settled"};
+  if (!c.have_tuple) return {false, true, "no addresses for the connection"};
+  if (!c.is_client && c.listener == nullptr) return {false, true, "no RDMA listener on this port"};
+  std::unique_ptr<transport::RdmaStream> stream;
+  transport::DeclineReason declined = transport::DeclineReason::kNone;
+  transport::Status s = c.is_client ? connect_stream(c, &stream, &declined) : accept_stream(c, session, answer, &stream);
+  if (s == transport::Status::kWouldBlock) return {false, true, "the client asked for no RDMA connection"};
+  if (s == transport::Status::kRejected && !c.is_client) return {false, true, "no RDMA listener on this port"};
+  // The server's word on why, when it gave one (a Decline record); else "no tcp2rdma listener".
+  if (s == transport::Status::kRejected) return {false, true, transport::to_string(declined)};
+  if (s != transport::Status::kOk) return {false, true, why_not(s)};
+  // The peer is tcp2rdma (its listener answered with our nonce, or the client asked for this very
+  // connection): now, and only now, the switch.
+  auto established = Clock::now();
+  UpgradeOutcome outcome = switch_onto(c.fd, c.socket, session, std::move(stream), c.is_client);
+  outcome.setup_ms = std::chrono::duration_cast<std::chrono::milliseconds>(established - c.started).count();
+  outcome.switch_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - established).count();
+  return outcome;
+}
+
+}  // namespace
+
+UpgradeOutcome run_upgrade(const Connection& c, UpgradeSession* session, Answer* answer) noexcept {
+  try {
+    return run_upgrade_steps(c, session, answer);
+  } catch (const std::bad_alloc&) {
+    return {false, session->phase() == UpgradeSession::Phase::kOnTcp, "out of memory"};
+  } catch (...) {
+    return {false, session->phase() == UpgradeSession::Phase::kOnTcp, "an internal error"};
+  }
+}
+
+bool conclude(const Connection& c, UpgradeSession* session, const UpgradeOutcome& outcome, bool background) {
+  char path[256];
+  bool required = c.decision.options->upgrade == config::UpgradeMode::kRequired;
+  const transport::RdmaStream* stream = c.socket->stream();
+  if (outcome.upgraded && stream != nullptr) {
+    c.socket->follows_fork.store(c.decision.options->on_fork == config::ForkMode::kTcp, std::memory_order_relaxed);
+    snprintf(path, sizeof path,
+             "upgraded to rdma (receive ring %llu KiB, the peer's %llu KiB; switched after %llu bytes sent "
+             "and %llu received on tcp; setup %ld ms, switch %ld ms)",
+             static_cast<unsigned long long>(stream->ring_size() >> 10),
+             static_cast<unsigned long long>(stream->peer_ring_size() >> 10),
+             static_cast<unsigned long long>(session->sent()), static_cast<unsigned long long>(session->received()),
+             outcome.setup_ms, outcome.switch_ms);
+  } else if (required) {
+    // The rule would rather have no connection than a TCP one.
+    snprintf(path, sizeof path, "fails: the upgrade is required (%s%s%s)", outcome.why,
+             outcome.detail.empty() ? "" : ": ", outcome.detail.c_str());
+  } else {
+    snprintf(path, sizeof path, "stays tcp (%s%s%s)", outcome.why, outcome.detail.empty() ? "" : ": ",
+             outcome.detail.c_str());
+  }
+  bool usable = outcome.connection_usable && (outcome.upgraded || !required);
+  if (session->phase() == UpgradeSession::Phase::kOnTcp) {
+    // It never got to the switch. Settled meanwhile (closed, fork, exec, exit): that call logged it,
+    // and a close forgot the registrations (the descriptor may name another socket by now).
+    if (session->end_on_tcp()) {
+      log_line("%s: %s", session->label(), path);
+      epoll_move_pending(c.fd, false);
+    }
+    return usable;
+  }
+  if (session->phase() == UpgradeSession::Phase::kOver) return usable;  // settled before the freeze
+  log_line("%s: %s", session->label(), path);
+  epoll_move_pending(c.fd, stream != nullptr);
+  if (!outcome.connection_usable && background) {
+    // Reset, so the peer never reads a clean end; SO_ERROR says ECONNRESET.
+    c.socket->pending_error.store(ECONNRESET, std::memory_order_release);
+    reset_connection(c.fd);
+  }
+  session->finish();
+  return usable;
+}
+
+bool stays_for_want_of_descriptors(UpgradeSession* session) {
+  if (session->wake_fd() >= 0 || !session->end_on_tcp()) return false;
+  log_line("%s: stays tcp (%s)", session->label(), why_not(transport::Status::kDescriptors));
+  return true;
+}
+
+}  // namespace tcp2rdma::preload
