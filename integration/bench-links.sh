@@ -9,15 +9,17 @@
 # N, how many went on RDMA and why the others did not (the client's log), setup time p50/p90/max (the
 # log's "setup N ms"), pinned memory (VmPin), queue pairs and descriptors of the process, and rxe's
 # packets. BENCH_MODES chooses the runs (default "tcp background before-return"; before-return waits
-# out one setup per connection and takes minutes). Figures with date and machine go to
-# docs/benchmarks.md.
+# out one setup per connection and takes minutes); BENCH_RULES the rule file (default
+# integration/rules/stress.yaml, the default rings; integration/rules/many.yaml has 64 KiB rings and a
+# 60 s wait for a request, on the same ports). Figures with date and machine go to docs/benchmarks.md.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 n=${1:-1000}
 bytes=${2:-65536}
 lib=${TCP2RDMA_LIB:-$root/build/preload/libtcp2rdma.so}
 [ -f "$lib" ] || { echo "no $lib: build first (integration/test-all or cmake --build build)" >&2; exit 1; }
-rules=$root/integration/rules/stress.yaml
+rules=${BENCH_RULES:-$root/integration/rules/stress.yaml}
+rules=$(cd "$(dirname "$rules")" && pwd)/$(basename "$rules")
 py="python3 $root/tests/preload/stress_echo.py"
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
@@ -27,7 +29,7 @@ set +e
   "MODES='${BENCH_MODES:-tcp background before-return}' sh $root/integration/guest/bench-links-client.sh $lib $rules $n $bytes" > "$out" 2>&1
 status=$?
 set -e
-echo "bench-links: $n connections at once, $bytes bytes echoed each, two Soft-RoCE VMs (1 GiB, 1 vCPU each), $(date -u +%F), host $(nproc) cores"
+echo "bench-links: $n connections at once, $bytes bytes echoed each, rules $(basename "$rules"), two Soft-RoCE VMs (1 GiB, 1 vCPU each), $(date -u +%F), host $(nproc) cores"
 grep -E '^\[b\] (result|  why|failed)' "$out" | sed 's/^\[b\] //'
 if [ $status -ne 0 ]; then
   echo "bench-links: the run failed (status $status); its output:" >&2

@@ -158,9 +158,13 @@ Status RdmaStream::connect_once(const sockaddr* address, const Pairing& pairing,
   sized.max_peer_ring_size_log2 = pin.choice().max_peer_log2;
   // A live link to this server address takes the stream as a channel: one round trip, no rdma_cm
   // (docs/links.md). A link that cannot (full, failed meanwhile) leaves it to a queue pair of its own.
+  // Another thread's link to the same server is waited for a quarter of the setup timeout at most:
+  // its first stream's request may be held until the server's application accepts that stream's TCP
+  // connection, which this stream's own connection must not wait out (the server may be accepting
+  // this one first, and waiting for its request).
   bool making = false;
-  if (std::shared_ptr<StreamLink> link =
-          find_link(address, sized.recv_queue_depth + 1, std::chrono::milliseconds(options.timeout_ms), &making)) {
+  if (std::shared_ptr<StreamLink> link = find_link(address, sized.recv_queue_depth + 1,
+                                                   std::chrono::milliseconds(options.timeout_ms / 4), &making)) {
     Pairing paired = pairing;
     if (std::all_of(std::begin(paired.tuple.client_addr), std::end(paired.tuple.client_addr),
                     [](uint8_t b) { return b == 0; })) {
