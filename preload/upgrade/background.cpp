@@ -47,11 +47,18 @@ void stays_without_thread(const Connection& c, UpgradeSession* session) {
 void finish_server(Pools* pools, const std::shared_ptr<Connection>& c, UpgradeSession* session,
                    const std::function<void()>& let_go, transport::Status s,
                    std::unique_ptr<transport::RdmaStream> answered) {
-  auto answer = std::make_shared<Answer>(Answer{s, std::move(answered)});
-  auto rest = [c, session, let_go, answer] {
-    conclude(*c, session, run_upgrade(*c, session, answer.get()), true);
+  std::function<void()> rest;
+  try {
+    auto answer = std::make_shared<Answer>(Answer{s, std::move(answered)});
+    rest = [c, session, let_go, answer] {
+      conclude(*c, session, run_upgrade(*c, session, answer.get()), true);
+      let_go();
+    };
+  } catch (const std::bad_alloc&) {  // no exception leaves the engine's thread
+    conclude(*c, session, UpgradeOutcome{false, true, "out of memory"}, true);
     let_go();
-  };
+    return;
+  }
   if (!pools->servers.submit(rest)) rest();
 }
 
@@ -69,25 +76,26 @@ void upgrade_beside(int fd, config::Role role, TrackedSocket* listener, const co
   session->set_label(label);
   if (stays_for_want_of_descriptors(session)) return;
   std::shared_ptr<Connection> c;
+  std::function<void()> let_go, whole;
   Pools* pools = this_process_instance(g_pools);
   try {
     if (pools == nullptr) throw std::bad_alloc();
     c = std::make_shared<Connection>(describe(fd, role, socket.get(), listener, decision));
-  } catch (const std::bad_alloc&) {
+    let_go = [c] {
+      c->socket->release();
+      if (c->listener != nullptr) c->listener->release();
+    };
+    whole = [c, session, let_go] {
+      conclude(*c, session, run_upgrade(*c, session), true);
+      let_go();
+    };
+  } catch (const std::bad_alloc&) {  // no exception leaves the application's call
     if (session->end_on_tcp()) log_line("%s: stays tcp (out of memory)", label);
     epoll_move_pending(fd, false);
     return;
   }
-  socket->add_ref();  // the upgrade's, until it is done with the socket and its listener
+  socket->add_ref();  // the upgrade's, until it is done with the socket and its listener (let_go)
   if (listener != nullptr) listener->add_ref();
-  std::function<void()> let_go = [c] {
-    c->socket->release();
-    if (c->listener != nullptr) c->listener->release();
-  };
-  auto whole = [c, session, let_go] {
-    conclude(*c, session, run_upgrade(*c, session), true);
-    let_go();
-  };
   if (c->is_client || !c->have_tuple || listener == nullptr) {
     // A server connection that cannot have a request concludes in the pool too (quickly).
     if (!(c->is_client ? pools->clients : pools->servers).submit(whole)) {

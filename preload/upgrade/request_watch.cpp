@@ -6,6 +6,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <new>
 #include <thread>
 #include <vector>
 
@@ -36,11 +37,25 @@ void run(Watch* w) {
   std::vector<pollfd> fds;
   std::vector<TrackedSocket*> collected;
   for (;;) {
+    bool room = true;
     {
       std::unique_lock lock(w->mu);
       if (mine.empty()) w->arrived.wait(lock, [w] { return !w->incoming.empty(); });
-      for (RequestWaiter& x : w->incoming) mine.push_back(std::move(x));
-      w->incoming.clear();
+      try {  // room first, so that no waiter is half moved when memory is short
+        mine.reserve(mine.size() + w->incoming.size());
+        fds.reserve(mine.capacity());
+        collected.reserve(mine.capacity());
+      } catch (const std::bad_alloc&) {
+        room = false;
+      }
+      if (room) {
+        for (RequestWaiter& x : w->incoming) mine.push_back(std::move(x));
+        w->incoming.clear();
+      }
+    }
+    if (!room) {  // the new waits stay handed over; the next round tries again
+      real().poll(nullptr, 0, kLookMs);
+      continue;
     }
     fds.clear();
     collected.clear();

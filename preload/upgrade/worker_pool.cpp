@@ -8,10 +8,10 @@
 
 namespace tcp2rdma::preload {
 
-bool WorkerPool::submit(std::function<void()> job) noexcept {
+bool WorkerPool::submit(std::function<void()>& job) noexcept {
   std::unique_lock lock(mu_);
   try {
-    queue_.push_back(std::move(job));
+    queue_.push_back(std::move(job));  // on failure nothing was moved (the deque's strong guarantee)
   } catch (const std::bad_alloc&) {
     return false;
   }
@@ -30,7 +30,8 @@ bool WorkerPool::submit(std::function<void()> job) noexcept {
   lock.lock();
   --threads_;
   if (threads_ > 0) return true;  // the threads there are will come to it
-  queue_.pop_back();  // nobody will: the caller decides
+  job = std::move(queue_.back());  // nobody will: back to the caller
+  queue_.pop_back();
   return false;
 }
 

@@ -18,9 +18,9 @@ class WorkerPool {
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
 
-  // Queues `job`. False when the pool has no thread and cannot start one (none left, no memory):
-  // the job was not queued, and the caller says what happens instead. A job must not throw.
-  bool submit(std::function<void()> job) noexcept;
+  // Queues `job` (taken from the caller). False when the pool has no thread and cannot start one (none
+  // left, no memory): `job` is left to the caller, who says what happens instead. A job must not throw.
+  bool submit(std::function<void()>& job) noexcept;
 
   // What the pool holds now (tests and the log).
   size_t queued() const;

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -26,6 +27,13 @@ bool eventually(Done done) {
   return true;
 }
 
+// submit() takes a job from a std::function the caller holds.
+template <class Job>
+bool submit(WorkerPool& pool, Job job) {
+  std::function<void()> f = std::move(job);
+  return pool.submit(f);
+}
+
 // A pool's threads use it until they end: a test's pool outlives them (the module's are never freed).
 void until_threads_end(const WorkerPool& pool) { ASSERT_TRUE(eventually([&] { return pool.threads() == 0; })); }
 
@@ -33,7 +41,7 @@ TEST(WorkerPool, RunsEveryJobOnceWithNoMoreThreadsThanItsSize) {
   WorkerPool pool(4, 200);
   std::atomic<int> running{0}, most{0}, done{0};
   for (int i = 0; i < 200; ++i) {
-    ASSERT_TRUE(pool.submit([&] {
+    ASSERT_TRUE(submit(pool, [&] {
       int now = ++running;
       int seen = most.load();
       while (now > seen && !most.compare_exchange_weak(seen, now)) {
@@ -60,7 +68,7 @@ TEST(WorkerPool, AsManyJobsAsThreadsRunAtOnce) {
   int arrived = 0;
   std::atomic<int> done{0};
   for (int i = 0; i < 3; ++i) {
-    ASSERT_TRUE(pool.submit([&] {
+    ASSERT_TRUE(submit(pool, [&] {
       std::unique_lock lock(mu);
       ++arrived;
       cv.notify_all();
@@ -75,10 +83,10 @@ TEST(WorkerPool, AsManyJobsAsThreadsRunAtOnce) {
 TEST(WorkerPool, IdleThreadsEndAndComeBack) {
   WorkerPool pool(2, 50);
   std::atomic<int> done{0};
-  ASSERT_TRUE(pool.submit([&] { ++done; }));
+  ASSERT_TRUE(submit(pool, [&] { ++done; }));
   ASSERT_TRUE(eventually([&] { return done.load() == 1; }));
   ASSERT_TRUE(eventually([&] { return pool.threads() == 0; }));
-  ASSERT_TRUE(pool.submit([&] { ++done; }));
+  ASSERT_TRUE(submit(pool, [&] { ++done; }));
   ASSERT_TRUE(eventually([&] { return done.load() == 2; }));
   until_threads_end(pool);
 }
@@ -86,9 +94,9 @@ TEST(WorkerPool, IdleThreadsEndAndComeBack) {
 TEST(WorkerPool, AJobMayQueueAnother) {
   WorkerPool pool(1, 200);
   std::atomic<int> done{0};
-  ASSERT_TRUE(pool.submit([&] {
+  ASSERT_TRUE(submit(pool, [&] {
     ++done;
-    EXPECT_TRUE(pool.submit([&] { ++done; }));
+    EXPECT_TRUE(submit(pool, [&] { ++done; }));
   }));
   ASSERT_TRUE(eventually([&] { return done.load() == 2; }));
   until_threads_end(pool);
