@@ -75,7 +75,7 @@ void run(Watch* w) {
       }
       if (s == transport::Status::kWouldBlock) x.wait->give_up();
       RequestWaiter over = std::move(x);
-      x = std::move(mine.back());
+      if (&x != &mine.back()) x = std::move(mine.back());
       mine.pop_back();
       over.done(s, std::move(answered));
     }
