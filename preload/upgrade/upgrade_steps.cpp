@@ -1,30 +1,22 @@
 #include "upgrade/upgrade_steps.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
-#include <poll.h>
-#include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <memory>
-#include <system_error>
 
 #include "libc/real_calls.h"
 #include "listener/rdma_listener.h"
 #include "readiness/epoll_sets.h"
 #include "registry/connection_policy.h"
-#include "registry/fd_table.h"
 #include "registry/upgrade_session.h"
-#include "stream_listener.h"
 #include "tuple_address.h"
 #include "upgrade/switch.h"
 #include "util/log.h"
-#include "util/saved_errno.h"
 
 namespace tcp2rdma::preload {
 namespace {
