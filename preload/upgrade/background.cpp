@@ -107,7 +107,7 @@ void upgrade_beside(int fd, config::Role role, TrackedSocket* listener, const co
   RequestWaiter waiter;
   try {
     waiter.wait = std::make_unique<RequestWait>(listener, c->tuple, *decision.options);
-    waiter.gone = [session] { return session->phase() == UpgradeSession::Phase::kOver; };
+    waiter.session = session;
     waiter.done = [pools, c, session, let_go](transport::Status s, std::unique_ptr<transport::RdmaStream> answered) {
       finish_server(pools, c, session, let_go, s, std::move(answered));
     };

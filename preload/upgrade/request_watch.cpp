@@ -68,7 +68,7 @@ void run(Watch* w) {
       std::unique_ptr<transport::RdmaStream> answered;
       int fd = -1;
       transport::Status s = x.wait->look(first, &answered, &fd);
-      if (s == transport::Status::kWouldBlock && !x.gone() && !x.wait->expired()) {
+      if (s == transport::Status::kWouldBlock && x.session->phase() != UpgradeSession::Phase::kOver && !x.wait->expired()) {
         if (first && fd >= 0) fds.push_back(pollfd{fd, POLLIN, 0});
         ++i;
         continue;

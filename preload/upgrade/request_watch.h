@@ -9,14 +9,15 @@
 #include <memory>
 
 #include "listener/rdma_listener.h"
+#include "registry/upgrade_session.h"
 #include "rdma_stream.h"
 
 namespace tcp2rdma::preload {
 
 struct RequestWaiter {
   std::unique_ptr<RequestWait> wait;
-  // Whether the connection no longer wants its request (its session was settled meanwhile).
-  std::function<bool()> gone;
+  // The connection's session: settled meanwhile (closed, fork, exec), it wants its request no more.
+  const UpgradeSession* session = nullptr;
   // kOk with the answered stream (not yet established), or why there is none (kWouldBlock: no request
   // came in time, or it is no longer wanted).
   std::function<void(transport::Status, std::unique_ptr<transport::RdmaStream>)> done;
