@@ -15,6 +15,15 @@ ip addr add "$T2R_SELF/24" dev "$T2R_NETDEV" || testbed_fail "cannot address $T2
 export T2R_SELF6="fd77::${T2R_SELF##*.}" T2R_PEER6="fd77::${T2R_PEER##*.}"
 ip -6 addr add "$T2R_SELF6/64" dev "$T2R_NETDEV" nodad || testbed_fail "cannot give $T2R_NETDEV an IPv6 address"
 ip link set "$T2R_NETDEV" up || testbed_fail "cannot bring up $T2R_NETDEV"
+# The pair's wire joins two known guests: each knows the other's link-layer address for good, so a
+# stall of the virtual wire for a few seconds is ridden out by TCP's and RDMA's retransmissions
+# instead of failing a connect() with "No route to host" when three ARP probes went unanswered (seen
+# in CI). Address resolution is the kernel's business, not the shim's.
+if [ -n "${T2R_PEER_MAC:-}" ]; then
+  ip neigh replace "$T2R_PEER" lladdr "$T2R_PEER_MAC" dev "$T2R_NETDEV" nud permanent &&
+    ip -6 neigh replace "$T2R_PEER6" lladdr "$T2R_PEER_MAC" dev "$T2R_NETDEV" nud permanent ||
+    testbed_fail "cannot enter the peer's link-layer address"
+fi
 rdma link add rxe0 type rxe netdev "$T2R_NETDEV" || testbed_fail "rdma link add rxe0 failed"
 i=0
 until grep -q ACTIVE /sys/class/infiniband/rxe0/ports/1/state 2>/dev/null; do

@@ -3,8 +3,8 @@
 # (integration/testbed/wire-check.sh). Two runs:
 #  1. the wire works (A sleeps, B's command fails): the failure is reported as it is, status 1, no
 #     second attempt, and the check says the peer answered;
-#  2. the peer answers nothing (A ignores ARP, so B can reach nothing on it; no netem, which would say
-#     "cut on purpose"): taken for a stalled wire, said, run once more, then status 95.
+#  2. the peer answers nothing (A takes its link down, so what B sends is lost; no netem, which would
+#     say "cut on purpose"): taken for a stalled wire, said, run once more, then status 95.
 # TCP2RDMA_VM_WIRE_CHECK_S=5 instead of 15 keeps it short.
 set -uo pipefail
 vm=$1
@@ -22,7 +22,7 @@ grep -q 'wire-check: 10.77.0.1 answered after' <<<"$out" || fail "working wire: 
 grep -q 'the virtual wire' <<<"$out" && fail "working wire: a stall was said"
 
 out=$(TCP2RDMA_VM_WIRE_CHECK_S=5 "$vm" pair --timeout 120 --work "$work/dead" \
-  'sysctl -q -w net.ipv4.conf.all.arp_ignore=8 && sleep 100 && echo this must never end' \
+  'ip link set eth0 down && sleep 100 && echo this must never end' \
   'sleep 1 && false' 2>&1)
 status=$?
 echo "$out"
