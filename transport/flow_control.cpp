@@ -28,6 +28,9 @@ const char* to_string(FlowError e) {
     case FlowError::kDuplicateRelease: return "a second release";
     case FlowError::kReleaseWithoutEnd: return "a release before its end";
     case FlowError::kAfterRelease: return "a message after its release";
+    case FlowError::kBadRingOffer: return "a ring offer out of turn or of a size not agreed";
+    case FlowError::kBadRingMove: return "a ring move it cannot have made";
+    case FlowError::kAcrossRingMove: return "data across its move to another ring";
   }
   return "?";
 }
@@ -35,12 +38,19 @@ const char* to_string(FlowError e) {
 FlowControl::FlowControl(const FlowConfig& config)
     : config_(config),
       sent_(config.our_first_byte),
+      peer_ring_size_(config.peer_ring_size),
       peer_consumed_(config.our_first_byte),
       peer_posted_(config.peer_posted),
       produced_(config.peer_first_byte),
       consumed_(config.peer_first_byte),
       posted_(config.our_posted),
-      last_update_{config.peer_first_byte, config.our_posted, 0, config.our_first_byte, config.peer_posted} {}
+      ring_size_(config.our_ring_size),
+      offered_size_(config.our_ring_size),
+      last_update_{config.peer_first_byte, config.our_posted, 0, config.our_first_byte, config.peer_posted} {
+  if (config_.peer_ring_min == 0) config_.peer_ring_min = config.peer_ring_size;
+  if (config_.peer_ring_max == 0) config_.peer_ring_max = config.peer_ring_size;
+  last_update_.ring_size = config.our_ring_size;
+}
 
 bool FlowControl::may_send_wakeup() const {
   if (!wakeup_owed() || release_sent_ || credits() < 1) return false;
@@ -55,9 +65,98 @@ bool FlowControl::may_send_wakeup() const {
 
 uint64_t FlowControl::data_room(uint64_t want) const {
   if (credits() < kDataCredits || release_sent_) return 0;  // the last two credits are for signalling
-  uint64_t free_bytes = config_.peer_ring_size - (sent_ - peer_consumed_);
-  uint64_t to_ring_end = config_.peer_ring_size - peer_ring_offset();
-  return std::min({want, free_bytes, to_ring_end});
+  // A ring adopted but not yet announced: the peer must learn where our bytes go before they come.
+  if (last_update_.moved_gen != moved_gen_) return 0;
+  // After a move to a smaller ring more may be unread than the new ring holds: nothing fits yet.
+  uint64_t in_flight = sent_ - peer_consumed_;
+  if (in_flight >= peer_ring_size_) return 0;
+  uint64_t to_ring_end = peer_ring_size_ - peer_ring_offset();
+  return std::min({want, peer_ring_size_ - in_flight, to_ring_end});
+}
+
+void FlowControl::adopt_ring_offer() {
+  answered_peer_gen_ = adopted_peer_gen_ = offered_peer_gen_;
+  moved_gen_ = offered_peer_gen_;
+  moved_at_ = sent_;
+  previous_peer_ring_size_ = peer_ring_size_;
+  peer_ring_size_ = offered_peer_size_;
+}
+
+void FlowControl::decline_ring_offer() {
+  answered_peer_gen_ = offered_peer_gen_;
+  moved_gen_ = offered_peer_gen_ | kRingDeclined;
+}
+
+bool FlowControl::may_offer_ring() const {
+  return !offer_open_ && !peer_closed_ && !peer_moved_ && !peer_released_ && !release_sent_;
+}
+
+uint64_t FlowControl::offer_ring(uint64_t size) {
+  offered_size_ = size;
+  offer_open_ = true;
+  answer_known_ = declined_ = false;
+  return ++offer_gen_;
+}
+
+uint64_t FlowControl::ring_size_at(uint64_t cursor) const {
+  bool moved = offer_open_ && answer_known_ && !declined_;
+  return moved && !behind(cursor, peer_moved_at_) ? offered_size_ : ring_size_;
+}
+
+RingSpan FlowControl::read_span() const {
+  bool moved = offer_open_ && answer_known_ && !declined_;
+  bool in_new = moved && !behind(consumed_, peer_moved_at_);
+  uint64_t size = in_new ? offered_size_ : ring_size_;
+  uint64_t offset = consumed_ & (size - 1);
+  uint64_t length = std::min(produced_ - consumed_, size - offset);
+  if (moved && !in_new) length = std::min(length, peer_moved_at_ - consumed_);
+  return {in_new ? offer_gen_ : ring_gen_, offset, length};
+}
+
+bool FlowControl::ring_retirable() const {
+  return offer_open_ && answer_known_ && !declined_ && !behind(consumed_, peer_moved_at_);
+}
+
+void FlowControl::on_old_ring_retired() {
+  ring_gen_ = offer_gen_;
+  ring_size_ = offered_size_;
+  offer_open_ = answer_known_ = false;
+}
+
+void FlowControl::on_offer_declined_done() { offer_open_ = answer_known_ = declined_ = false; }
+
+// The peer's offer of a ring for our stream: the next generation, only once it knows our answer to the
+// previous one, of a size our bounce buffer may mirror; a generation once offered never changes.
+FlowError FlowControl::check_ring_offer(const MailboxUpdate& update) {
+  if (update.ring_gen == offered_peer_gen_) {
+    return offered_peer_gen_ != 0 && update.ring_size != offered_peer_size_ ? FlowError::kBadRingOffer : FlowError::kNone;
+  }
+  uint64_t size = update.ring_size;
+  bool power_of_two = size != 0 && (size & (size - 1)) == 0;
+  if (update.ring_gen != offered_peer_gen_ + 1 || ring_offer_pending() || last_update_.moved_gen != moved_gen_ ||
+      !power_of_two || size < config_.peer_ring_min || size > config_.peer_ring_max) {
+    return FlowError::kBadRingOffer;
+  }
+  return FlowError::kNone;
+}
+
+// The peer's answer to our offer: to the one under way, announced, and once read it never changes. An
+// adoption's point cannot be before bytes we counted in the old ring (the mailbox is read before every
+// data message while the answer is awaited), nor beyond what the old ring let it write.
+FlowError FlowControl::check_ring_answer(const MailboxUpdate& update) {
+  if (update.moved_gen == peer_answer_) {
+    bool adopted = update.moved_gen != 0 && (update.moved_gen & kRingDeclined) == 0;
+    return adopted && update.moved_at != peer_moved_at_ ? FlowError::kBadRingMove : FlowError::kNone;
+  }
+  if ((update.moved_gen & ~kRingDeclined) != offer_gen_ || !offer_open_ || answer_known_ ||
+      last_update_.ring_gen != offer_gen_) {
+    return FlowError::kBadRingMove;
+  }
+  if ((update.moved_gen & kRingDeclined) == 0 &&
+      (behind(update.moved_at, produced_) || update.moved_at - last_update_.consumed > ring_size_)) {
+    return FlowError::kBadRingMove;
+  }
+  return FlowError::kNone;
 }
 
 void FlowControl::on_data_sent(uint64_t bytes) {
@@ -77,6 +176,18 @@ FlowError FlowControl::on_peer_mailbox(const MailboxUpdate& update) {
   if (behind(update.posted, peer_posted_)) return FlowError::kPostedBackwards;
   if (update.posted - used_ > config_.peer_queue_depth) return FlowError::kPostedBeyondQueue;
   if (behind(update.armed, peer_armed_)) return FlowError::kArmedBackwards;
+  if (FlowError e = check_ring_offer(update); e != FlowError::kNone) return e;
+  if (FlowError e = check_ring_answer(update); e != FlowError::kNone) return e;
+  if (update.ring_gen != offered_peer_gen_) {
+    offered_peer_gen_ = update.ring_gen;
+    offered_peer_size_ = update.ring_size;
+  }
+  if (update.moved_gen != peer_answer_) {
+    peer_answer_ = update.moved_gen;
+    answer_known_ = true;
+    declined_ = (update.moved_gen & kRingDeclined) != 0;
+    peer_moved_at_ = update.moved_at;
+  }
   peer_consumed_ = update.consumed;
   peer_posted_ = update.posted;
   if (update.armed != peer_armed_) {
@@ -93,8 +204,15 @@ FlowError FlowControl::on_data_arrived(uint64_t bytes) {
   ++arrived_;
   if (peer_closed_ || peer_moved_) return FlowError::kDataAfterClose;
   if (bytes == 0) return FlowError::kEmptyData;
-  // The peer may use only the space we advertised: our consumed cursor as of our last update.
-  if (bytes > config_.our_ring_size - (produced_ - last_update_.consumed)) return FlowError::kRingOverrun;
+  // A peer that moved rings wrote everything before its move point into the old ring and nothing
+  // after it: no message straddles the point.
+  bool moved = offer_open_ && answer_known_ && !declined_;
+  if (moved && behind(produced_, peer_moved_at_) && bytes > peer_moved_at_ - produced_) return FlowError::kAcrossRingMove;
+  // The peer may use only the space we advertised: our consumed cursor as of our last update, in the
+  // ring its bytes go to (after a move to a smaller ring, possibly none yet).
+  uint64_t size = ring_size_at(produced_);
+  uint64_t unread = produced_ - last_update_.consumed;
+  if (unread >= size || bytes > size - unread) return FlowError::kRingOverrun;
   produced_ += bytes;
   return FlowError::kNone;
 }
@@ -144,6 +262,8 @@ FlowError FlowControl::on_release_arrived(bool peer_aborted) {
 bool FlowControl::update_due() const {
   if (release_sent_) return false;  // we write nothing more into the peer's memory
   if (armed_ != last_update_.armed) return true;
+  // An offer, or our answer to the peer's, is news the other side waits for.
+  if (offer_gen_ != last_update_.ring_gen || moved_gen_ != last_update_.moved_gen) return true;
   // After the peer's end (close, or "to TCP") it sends nothing that needs our credit (its marker after
   // a close uses the receive it kept back): an update would only race its queue pair's destruction
   // and fail its retries at a peer that is gone.
@@ -152,11 +272,11 @@ bool FlowControl::update_due() const {
   uint64_t new_receives = posted_ - last_update_.posted;
   if (freed_bytes == 0 && new_receives == 0) return false;
   if (wakeup_owed()) return true;  // the peer waits: tell it at once, then wake it
-  return freed_bytes >= config_.our_ring_size / 4 || new_receives >= std::max<uint64_t>(1, config_.our_queue_depth / 4);
+  return freed_bytes >= ring_size_at(consumed_) / 4 || new_receives >= std::max<uint64_t>(1, config_.our_queue_depth / 4);
 }
 
 MailboxUpdate FlowControl::make_update() {
-  last_update_ = {consumed_, posted_, armed_, peer_consumed_, peer_posted_};
+  last_update_ = {consumed_, posted_, armed_, peer_consumed_, peer_posted_, offer_gen_, offered_size_, moved_gen_, moved_at_};
   return last_update_;
 }
 

@@ -26,6 +26,9 @@ enum class FlowError {
   kDuplicateRelease,    // a second release
   kReleaseWithoutEnd,   // a release before the peer's close, abort or "to TCP"
   kAfterRelease,        // a message after the peer's release
+  kBadRingOffer,        // a ring offer out of turn, of a size we do not mirror, or changed once made
+  kBadRingMove,         // an answer to an offer we never made, or a move point it cannot have
+  kAcrossRingMove,      // a data message that runs past the point where the peer moved rings
 };
 
 const char* to_string(FlowError e);
@@ -37,7 +40,16 @@ struct MailboxUpdate {
   uint64_t armed;          // our arm count: we wait for a wakeup answering it
   uint64_t seen_consumed;  // with an arm: the peer's `consumed` as we last read it
   uint64_t seen_posted;    // with an arm: the peer's `posted` as we last read it
+  // Ring moves (docs/links.md, "Rings that grow and shrink"). Our latest offer of a ring for the
+  // peer's stream (0: none since setup) and its size; the transport sends the ring's rkey beside it.
+  uint64_t ring_gen = 0;
+  uint64_t ring_size = 0;
+  // Our answer to the peer's latest offer (0: none yet; kRingDeclined set: declined) and, adopted, the
+  // cursor of our stream from which we write into the offered ring.
+  uint64_t moved_gen = 0;
+  uint64_t moved_at = 0;
 };
+inline constexpr uint64_t kRingDeclined = uint64_t{1} << 63;
 
 struct FlowConfig {
   uint64_t peer_ring_size;       // ring we write into (power of two)
@@ -48,6 +60,18 @@ struct FlowConfig {
   uint64_t peer_first_byte;      // the peer's stream's starting cursor
   uint64_t our_posted;           // receives we posted at setup
   uint64_t our_queue_depth;
+  // The sizes of ring the peer may offer us to write into (our bounce buffer mirrors it); 0: the
+  // peer's first ring's size.
+  uint64_t peer_ring_min = 0;
+  uint64_t peer_ring_max = 0;
+};
+
+// Where the next bytes of the peer's stream are in our memory: `length` contiguous bytes at `offset`
+// of ring generation `gen` (0: the ring of the setup).
+struct RingSpan {
+  uint64_t gen;
+  uint64_t offset;
+  uint64_t length;
 };
 
 class FlowControl {
@@ -60,8 +84,23 @@ class FlowControl {
   // arm and for a wakeup or close, so that signalling never waits on data credits.
   uint64_t data_room(uint64_t want) const;
   static constexpr uint64_t kDataCredits = 3;  // a data message needs this many credits left
-  uint64_t peer_ring_offset() const { return sent_ & (config_.peer_ring_size - 1); }
+  uint64_t peer_ring_offset() const { return sent_ & (peer_ring_size_ - 1); }
   void on_data_sent(uint64_t bytes);
+
+  // --- Ring moves, the writer's side: the peer offers a new ring for our stream in its mailbox
+  // update (on_peer_mailbox checks it). We adopt it at our cursor now, after which every byte goes
+  // into the new ring (and no data goes until the update announcing it is posted: the peer must
+  // read where our bytes are before it finds them), or decline it (we cannot mirror it).
+  bool ring_offer_pending() const { return offered_peer_gen_ != answered_peer_gen_; }
+  uint64_t offered_peer_ring_size() const { return offered_peer_size_; }
+  void adopt_ring_offer();
+  void decline_ring_offer();
+  uint64_t peer_ring_gen() const { return adopted_peer_gen_; }  // the ring we write into now
+  uint64_t peer_ring_size() const { return peer_ring_size_; }
+  // The last adopted move: bytes of ours before `moved_at` went into the previous ring (of
+  // `previous_peer_ring_size`), the rest into the current one. 0 generations: never moved.
+  uint64_t moved_at() const { return moved_at_; }
+  uint64_t previous_peer_ring_size() const { return previous_peer_ring_size_; }
 
   // A wakeup is owed when the peer armed with a count we have not answered. It is sent once we have
   // advertised something the peer can use that it had not seen when it armed: ring space we
@@ -109,7 +148,30 @@ class FlowControl {
   // The peer's stream is here up to `produced` (arrived), and read by our application up to `consumed`.
   uint64_t produced() const { return produced_; }
   uint64_t consumed() const { return consumed_; }
-  uint64_t our_ring_offset() const { return consumed_ & (config_.our_ring_size - 1); }
+  uint64_t our_ring_offset() const { return consumed_ & (ring_size_at(consumed_) - 1); }
+  // The bytes read() may take next, contiguous in one ring: up to that ring's end, and never past the
+  // point where the peer moved to another ring.
+  RingSpan read_span() const;
+
+  // --- Ring moves, the reader's side: we offer the peer a ring of another size for its stream (the
+  // transport has made it); the offer travels in our next mailbox update. The peer answers in its
+  // own: adopted from its cursor `moved_at`, or declined. Adopted, the old ring holds the bytes
+  // before moved_at: it may go once they are consumed (ring_retirable), then the new one is the ring.
+  bool may_offer_ring() const;
+  uint64_t offer_ring(uint64_t size);  // returns the offer's generation
+  uint64_t our_ring_size() const { return ring_size_; }
+  uint64_t our_ring_gen() const { return ring_gen_; }
+  uint64_t offered_ring_size() const { return offered_size_; }
+  uint64_t offered_ring_gen() const { return offer_gen_; }
+  bool ring_offered() const { return offer_open_; }
+  // The peer's answer is not known yet although it may have been given: our mailbox must be read
+  // before a data message is counted (its bytes may already be in the offered ring).
+  bool ring_answer_awaited() const { return offer_open_ && last_update_.ring_gen == offer_gen_ && !answer_known_; }
+  bool ring_declined() const { return offer_open_ && answer_known_ && declined_; }
+  bool ring_retirable() const;
+  // The declined offer is over (the transport freed its ring), or the old ring is retired.
+  void on_offer_declined_done();
+  void on_old_ring_retired();
   bool peer_closed() const { return peer_closed_; }
   bool peer_moved() const { return peer_moved_; }
   void on_app_consumed(uint64_t bytes) { consumed_ += bytes; }
@@ -146,9 +208,22 @@ class FlowControl {
   // receives has arrived once its arm has (RC keeps order), and only wakeups and ends follow an arm.
   uint64_t peer_credits(uint64_t posted) const { return posted - arrived_; }
 
+  // The size of our ring that holds the peer's byte at `cursor`.
+  uint64_t ring_size_at(uint64_t cursor) const;
+  FlowError check_ring_offer(const MailboxUpdate& update);
+  FlowError check_ring_answer(const MailboxUpdate& update);
+
   FlowConfig config_;
   // sending
   uint64_t sent_;
+  uint64_t peer_ring_size_;
+  uint64_t offered_peer_gen_ = 0;   // the peer's latest offer
+  uint64_t offered_peer_size_ = 0;
+  uint64_t answered_peer_gen_ = 0;  // the latest offer we answered (adopted or declined)
+  uint64_t adopted_peer_gen_ = 0;
+  uint64_t moved_gen_ = 0;          // what our updates say of our answer (with kRingDeclined)
+  uint64_t moved_at_ = 0;
+  uint64_t previous_peer_ring_size_ = 0;
   uint64_t peer_consumed_;
   uint64_t peer_posted_;
   uint64_t used_ = 0;
@@ -168,6 +243,15 @@ class FlowControl {
   bool peer_closed_ = false;
   bool peer_moved_ = false;
   bool peer_released_ = false;
+  uint64_t ring_size_;        // our ring (generation ring_gen_)
+  uint64_t ring_gen_ = 0;
+  uint64_t offer_gen_ = 0;    // our latest offer
+  uint64_t offered_size_;     // its size (before any offer: the first ring's)
+  bool offer_open_ = false;   // under way: neither declined nor its old ring retired
+  bool answer_known_ = false;  // the peer's answer to offer_gen_ was read
+  bool declined_ = false;
+  uint64_t peer_answer_ = 0;    // the peer's moved_gen as last read
+  uint64_t peer_moved_at_ = 0;  // adopted: the peer's bytes from here are in the offered ring
   MailboxUpdate last_update_;
 };
 
