@@ -47,8 +47,6 @@ FlowControl::FlowControl(const FlowConfig& config)
       ring_size_(config.our_ring_size),
       offered_size_(config.our_ring_size),
       last_update_{config.peer_first_byte, config.our_posted, 0, config.our_first_byte, config.peer_posted} {
-  if (config_.peer_ring_min == 0) config_.peer_ring_min = config.peer_ring_size;
-  if (config_.peer_ring_max == 0) config_.peer_ring_max = config.peer_ring_size;
   last_update_.ring_size = config.our_ring_size;
 }
 
@@ -103,13 +101,13 @@ uint64_t FlowControl::ring_size_at(uint64_t cursor) const {
   return moved && !behind(cursor, peer_moved_at_) ? offered_size_ : ring_size_;
 }
 
-RingSpan FlowControl::read_span() const {
+RingSpan FlowControl::span_at(uint64_t cursor) const {
   bool moved = offer_open_ && answer_known_ && !declined_;
-  bool in_new = moved && !behind(consumed_, peer_moved_at_);
+  bool in_new = moved && !behind(cursor, peer_moved_at_);
   uint64_t size = in_new ? offered_size_ : ring_size_;
-  uint64_t offset = consumed_ & (size - 1);
-  uint64_t length = std::min(produced_ - consumed_, size - offset);
-  if (moved && !in_new) length = std::min(length, peer_moved_at_ - consumed_);
+  uint64_t offset = cursor & (size - 1);
+  uint64_t length = std::min(produced_ - cursor, size - offset);
+  if (moved && !in_new) length = std::min(length, peer_moved_at_ - cursor);
   return {in_new ? offer_gen_ : ring_gen_, offset, length};
 }
 
@@ -126,7 +124,7 @@ void FlowControl::on_old_ring_retired() {
 void FlowControl::on_offer_declined_done() { offer_open_ = answer_known_ = declined_ = false; }
 
 // The peer's offer of a ring for our stream: the next generation, only once it knows our answer to the
-// previous one, of a size our bounce buffer may mirror; a generation once offered never changes.
+// previous one, of a possible size; a generation once offered never changes.
 FlowError FlowControl::check_ring_offer(const MailboxUpdate& update) {
   if (update.ring_gen == offered_peer_gen_) {
     return offered_peer_gen_ != 0 && update.ring_size != offered_peer_size_ ? FlowError::kBadRingOffer : FlowError::kNone;
@@ -134,7 +132,7 @@ FlowError FlowControl::check_ring_offer(const MailboxUpdate& update) {
   uint64_t size = update.ring_size;
   bool power_of_two = size != 0 && (size & (size - 1)) == 0;
   if (update.ring_gen != offered_peer_gen_ + 1 || ring_offer_pending() || last_update_.moved_gen != moved_gen_ ||
-      !power_of_two || size < config_.peer_ring_min || size > config_.peer_ring_max) {
+      !power_of_two || size < kSmallestRing || size > kLargestRing) {
     return FlowError::kBadRingOffer;
   }
   return FlowError::kNone;

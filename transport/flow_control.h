@@ -26,7 +26,7 @@ enum class FlowError {
   kDuplicateRelease,    // a second release
   kReleaseWithoutEnd,   // a release before the peer's close, abort or "to TCP"
   kAfterRelease,        // a message after the peer's release
-  kBadRingOffer,        // a ring offer out of turn, of a size we do not mirror, or changed once made
+  kBadRingOffer,        // a ring offer out of turn, of an impossible size, or changed once made
   kBadRingMove,         // an answer to an offer we never made, or a move point it cannot have
   kAcrossRingMove,      // a data message that runs past the point where the peer moved rings
 };
@@ -60,11 +60,12 @@ struct FlowConfig {
   uint64_t peer_first_byte;      // the peer's stream's starting cursor
   uint64_t our_posted;           // receives we posted at setup
   uint64_t our_queue_depth;
-  // The sizes of ring the peer may offer us to write into (our bounce buffer mirrors it); 0: the
-  // peer's first ring's size.
-  uint64_t peer_ring_min = 0;
-  uint64_t peer_ring_max = 0;
 };
+
+// The sizes a ring may have (wire.h: 2^10 to 2^30). Within them an offer is the writer's to decline
+// (its bounce buffer mirrors the ring it writes into: a size it will not pin), never a violation.
+inline constexpr uint64_t kSmallestRing = uint64_t{1} << 10;
+inline constexpr uint64_t kLargestRing = uint64_t{1} << 30;
 
 // Where the next bytes of the peer's stream are in our memory: `length` contiguous bytes at `offset`
 // of ring generation `gen` (0: the ring of the setup).
@@ -151,13 +152,20 @@ class FlowControl {
   uint64_t our_ring_offset() const { return consumed_ & (ring_size_at(consumed_) - 1); }
   // The bytes read() may take next, contiguous in one ring: up to that ring's end, and never past the
   // point where the peer moved to another ring.
-  RingSpan read_span() const;
+  RingSpan read_span() const { return span_at(consumed_); }
+  // The same from `cursor` (between consumed and produced): for a peek past what it already copied.
+  RingSpan span_at(uint64_t cursor) const;
+  // The most the peer may have written past our consumed cursor: the larger ring while a move is
+  // under way (a failover's check of where the peer says its stream ends).
+  uint64_t ring_window() const { return offer_open_ && offered_size_ > ring_size_ ? offered_size_ : ring_size_; }
 
   // --- Ring moves, the reader's side: we offer the peer a ring of another size for its stream (the
   // transport has made it); the offer travels in our next mailbox update. The peer answers in its
   // own: adopted from its cursor `moved_at`, or declined. Adopted, the old ring holds the bytes
   // before moved_at: it may go once they are consumed (ring_retirable), then the new one is the ring.
   bool may_offer_ring() const;
+  // The peer has written all the room we advertised: it is faster than our application's reading.
+  bool window_full() const { return produced_ - last_update_.consumed >= ring_size_; }
   uint64_t offer_ring(uint64_t size);  // returns the offer's generation
   uint64_t our_ring_size() const { return ring_size_; }
   uint64_t our_ring_gen() const { return ring_gen_; }

@@ -31,6 +31,9 @@ namespace tcp2rdma::transport {
 
 struct StreamOptions {
   uint32_t ring_size_log2 = 20;     // 1 MiB receive ring (10..29)
+  // The ring starts at this size and grows to ring_size_log2 once the peer's bytes fill it, as the
+  // pinning budget allows (docs/links.md, "Rings that grow"). 0: it has ring_size_log2 from the start.
+  uint32_t start_ring_size_log2 = 0;
   // The largest ring the peer may ask us to write into: our bounce buffer mirrors it, allocated and
   // pinned on our side, so the peer must not choose its size alone. A larger one is refused.
   uint32_t max_peer_ring_size_log2 = 22;
@@ -219,9 +222,11 @@ class RdmaStream {
   int timeout_ms() const { return options_.timeout_ms; }
   int keepalive_ms() const { return options_.keepalive_ms; }
   uint64_t server_nonce() const { return server_nonce_; }
-  // Bytes of our receive ring and of the peer's (what each side's options asked for).
-  uint64_t ring_size() const { return ring_size_; }
-  uint64_t peer_ring_size() const { return peer_ring_size_; }
+  // Bytes of our receive ring and of the peer's, now (they grow: docs/links.md, "Rings that grow").
+  uint64_t ring_size() const;
+  uint64_t peer_ring_size() const;
+  // Rings moved so far: ours grown (our offers the peer adopted), the peer's we adopted.
+  uint64_t rings_grown() const;
   // Opened as a channel on a link another stream had made (docs/links.md), not by rdma_cm.
   bool opened_on_link() const { return link_open_; }
   const TcpTuple& tuple() const { return tuple_; }
@@ -265,10 +270,49 @@ class RdmaStream {
   void describe_ourselves(SetupMessage* m, const StreamOptions& options) const {
     m->magic = kSetupMagic;
     m->version = kProtocolVersion;
-    m->ring_size_log2 = static_cast<uint8_t>(options.ring_size_log2);
+    m->ring_size_log2 = static_cast<uint8_t>(first_ring_log2(options));
     m->rkey = ring_mr_->rkey;
     m->queue_depth = static_cast<uint8_t>(options.recv_queue_depth);
   }
+
+  // Rings that grow (stream_rings.cpp), all with mu_ held. The ring a stream starts with: its
+  // options' start, or its full size.
+  static uint32_t first_ring_log2(const StreamOptions& o) {
+    return o.start_ring_size_log2 != 0 && o.start_ring_size_log2 < o.ring_size_log2 ? o.start_ring_size_log2
+                                                                                    : o.ring_size_log2;
+  }
+  // Sets the first ring's size in sized options (the start, when the ring starts small).
+  static void set_first_ring(StreamOptions* o, uint32_t log2) {
+    (o->start_ring_size_log2 != 0 && o->start_ring_size_log2 < o->ring_size_log2 ? o->start_ring_size_log2
+                                                                                 : o->ring_size_log2) = log2;
+  }
+  // The reader's side: the peer filled our ring; offer it a larger one if the budget allows.
+  void maybe_grow_ring();
+  // Our memory of ring generation `gen` (the first ring, or the grown one).
+  const uint8_t* ring_memory(uint64_t gen) const { return extra_ring_ != nullptr && gen == extra_gen_ ? extra_ring_ : ring_; }
+  uint32_t ring_rkey(uint64_t gen) const { return extra_ring_ != nullptr && gen == extra_gen_ ? extra_ring_mr_->rkey : ring_mr_->rkey; }
+  // The writer's side: answers the peer's offer (adopted with a mirror for it, or declined).
+  void answer_ring_offer();
+  // Both sides: frees what a finished move left (our old ring, a declined offer's ring, a mirror no
+  // byte of ours needs any more).
+  void settle_rings();
+  // Where our byte at `cursor` is mirrored, and the size of the ring it went to.
+  struct Mirror {
+    uint8_t* base;
+    ibv_mr* mr;
+    uint64_t size;
+  };
+  Mirror mirror_at(uint64_t cursor) const;
+  // The bytes from `cursor` (up to `end`) contiguous in one mirror: to its end, and never across the
+  // last move. Sets *mirror.
+  uint64_t mirror_run(uint64_t cursor, uint64_t end, Mirror* mirror) const;
+  // Bytes of ours before the last move may still be read from the previous mirror.
+  bool previous_mirror_needed() const;
+  Mirror current_mirror() const { return extra_current_ ? Mirror{extra_bounce_, extra_bounce_mr_, flow_->peer_ring_size()}
+                                                        : Mirror{bounce_, bounce_mr_, peer_ring_size_}; }
+  // Reads our mailbox until it is whole: before a data message counts while the peer's answer to our
+  // offer is awaited (its bytes may be in the offered ring already).
+  Status take_mailbox(bool must_be_whole);
 
   // Progress (stream_progress.cpp), all with mu_ held.
   // Takes every completion of the link, each to the channel it names, then serves those channels and
@@ -305,9 +349,14 @@ class RdmaStream {
   void on_cm_news(const StreamLink::CmNews& news);  // the link's connection events, as this channel's
   Status send_credits();
   Status request_wakeup();
-  bool read_mailbox(MailboxUpdate* update);
+  enum class MailboxRead { kNothingNew, kNew, kTorn };
+  MailboxRead read_mailbox(MailboxUpdate* update);
+  // Posts to the peer's current ring (data and signals) or, for a mailbox update, to its first ring's
+  // registration, where its mailbox stays.
   Status post_write(const void* local, uint32_t length, uint32_t lkey, uint64_t remote_offset, uint32_t imm,
                     bool with_imm, int send_flags, uint64_t wr_kind);
+  Status post_write_to(uint32_t rkey, const void* local, uint32_t length, uint32_t lkey, uint64_t remote_offset,
+                       uint32_t imm, bool with_imm, int send_flags, uint64_t wr_kind);
   bool send_queue_has_room(int n) const { return link_->send_queue_has_room(n); }
   // Polls the completion queue for up to busy_poll_us, then sleeps until something may have changed.
   // `interruptible` (an application's blocking read or write): a signal handler that ran during the
@@ -387,9 +436,22 @@ class RdmaStream {
   ibv_mr* ring_mr_ = nullptr;
   uint8_t* bounce_ = nullptr;  // staging for our outgoing bytes, mirrors the peer's ring offsets
   ibv_mr* bounce_mr_ = nullptr;
-  uint64_t ring_size_ = 0;
-  uint64_t peer_ring_size_ = 0;
-  uint32_t peer_rkey_ = 0;
+  uint64_t ring_size_ = 0;       // our first ring's, which keeps our mailbox after it
+  uint64_t peer_ring_size_ = 0;  // the peer's first ring's, mirrored by bounce_
+  uint32_t peer_rkey_ = 0;       // of the peer's ring we write into now
+  uint32_t peer_mailbox_rkey_ = 0;  // of the peer's first ring, after which its mailbox is
+  // Rings that grow (docs/links.md): our grown ring (generation extra_gen_), offered or in use; the
+  // peer's offered ring's rkey; the mirror of the peer's grown ring, and whether we write into it.
+  uint8_t* extra_ring_ = nullptr;
+  ibv_mr* extra_ring_mr_ = nullptr;
+  uint64_t extra_gen_ = 0;
+  uint32_t offered_peer_rkey_ = 0;
+  uint8_t* extra_bounce_ = nullptr;
+  ibv_mr* extra_bounce_mr_ = nullptr;
+  bool extra_current_ = false;
+  uint64_t rings_grown_ = 0;
+  uint32_t grow_limit_log2_ = 30;  // lowered when the peer refuses a size
+  uint64_t grow_again_at_ = 0;     // the peer's cursor before which no new try to grow is made
   uint64_t mailbox_seq_ = 0;
   uint64_t last_mailbox_seq_read_ = 0;
   int zcopy_outstanding_ = 0;

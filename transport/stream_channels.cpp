@@ -148,7 +148,7 @@ Status RdmaStream::open_on_link(const std::shared_ptr<StreamLink>& link, const P
   open.magic = kSetupMagic;
   open.version = kProtocolVersion;
   open.kind = kOpenKind;
-  open.ring_size_log2 = static_cast<uint8_t>(sized.ring_size_log2);
+  open.ring_size_log2 = static_cast<uint8_t>(first_ring_log2(sized));
   open.max_server_ring_log2 = static_cast<uint8_t>(sized.max_peer_ring_size_log2);
   open.queue_depth = static_cast<uint8_t>(sized.recv_queue_depth);
   open.rkey = stream->ring_mr_->rkey;
@@ -224,7 +224,7 @@ Status RdmaStream::accept_on_link(const std::shared_ptr<StreamLink>& link, uint3
                   s);
   }
   answer.kind = kAcceptKind;
-  answer.ring_size_log2 = static_cast<uint8_t>(sized.ring_size_log2);
+  answer.ring_size_log2 = static_cast<uint8_t>(first_ring_log2(sized));
   answer.queue_depth = static_cast<uint8_t>(sized.recv_queue_depth);
   answer.rkey = stream->ring_mr_->rkey;
   answer.server_channel = static_cast<uint16_t>(stream->index_);

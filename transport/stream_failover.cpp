@@ -35,9 +35,9 @@ void RdmaStream::keep_unacknowledged(const uint8_t* src, uint64_t src_cursor) {
   // The later of the first byte not acknowledged and this write's first byte.
   uint64_t from = acked_ - src_cursor <= sent - src_cursor ? acked_ : src_cursor;
   for (uint64_t c = from; c != sent;) {
-    uint64_t offset = c & (peer_ring_size_ - 1);
-    uint64_t n = std::min(sent - c, peer_ring_size_ - offset);  // the mirror wraps as the ring does
-    std::memcpy(bounce_ + offset, src + (c - src_cursor), n);
+    Mirror mirror{};
+    uint64_t n = mirror_run(c, sent, &mirror);  // the mirror wraps as the ring does
+    std::memcpy(mirror.base + (c & (mirror.size - 1)), src + (c - src_cursor), n);
     c += n;
   }
 }
@@ -73,7 +73,7 @@ RdmaStream::PathEnd RdmaStream::stop_path() {
   cv_.wait(lock, [&] { return !writer_busy_; });
   PathEnd end;
   end.sent = sent_cursors();
-  end.received = {flow_->consumed(), flow_->produced(), ring_size_};
+  end.received = {flow_->consumed(), flow_->produced(), flow_->ring_window()};
   end.write_shut = write_shut_;
   end.peer_closed = flow_->peer_closed();
   return end;
@@ -88,9 +88,10 @@ Status RdmaStream::leave_path(uint64_t peer_received, std::vector<uint8_t>* unre
   if (*why != FailoverError::kNone) return Status::kProtocolError;
   resend->resize(n);
   for (uint64_t done = 0; done < n;) {
-    uint64_t offset = (peer_received + done) & (peer_ring_size_ - 1);
-    uint64_t chunk = std::min(n - done, peer_ring_size_ - offset);
-    std::memcpy(resend->data() + done, bounce_ + offset, chunk);
+    Mirror mirror{};
+    uint64_t c = peer_received + done;
+    uint64_t chunk = mirror_run(c, peer_received + n, &mirror);
+    std::memcpy(resend->data() + done, mirror.base + (c & (mirror.size - 1)), chunk);
     done += chunk;
   }
   // The peer's bytes here, in order: what is left of the prefix, then the ring.

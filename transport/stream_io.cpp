@@ -81,18 +81,20 @@ Status RdmaStream::write_copy(const uint8_t* src, size_t len, int flags, size_t*
     }
     uint64_t offset = flow_->peer_ring_offset();
     uint32_t data_imm = imm(MessageType::kData, static_cast<uint32_t>(room));
+    Mirror mirror = current_mirror();  // of the ring we write into now (stream_rings.cpp)
     Status s;
     if (room <= link_->max_inline() && room <= options_.inline_threshold) {
       // Small: the adapter copies it into the work request now. The bounce mirror gets it too (at
       // most 128 bytes): it may have to be sent again on TCP if the path fails (stream_failover.cpp).
-      std::memcpy(bounce_ + offset, src, room);
+      std::memcpy(mirror.base + offset, src, room);
       s = post_write(src, static_cast<uint32_t>(room), 0, offset, data_imm, true, IBV_SEND_INLINE, kWrCopy);
       ++counters_.inline_messages;
     } else {
       // The bounce buffer mirrors the peer's ring: this region is free again once the peer has
       // consumed these bytes, which is after our write of them completed.
-      std::memcpy(bounce_ + offset, src, room);
-      s = post_write(bounce_ + offset, static_cast<uint32_t>(room), bounce_mr_->lkey, offset, data_imm, true, 0, kWrCopy);
+      std::memcpy(mirror.base + offset, src, room);
+      s = post_write(mirror.base + offset, static_cast<uint32_t>(room), mirror.mr->lkey, offset, data_imm, true, 0,
+                     kWrCopy);
     }
     if (s != Status::kOk) return s;
     flow_->on_data_sent(room);
@@ -187,9 +189,10 @@ size_t RdmaStream::copy_out(const iovec* iov, int iovcnt, size_t skip, bool cons
     uint64_t want = std::min<uint64_t>(len - skip, available - cursor);
     skip = 0;
     while (want > 0) {
-      uint64_t offset = (flow_->our_ring_offset() + (consume ? 0 : cursor)) & (ring_size_ - 1);
-      uint64_t chunk = std::min<uint64_t>(want, ring_size_ - offset);  // the ring wraps
-      std::memcpy(dst, ring_ + offset, chunk);
+      // Contiguous in one ring: to its end (it wraps), and never across the peer's move to another.
+      RingSpan span = flow_->span_at(flow_->consumed() + (consume ? 0 : cursor));
+      uint64_t chunk = std::min<uint64_t>(want, span.length);
+      std::memcpy(dst, ring_memory(span.gen) + span.offset, chunk);
       if (consume) {
         flow_->on_app_consumed(chunk);
         counters_.bytes_received += chunk;

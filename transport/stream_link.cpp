@@ -160,6 +160,14 @@ void StreamLink::on_channel_send_completed(uint32_t index) {
   if (is_retired(index)) free_retired_if_done(index);
 }
 
+void StreamLink::release(Retired& r) {
+  for (ibv_mr* mr : {r.ring_mr, r.bounce_mr, r.extra_ring_mr, r.extra_bounce_mr}) {
+    if (mr != nullptr) ibv_dereg_mr(mr);
+  }
+  for (void* memory : {r.ring, r.bounce, r.extra_ring, r.extra_bounce}) std::free(memory);
+  r = Retired{};
+}
+
 void StreamLink::free_retired_if_done(uint32_t index) {
   // The peer writes nothing more into the ring (its release came), and the adapter reads nothing
   // more of the bounce buffer (every send completed): the memory can go, and the index be reused.
@@ -171,11 +179,8 @@ void StreamLink::free_retired_if_done(uint32_t index) {
     r.ring_mr = nullptr;
     r.ring = nullptr;
   }
-  if (r.ring_mr != nullptr) ibv_dereg_mr(r.ring_mr);
-  if (r.bounce_mr != nullptr) ibv_dereg_mr(r.bounce_mr);
-  std::free(r.ring);
-  std::free(r.bounce);
   unreserve_receives(r.receives);
+  release(r);
   retired_[index].reset();
 }
 
@@ -305,11 +310,7 @@ StreamLink::~StreamLink() {
     std::free(setup_owner_);
   }
   for (std::optional<Retired>& r : retired_) {
-    if (!r.has_value()) continue;
-    if (r->ring_mr != nullptr) ibv_dereg_mr(r->ring_mr);
-    if (r->bounce_mr != nullptr) ibv_dereg_mr(r->bounce_mr);
-    std::free(r->ring);
-    std::free(r->bounce);
+    if (r.has_value()) release(*r);
   }
   registrations_.reset();
   if (mailbox_out_mr_ != nullptr) ibv_dereg_mr(mailbox_out_mr_);

@@ -45,7 +45,7 @@ class StreamLink {
   static constexpr uint32_t work_channel(uint64_t wr_id) { return static_cast<uint32_t>(wr_id >> 8); }
   // Each outgoing mailbox update is written from a slot of its own, so that an update still being
   // read by the adapter is never overwritten by the next.
-  static constexpr size_t kMailboxSlot = 64;
+  static constexpr size_t kMailboxSlot = 96;  // a MailboxRecord (wire.h: 88 bytes), rounded up to 32
   // Receives a link's queue holds at most (the device may allow fewer): with the default depth of 64,
   // about 120 channels a link.
   static constexpr int kLinkReceives = 8192;
@@ -101,10 +101,15 @@ class StreamLink {
     void* ring = nullptr;
     ibv_mr* bounce_mr = nullptr;
     void* bounce = nullptr;
+    ibv_mr* extra_ring_mr = nullptr;  // a grown ring and a grown mirror (docs/links.md, "Rings that grow")
+    void* extra_ring = nullptr;
+    ibv_mr* extra_bounce_mr = nullptr;
+    void* extra_bounce = nullptr;
     int receives = 0;
     bool peer_released = false;
   };
   void retire(uint32_t index, const Retired& leftovers);
+  static void release(Retired& r);  // deregisters and frees what it holds
   bool is_retired(uint32_t index) const { return index < retired_.size() && retired_[index].has_value(); }
   // A message for a retired channel: taken and ignored; a release frees it when nothing is left.
   void on_retired_message(uint32_t index, bool release);

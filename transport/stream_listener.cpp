@@ -368,15 +368,18 @@ Status StreamListener::accept_held(size_t index, uint64_t server_nonce, const St
   }
   // Our ring as the client allows (its bounce buffer mirrors it) and as the pinning limit allows,
   // with the client's ring mirrored here (pin_budget.h).
-  uint32_t wanted = options.ring_size_log2;
-  if (held.request.max_server_ring_log2 != 0) wanted = std::min<uint32_t>(wanted, held.request.max_server_ring_log2);
+  // A ring that starts small grows to no more than the client mirrors either.
+  StreamOptions sized = options;
+  if (held.request.max_server_ring_log2 != 0) {
+    sized.ring_size_log2 = std::min<uint32_t>(sized.ring_size_log2, held.request.max_server_ring_log2);
+  }
+  uint32_t wanted = RdmaStream::first_ring_log2(sized);
   PinReservation pin(wanted, held.request.ring_size_log2, stream_fixed_pin(options.send_queue_depth));
   if (pin.choice().ring_log2 == 0) {
     say_no(held, DeclineReason::kPinLimit);
     return Status::kPinLimit;
   }
-  StreamOptions sized = options;
-  sized.ring_size_log2 = pin.choice().ring_log2;
+  RdmaStream::set_first_ring(&sized, pin.choice().ring_log2);
   if (held.link != nullptr) {
     Status s = RdmaStream::accept_on_link(held.link, held.slot, held.open, server_nonce, sized, out);
     if (s == Status::kOk) ++counters_.accepted;

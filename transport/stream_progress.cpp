@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <bit>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -43,6 +44,12 @@ void RdmaStream::kick() {
 
 Status RdmaStream::post_write(const void* local, uint32_t length, uint32_t lkey, uint64_t remote_offset,
                               uint32_t imm, bool with_imm, int send_flags, uint64_t wr_kind) {
+  return post_write_to(peer_rkey_, local, length, lkey, remote_offset, imm, with_imm, send_flags, wr_kind);
+}
+
+Status RdmaStream::post_write_to(uint32_t rkey, const void* local, uint32_t length, uint32_t lkey,
+                                 uint64_t remote_offset, uint32_t imm, bool with_imm, int send_flags,
+                                 uint64_t wr_kind) {
   // Callers check send_queue_has_room first: posting never waits, so it never recurses into progress.
   ibv_sge sge{reinterpret_cast<uint64_t>(local), length, lkey};
   ibv_send_wr wr{};
@@ -52,8 +59,8 @@ Status RdmaStream::post_write(const void* local, uint32_t length, uint32_t lkey,
   wr.sg_list = length > 0 ? &sge : nullptr;
   wr.num_sge = length > 0 ? 1 : 0;
   wr.imm_data = htonl(imm);
-  wr.wr.rdma.remote_addr = remote_offset;  // the peer's ring is registered at iova 0
-  wr.wr.rdma.rkey = peer_rkey_;
+  wr.wr.rdma.remote_addr = remote_offset;  // the peer's rings are registered at iova 0
+  wr.wr.rdma.rkey = rkey;
   if (int e = link_->post_send(&wr); e != 0) {
     note_failure("posting a send failed", strerror(e));
     path_failed_ = true;
@@ -70,10 +77,23 @@ Status RdmaStream::send_credits() {
   if (flow_->update_due() && send_queue_has_room(1)) {
     MailboxUpdate u = flow_->make_update();
     ++mailbox_seq_;
+    MailboxRecord r{};
+    r.seq = r.seq_end = mailbox_seq_;
+    r.consumed = u.consumed;
+    r.posted = u.posted;
+    r.armed = u.armed;
+    r.seen_consumed = u.seen_consumed;
+    r.seen_posted = u.seen_posted;
+    r.ring_gen = u.ring_gen;
+    r.ring_rkey = ring_rkey(u.ring_gen);
+    r.ring_size_log2 = static_cast<uint8_t>(std::countr_zero(u.ring_size));
+    r.moved_gen = u.moved_gen;
+    r.moved_at = u.moved_at;
     uint8_t* slot = link_->next_mailbox_slot();
-    uint64_t words[7] = {mailbox_seq_, u.consumed, u.posted, u.armed, u.seen_consumed, u.seen_posted, mailbox_seq_};
-    std::memcpy(slot, words, sizeof words);
-    if (Status s = post_write(slot, kMailboxSize, link_->mailbox_lkey(), peer_ring_size_, 0, false, 0, kWrSignal);
+    std::memcpy(slot, &r, sizeof r);
+    // The mailbox stays after the peer's first ring, whichever ring our bytes go to now.
+    if (Status s = post_write_to(peer_mailbox_rkey_, slot, kMailboxSize, link_->mailbox_lkey(), peer_ring_size_, 0,
+                                 false, 0, kWrSignal);
         s != Status::kOk) {
       return s;
     }
@@ -112,18 +132,46 @@ inline void mailbox_load_fence() {
 
 }  // namespace
 
-bool RdmaStream::read_mailbox(MailboxUpdate* update) {
+RdmaStream::MailboxRead RdmaStream::read_mailbox(MailboxUpdate* update) {
   // The peer's RDMA Write may land in any order: seq is written at both ends; equal means whole.
+  constexpr size_t kWords = sizeof(MailboxRecord) / 8;
   const volatile uint64_t* box = reinterpret_cast<const volatile uint64_t*>(ring_ + ring_size_);
-  uint64_t seq_end = box[6];
+  uint64_t words[kWords];
+  words[kWords - 1] = box[kWords - 1];
   mailbox_load_fence();
-  uint64_t words[5] = {box[1], box[2], box[3], box[4], box[5]};
+  for (size_t i = 1; i + 1 < kWords; ++i) words[i] = box[i];
   mailbox_load_fence();
-  uint64_t seq_start = box[0];
-  if (seq_start != seq_end || seq_start == last_mailbox_seq_read_) return false;
-  last_mailbox_seq_read_ = seq_start;
-  *update = {words[0], words[1], words[2], words[3], words[4]};
-  return true;
+  words[0] = box[0];
+  MailboxRecord r;
+  std::memcpy(&r, words, sizeof r);
+  if (r.seq != r.seq_end) return MailboxRead::kTorn;
+  if (r.seq == last_mailbox_seq_read_) return MailboxRead::kNothingNew;
+  last_mailbox_seq_read_ = r.seq;
+  // A ring size beyond what a shift can say reads as none: flow control refuses the offer.
+  uint64_t ring_size = r.ring_size_log2 < 64 ? uint64_t{1} << r.ring_size_log2 : 0;
+  *update = {r.consumed, r.posted, r.armed, r.seen_consumed, r.seen_posted, r.ring_gen, ring_size, r.moved_gen, r.moved_at};
+  if (r.ring_gen != 0) offered_peer_rkey_ = r.ring_rkey;  // used only once flow control took the offer
+  return MailboxRead::kNew;
+}
+
+Status RdmaStream::take_mailbox(bool must_be_whole) {
+  MailboxUpdate update{};
+  MailboxRead read = read_mailbox(&update);
+  // A record being overwritten reads torn for as long as the adapter takes to place the next one;
+  // one that stays torn is the peer's doing.
+  for (int tries = 0; must_be_whole && read == MailboxRead::kTorn; ++tries) {
+    if (tries == 100000) {
+      note_failure("the peer's mailbox broke the protocol", "a record that stayed torn");
+      return Status::kProtocolError;
+    }
+    read = read_mailbox(&update);
+  }
+  if (read != MailboxRead::kNew) return Status::kOk;
+  if (FlowError e = flow_->on_peer_mailbox(update); e != FlowError::kNone) {
+    note_failure("the peer's mailbox broke the protocol", to_string(e));
+    return Status::kProtocolError;
+  }
+  return Status::kOk;
 }
 
 Status RdmaStream::handle_completion(const ibv_wc& wc) {
@@ -156,7 +204,13 @@ Status RdmaStream::handle_completion(const ibv_wc& wc) {
   switch (imm_type(imm)) {
     case MessageType::kData:
       if (imm_arg(imm) != (wc.byte_len & kImmArgMask)) return Status::kProtocolError;
+      // While the peer's answer to our ring offer is awaited its bytes may already be in the new ring:
+      // the update saying so was written before them (RC order), and is read first.
+      if (flow_->ring_answer_awaited()) {
+        if (Status s = take_mailbox(true); s != Status::kOk) return s;
+      }
       e = flow_->on_data_arrived(wc.byte_len);
+      if (e == FlowError::kNone) maybe_grow_ring();
       break;
     case MessageType::kWakeup:
       e = flow_->on_wakeup_arrived(imm_arg(imm));
@@ -407,13 +461,13 @@ Status RdmaStream::serve() {
     fail(Status::kReset);
     return failure_;
   }
-  MailboxUpdate update{};
-  if (FlowError e = read_mailbox(&update) ? flow_->on_peer_mailbox(update) : FlowError::kNone; e != FlowError::kNone) {
-    note_failure("the peer's mailbox broke the protocol", to_string(e));
-    fail(Status::kProtocolError);
+  if (Status s = take_mailbox(false); s != Status::kOk) {
+    fail(s);
     return failure_;
   }
   if (disconnect_seen_ || disconnected_) return Status::kOk;  // nothing can be sent any more
+  if (flow_->ring_offer_pending()) answer_ring_offer();
+  settle_rings();
   if (close_owed_) send_owed_close();
   if (move_owed_ && !close_owed_) send_move_marker();  // a close asked for first goes first
   if (Status s = send_credits(); s != Status::kOk) {

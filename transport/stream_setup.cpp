@@ -33,7 +33,9 @@ Status resolution_failure(Status what) {
 }  // namespace
 
 bool valid_options(const StreamOptions& o) {
-  return o.ring_size_log2 >= 10 && o.ring_size_log2 <= 29 && o.max_peer_ring_size_log2 >= 10 &&
+  return o.ring_size_log2 >= 10 && o.ring_size_log2 <= 29 &&
+         (o.start_ring_size_log2 == 0 || (o.start_ring_size_log2 >= 10 && o.start_ring_size_log2 <= 29)) &&
+         o.max_peer_ring_size_log2 >= 10 &&
          o.max_peer_ring_size_log2 <= 29 && o.recv_queue_depth >= 4 && o.recv_queue_depth <= 255 &&
          o.send_queue_depth >= o.recv_queue_depth + 8 && o.timeout_ms > 0;
 }
@@ -84,7 +86,7 @@ Status RdmaStream::create_channel_memory(bool first) {
   if (link_->cm_watched()) {
     if (Status s = readiness_.watch(link_->cm_fd()); s != Status::kOk) return s;
   }
-  ring_size_ = uint64_t{1} << options_.ring_size_log2;
+  ring_size_ = uint64_t{1} << first_ring_log2(options_);
   // A link's first channel carries the link's setup area after its mailbox (wire.h, kSetupArea).
   uint64_t length = ring_size_ + kMailboxSlot + (first ? kSetupArea : 0);
   ring_ = allocate_pages(length);
@@ -107,7 +109,7 @@ Status RdmaStream::start(uint8_t peer_ring_log2, uint32_t peer_rkey, uint8_t pee
                            (uint64_t{1} << peer_ring_log2) + kMailboxSlot);
   }
   peer_ring_size_ = uint64_t{1} << peer_ring_log2;
-  peer_rkey_ = peer_rkey;
+  peer_rkey_ = peer_mailbox_rkey_ = peer_rkey;
   bounce_ = allocate_pages(peer_ring_size_);
   if (bounce_ == nullptr) return Status::kResources;
   bounce_mr_ = ibv_reg_mr(link_->pd(), bounce_, peer_ring_size_, 0);
@@ -118,6 +120,7 @@ Status RdmaStream::start(uint8_t peer_ring_log2, uint32_t peer_rkey, uint8_t pee
                                                    options_.recv_queue_depth, options_.recv_queue_depth});
   in_flight_.resize(options_.send_queue_depth);
   acked_ = retained_from_ = ours;
+  grow_again_at_ = theirs;  // a ring that starts small may grow from the first byte (stream_rings.cpp)
   return Status::kOk;
 }
 
@@ -150,11 +153,12 @@ Status RdmaStream::connect_once(const sockaddr* address, const Pairing& pairing,
   *redirect_port = 0;
   // Our ring as the pinning limit allows (pin_budget.h), decided before rdma_cm is touched; the server
   // is asked to keep its own ring, which our bounce buffer mirrors, to what we can pin too.
-  PinReservation pin = PinReservation::for_client(options.ring_size_log2, options.max_peer_ring_size_log2,
+  // With a ring that starts small, the start is sized so; it grows later as the budget then allows.
+  PinReservation pin = PinReservation::for_client(first_ring_log2(options), options.max_peer_ring_size_log2,
                                                   stream_fixed_pin(options.send_queue_depth));
   if (pin.choice().ring_log2 == 0) return Status::kPinLimit;
   StreamOptions sized = options;
-  sized.ring_size_log2 = pin.choice().ring_log2;
+  set_first_ring(&sized, pin.choice().ring_log2);
   sized.max_peer_ring_size_log2 = pin.choice().max_peer_log2;
   // A live link to this server address takes the stream as a channel: one round trip, no rdma_cm
   // (docs/links.md). A link that cannot (full, failed meanwhile) leaves it to a queue pair of its own.
@@ -255,7 +259,8 @@ RdmaStream::~RdmaStream() {
     // the next stream): the peer may still write into our ring, and the adapter read
     // our bounce buffer, until its release arrives and our sends complete (links.md, "Ending a
     // channel"); the link keeps them until then.
-    StreamLink::Retired leftovers{ring_mr_, ring_, bounce_mr_, bounce_, receive_quota(),
+    StreamLink::Retired leftovers{ring_mr_, ring_, bounce_mr_, bounce_, extra_ring_mr_, extra_ring_,
+                                  extra_bounce_mr_, extra_bounce_, receive_quota(),
                                   flow_ ? flow_->peer_released() : open_state_ == OpenState::kRefused};
     link_->retire(index_, leftovers);
     lock.unlock();
@@ -268,11 +273,9 @@ RdmaStream::~RdmaStream() {
   // The last channel: the queue pair first, since no work request may touch our ring or bounce
   // buffer once deregistered.
   link_->destroy_queue_pair();
-  if (ring_mr_ != nullptr) ibv_dereg_mr(ring_mr_);
-  if (bounce_mr_ != nullptr) ibv_dereg_mr(bounce_mr_);
+  StreamLink::Retired mine{ring_mr_, ring_, bounce_mr_, bounce_, extra_ring_mr_, extra_ring_, extra_bounce_mr_, extra_bounce_};
+  StreamLink::release(mine);
   link_.reset();  // its protection domain after every registration in it
-  std::free(ring_);
-  std::free(bounce_);
 }
 
 }  // namespace tcp2rdma::transport

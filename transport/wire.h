@@ -8,7 +8,7 @@
 namespace tcp2rdma::transport {
 
 inline constexpr uint16_t kSetupMagic = 0x7452;  // "Rt"
-inline constexpr uint8_t kProtocolVersion = 3;
+inline constexpr uint8_t kProtocolVersion = 4;  // 4: the mailbox carries ring moves
 
 // The TCP connection a stream belongs to, as its client sees it. IPv4 addresses sit in the first four
 // bytes of the 16 and the rest is zero.
@@ -102,7 +102,29 @@ inline uint64_t stream_cursor_origin(uint64_t client_nonce, uint64_t server_nonc
   return x ^ (x >> 32);
 }
 
-inline constexpr size_t kMailboxSize = 56;  // seq, consumed, posted, armed, seen_consumed, seen_posted, seq
+// A side's mailbox update, written by the peer into the 96-byte slot after our first ring (where it
+// stays when the ring moves). seq is written at both ends: equal means the record is whole (an RDMA
+// Write may land in any order). Ring moves (docs/links.md, "Rings that grow"): the writer of the
+// record offers the reader a ring for the reader's stream (the generation, its rkey and size; the
+// first ring is generation 0), and answers the reader's latest offer (moved_gen, with bit 63 for a
+// refusal; adopted, moved_at is the cursor from which its bytes go into the offered ring).
+struct [[gnu::packed]] MailboxRecord {
+  uint64_t seq;
+  uint64_t consumed;
+  uint64_t posted;
+  uint64_t armed;
+  uint64_t seen_consumed;
+  uint64_t seen_posted;
+  uint64_t ring_gen;
+  uint32_t ring_rkey;
+  uint8_t ring_size_log2;
+  uint8_t reserved[3];
+  uint64_t moved_gen;
+  uint64_t moved_at;
+  uint64_t seq_end;
+};
+static_assert(sizeof(MailboxRecord) == 88);
+inline constexpr size_t kMailboxSize = sizeof(MailboxRecord);
 
 // Immediate data (version 3, docs/protocol.md "Messages"): bits 30-31 the message type, bits 16-29 the
 // receiver's channel index on the link, bits 0-15 an argument. A data message's length is its

@@ -7,6 +7,8 @@
 //       data-after-close data after an orderly end
 //       bad-end          an end message with an unknown argument
 //       no-channel       a message for a channel the link does not carry
+//       bad-ring-offer   a mailbox update offering a ring of generation 2 (no generation 1 before it)
+//       bad-ring-move    a mailbox update answering a ring offer the server never made
 //       malformed-setup  first a connect request with garbage private data (must be rejected), then
 //                        a well-formed one followed by a stray wakeup: the listener survived
 //       huge-ring        first a well-formed request for a 512 MiB ring (must be rejected: the server
@@ -58,6 +60,16 @@ int last_status = 0;
 // A rejection by the listener's own code (rdma_reject), as opposed to one by the remote CM because
 // nothing listens on the port yet (IB_CM_REJ_INVALID_SERVICE_ID, 8).
 constexpr int kRejectedByConsumer = 28;  // IB_CM_REJ_CONSUMER_DEFINED
+
+// A whole mailbox update (wire.h) saying we consumed the server's stream up to `consumed` and posted
+// `posted` receives, nothing else.
+MailboxRecord mailbox_record(uint64_t consumed, uint64_t posted) {
+  MailboxRecord r{};
+  r.seq = r.seq_end = 1;
+  r.consumed = consumed;
+  r.posted = posted;
+  return r;
+}
 
 bool expect_event(rdma_event_channel* ch, rdma_cm_event_type want, AcceptReply* peer = nullptr) {
   rdma_cm_event* ev = nullptr;
@@ -248,9 +260,12 @@ int main(int argc, char** argv) {
     // the wakeup at once).
     uint64_t consumed = stream_cursor_origin(request.client_nonce, c.peer.server_nonce, false);
     uint64_t seen_consumed = stream_cursor_origin(request.client_nonce, c.peer.server_nonce, true);
-    uint64_t words[7] = {1, consumed, request.queue_depth, 1, seen_consumed, 1, 1};
+    MailboxRecord words = mailbox_record(consumed, request.queue_depth);
+    words.armed = 1;
+    words.seen_consumed = seen_consumed;
+    words.seen_posted = 1;
     constexpr size_t kOutbox = 1 << 19;  // beyond the ring and mailbox the server writes into
-    std::memcpy(buf.data() + kOutbox, words, sizeof words);
+    std::memcpy(buf.data() + kOutbox, &words, sizeof words);
     ibv_wc_status update = post_and_wait(c, buf, sizeof words, c.peer.rkey, ring, false, 0, kOutbox);
     ibv_wc_status arm = post_and_wait(c, buf, 0, c.peer.rkey, 0, true, encode_imm(MessageType::kArm, kFirstChannel, 1));
     std::printf("hostile: armed (update %s, arm %s); no receive posted from now on\n", ibv_wc_status_str(update),
@@ -279,10 +294,21 @@ int main(int argc, char** argv) {
     write_imm(too_much, encode_imm(MessageType::kData, kFirstChannel, too_much), 0);
   } else if (mode == "stray-wakeup" || mode == "malformed-setup" || mode == "huge-ring" || mode == "forged-tuple") {
     write_imm(0, encode_imm(MessageType::kWakeup, kFirstChannel, 7), 0);
-  } else if (mode == "bad-mailbox") {
-    // "I have consumed a million bytes of your stream": the server has sent none.
-    uint64_t words[7] = {1, 1000000, 8, 0, 0, 0, 1};
-    std::memcpy(buf.data(), words, sizeof words);
+  } else if (mode == "bad-mailbox" || mode == "bad-ring-offer" || mode == "bad-ring-move") {
+    // bad-mailbox: "I have consumed a million bytes of your stream": the server has sent none. The
+    // others: a valid update but for its ring offer, or its answer to one.
+    MailboxRecord words = mailbox_record(stream_cursor_origin(request.client_nonce, c.peer.server_nonce, false),
+                                         request.queue_depth);
+    if (mode == "bad-mailbox") words.consumed = 1000000;
+    if (mode == "bad-ring-offer") {
+      words.ring_gen = 2;
+      words.ring_size_log2 = 20;
+    }
+    if (mode == "bad-ring-move") {
+      words.moved_gen = 1;
+      words.moved_at = stream_cursor_origin(request.client_nonce, c.peer.server_nonce, true);
+    }
+    std::memcpy(buf.data(), &words, sizeof words);
     write_imm(sizeof words, 0, ring, false);
     write_imm(1, encode_imm(MessageType::kData, kFirstChannel, 1), 0);  // a message, so that the server looks
   } else if (mode == "data-after-close") {

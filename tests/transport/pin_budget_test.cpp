@@ -21,8 +21,8 @@ TEST(PinBudget, UnlimitedKeepsTheRingAsked) {
 }
 
 TEST(PinBudget, FixedCostIsTheMailboxPageAndTheSlots) {
-  EXPECT_EQ(stream_fixed_pin(320), 4096u + 20480u);  // 320 slots of 64 bytes: 5 pages
-  EXPECT_EQ(stream_fixed_pin(65), 4096u + 8192u);    // 4160 bytes: 2 pages
+  EXPECT_EQ(stream_fixed_pin(320), 4096u + 32768u);  // 320 slots of 96 bytes: 7.5 pages, 8
+  EXPECT_EQ(stream_fixed_pin(65), 4096u + 8192u);    // 6240 bytes: 2 pages
 }
 
 TEST(PinBudget, DebiansDefaultLimitGivesEachStreamASixtyFourthAtMost) {
@@ -121,8 +121,8 @@ TEST(PinBudget, TheMachinesMemoryBoundsWhatIsLeft) {
   EXPECT_EQ(ring_log2_within(20, 0, fixed, short_of_memory), 20u);  // 2.1 MiB fits 3
   short_of_memory.available = 1 * kMiB;
   EXPECT_EQ(ring_log2_within(20, 0, fixed, short_of_memory), 18u);  // 256 KiB: 536 KiB of the 1 MiB
-  short_of_memory.available = 60 * kKiB;
-  EXPECT_EQ(ring_log2_within(20, 0, fixed, short_of_memory), kSmallestBudgetRingLog2);  // 56 KiB
+  short_of_memory.available = 70 * kKiB;
+  EXPECT_EQ(ring_log2_within(20, 0, fixed, short_of_memory), kSmallestBudgetRingLog2);  // 68 KiB
   short_of_memory.available = 40 * kKiB;
   EXPECT_EQ(ring_log2_within(20, 0, fixed, short_of_memory), 0u);
 }

@@ -36,7 +36,9 @@
 //                                                 never had the end: a reset, never a clean end)
 // Environment: PEER_RING_LOG2 and PEER_DEPTH set the ring size and receive queue depth (default 16
 // and 8: small, so that credits run out often); PEER_EXPECT_STALLS=1 makes the client fail unless it
-// ran out of credits at least once. Exit 0 only when every byte matched.
+// ran out of credits at least once. PEER_START_RING_LOG2 starts the rings at that size, growing to
+// PEER_RING_LOG2; PEER_EXPECT_GROWTH=1 makes server and client fail unless their ring grew. Exit 0
+// only when every byte matched.
 #include <sys/mman.h>
 
 #include <atomic>
@@ -199,7 +201,22 @@ StreamOptions test_options() {
   const char* depth = std::getenv("PEER_DEPTH");
   options.ring_size_log2 = ring ? static_cast<uint32_t>(std::atoi(ring)) : 16;
   options.recv_queue_depth = depth ? static_cast<uint16_t>(std::atoi(depth)) : 8;
+  if (const char* start = std::getenv("PEER_START_RING_LOG2")) {
+    options.start_ring_size_log2 = static_cast<uint32_t>(std::atoi(start));
+  }
   return options;
+}
+
+// Says how the stream's rings grew; with PEER_EXPECT_GROWTH=1, false unless ours grew (the peer's
+// bytes filled it).
+bool rings_as_expected(const char* who, const RdmaStream& s) {
+  std::printf("%s: our ring grew %llu times (now %llu KiB), the peer's is %llu KiB\n", who, ull(s.rings_grown()),
+              ull(s.ring_size() >> 10), ull(s.peer_ring_size() >> 10));
+  if (std::getenv("PEER_EXPECT_GROWTH") != nullptr && s.rings_grown() == 0) {
+    std::fprintf(stderr, "%s: its ring never grew\n", who);
+    return false;
+  }
+  return true;
 }
 
 // Reads and checks until the stream fails with `expected` (never a clean end of stream).
@@ -242,7 +259,7 @@ int run_server(int argc, char** argv, const StreamOptions& options) {
   });
   bool received = receive_checked(*s, seed, bytes, std::mt19937_64(seed * 5), slow, "server");
   writer.join();
-  bool ok = received && sent;
+  bool ok = received && sent && rings_as_expected("server", *s);
   Status st = s->close();
   print_counters("server", ok && st == Status::kOk, s->counters());
   return ok && st == Status::kOk ? 0 : 1;
@@ -265,7 +282,7 @@ int run_client(int argc, char** argv, const StreamOptions& options) {
   Status st = pattern == "close-in-flight" ? Status::kOk : s->shutdown_write();
   reader.join();
   if (pattern != "close-in-flight" && st == Status::kOk) st = s->close();
-  bool ok = sent && received && st == Status::kOk;
+  bool ok = sent && received && st == Status::kOk && rings_as_expected("client", *s);
   StreamCounters c = s->counters();
   if (std::getenv("PEER_EXPECT_STALLS") != nullptr && c.credit_stalls == 0) {
     std::fprintf(stderr, "client: the slow reader never ran this writer out of credits\n");
