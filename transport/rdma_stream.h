@@ -225,8 +225,10 @@ class RdmaStream {
   // Bytes of our receive ring and of the peer's, now (they grow: docs/links.md, "Rings that grow").
   uint64_t ring_size() const;
   uint64_t peer_ring_size() const;
-  // Rings moved so far: ours grown (our offers the peer adopted), the peer's we adopted.
+  // Times our ring moved to a larger one (our offer adopted, the old ring done).
   uint64_t rings_grown() const;
+  // The size our ring may grow to (the options' ring size; the pinning budget may allow less).
+  uint64_t ring_grows_to() const { return uint64_t{1} << options_.ring_size_log2; }
   // Opened as a channel on a link another stream had made (docs/links.md), not by rdma_cm.
   bool opened_on_link() const { return link_open_; }
   const TcpTuple& tuple() const { return tuple_; }
@@ -310,8 +312,9 @@ class RdmaStream {
   bool previous_mirror_needed() const;
   Mirror current_mirror() const { return extra_current_ ? Mirror{extra_bounce_, extra_bounce_mr_, flow_->peer_ring_size()}
                                                         : Mirror{bounce_, bounce_mr_, peer_ring_size_}; }
-  // Reads our mailbox until it is whole: before a data message counts while the peer's answer to our
-  // offer is awaited (its bytes may be in the offered ring already).
+  // Reads our mailbox until it is whole and takes what is new. must_be_whole: before a data message
+  // counts while the peer's answer to our offer is awaited (its bytes may be in the offered ring
+  // already), a record that stays torn fails the stream.
   Status take_mailbox(bool must_be_whole);
 
   // Progress (stream_progress.cpp), all with mu_ held.

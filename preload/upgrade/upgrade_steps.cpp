@@ -136,11 +136,16 @@ bool conclude(const Connection& c, UpgradeSession* session, const UpgradeOutcome
   const transport::RdmaStream* stream = c.socket->stream();
   if (outcome.upgraded && stream != nullptr) {
     c.socket->follows_fork.store(c.decision.options->on_fork == config::ForkMode::kTcp, std::memory_order_relaxed);
+    // Rings that start small say what they grow to (docs/links.md, "Rings that grow").
+    char grows[48] = "";
+    if (stream->ring_grows_to() > stream->ring_size()) {
+      snprintf(grows, sizeof grows, " (ours grows to %llu KiB)", static_cast<unsigned long long>(stream->ring_grows_to() >> 10));
+    }
     snprintf(path, sizeof path,
-             "upgraded to rdma (receive ring %llu KiB, the peer's %llu KiB; switched after %llu bytes sent "
+             "upgraded to rdma (receive ring %llu KiB, the peer's %llu KiB%s; switched after %llu bytes sent "
              "and %llu received on tcp; setup %ld ms, switch %ld ms)",
              static_cast<unsigned long long>(stream->ring_size() >> 10),
-             static_cast<unsigned long long>(stream->peer_ring_size() >> 10),
+             static_cast<unsigned long long>(stream->peer_ring_size() >> 10), grows,
              static_cast<unsigned long long>(session->sent()), static_cast<unsigned long long>(session->received()),
              outcome.setup_ms, outcome.switch_ms);
   } else if (required) {
