@@ -210,6 +210,11 @@ struct Model {
   std::map<uint64_t, Ring> rings;  // the reader's, by generation
   uint64_t to_send = 0, read_at = 0, moves = 0, declines = 0;
   bool reader_reads = true;
+  // As the transport does it: the reader offers a ring of `grow_to` bytes when the writer has filled
+  // all the room it advertised (at a data message's arrival), never at random; and it reads at its
+  // own pace (an application that sleeps on a timer between reads: awake, reading nothing).
+  bool like_transport = false;
+  uint64_t grow_to = 0;
 
   void read_mailbox(End& me) {
     if (!me.mailbox_pending) return;
@@ -239,6 +244,10 @@ struct Model {
         // RdmaStream reads its mailbox before it counts data while an answer is awaited.
         if (to.flow.ring_answer_awaited()) read_mailbox(to);
         e = to.flow.on_data_arrived(m.arg);
+        if (e == FlowError::kNone && like_transport && &to == &r && to.flow.may_offer_ring() &&
+            to.flow.window_full() && to.flow.our_ring_size() < grow_to) {
+          rings.emplace(to.flow.offer_ring(grow_to), Ring(grow_to));
+        }
         break;
       case Message::kWakeup: e = to.flow.on_wakeup_arrived(m.arg); break;
       case Message::kArm: e = to.flow.on_arm_arrived(); break;
@@ -281,7 +290,7 @@ struct Model {
       rings.erase(f.our_ring_gen());
       f.on_old_ring_retired();
     }
-    if (f.may_offer_ring() && rng() % 8 == 0) {
+    if (!like_transport && f.may_offer_ring() && rng() % 8 == 0) {
       uint64_t size = uint64_t{1} << (10 + rng() % 6);
       rings.emplace(f.offer_ring(size), Ring(size));
     }
@@ -303,6 +312,10 @@ struct Model {
         me.flow.on_arm_sent();
         peer.inbox.push_back({Message::kArm, me.flow.arm_count()});
       }
+    }
+    if (&me == &r && like_transport && me.flow.readable() > 0 && rng() % 4 != 0) {
+      progress(me, peer);
+      return;  // its timer has not run out: awake, reading nothing this turn
     }
     if (&me == &r && reader_reads && me.flow.readable() > 0) {
       uint64_t want = 1 + rng() % me.flow.readable();
@@ -348,6 +361,38 @@ void simulate(uint64_t seed) {
   }
   ASSERT_EQ(m.read_at, end) << "not every byte arrived";
   EXPECT_GT(m.moves + m.declines, 0u);
+}
+
+void simulate_like_transport(uint64_t seed) {
+  std::mt19937_64 setup(seed);
+  uint64_t ring = uint64_t{1} << (10 + setup() % 3);
+  Model m(seed, ring, 3 + setup() % 8);
+  m.like_transport = true;
+  m.grow_to = ring << (1 + setup() % 4);
+  m.to_send = 30000 + setup() % 100000;
+  m.read_at = m.w.flow.sent();
+  uint64_t end = m.read_at + m.to_send;
+  for (int i = 0; i < 4000000 && m.read_at != end; ++i) {
+    bool quiet = m.w.sleeping && m.r.sleeping && m.w.inbox.empty() && m.r.inbox.empty();
+    ASSERT_FALSE(quiet) << "deadlock: both asleep, nothing in flight, " << end - m.read_at << " bytes to go";
+    switch (m.rng() % 4) {
+      case 0: if (!m.w.sleeping) m.run(m.w, m.r); break;
+      case 1: if (!m.r.sleeping) m.run(m.r, m.w); break;
+      case 2: if (!m.w.inbox.empty()) m.deliver(m.w); break;
+      case 3: if (!m.r.inbox.empty()) m.deliver(m.r); break;
+    }
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  ASSERT_EQ(m.read_at, end) << "not every byte arrived";
+  EXPECT_GT(m.moves, 0u);
+}
+
+TEST(RingMoveSimulation, GrowingWhenFullAsTheTransportDoesUnderAPacedReader) {
+  for (uint64_t seed = 1; seed <= 2000; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    simulate_like_transport(seed);
+    if (HasFailure()) return;
+  }
 }
 
 TEST(RingMoveSimulation, EveryByteIsReadWhereItWasWrittenAcrossMoves) {
