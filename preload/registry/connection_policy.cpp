@@ -137,8 +137,9 @@ transport::StreamOptions stream_options(const config::ConnectionOptions& o) {
   while (log2 < 29 && (uint64_t{1} << log2) < o.buffer_size) ++log2;
   s.ring_size_log2 = log2;
   // Not yet: a ring that starts at 64 KiB and grows to the rule's buffer_size once the peer's bytes
-  // fill it (docs/links.md, "Rings that grow") stalled integration.fault_wire.pair (bursts of bytes
-  // every 10 to 20 s after the outage, 2 runs of 2): a lost wakeup around the move, not found yet.
+  // fill it (docs/links.md, "Rings that grow"). Tried: integration.fault_wire.pair stalled (2 runs of
+  // 2) with the server's ring stuck at 64 KiB (the client's setup asks it to stay within what the
+  // client could mirror then), as it did with fixed 64 KiB rings before a lost-wakeup fix.
   s.start_ring_size_log2 = kStartSmall ? kStartRingLog2 : 0;
   // The peer's ring costs us a bounce buffer as large (pinned): up to 4 times our own, refused beyond.
   s.max_peer_ring_size_log2 = std::min<uint32_t>(log2 + 2, 29);
