@@ -3,13 +3,6 @@
 #include <algorithm>
 
 namespace tcp2rdma::transport {
-namespace {
-
-// a - b as a signed distance: cursors wrap modulo 2^64 and are never 2^63 apart.
-bool behind(uint64_t a, uint64_t b) { return static_cast<int64_t>(a - b) < 0; }
-
-}  // namespace
-
 const char* to_string(FlowError e) {
   switch (e) {
     case FlowError::kNone: return "none";

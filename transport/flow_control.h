@@ -9,6 +9,10 @@
 
 namespace tcp2rdma::transport {
 
+// Cursor a is before cursor b: as a signed distance, since cursors wrap modulo 2^64 and are never 2^63
+// apart.
+inline bool behind(uint64_t a, uint64_t b) { return static_cast<int64_t>(a - b) < 0; }
+
 enum class FlowError {
   kNone,
   kConsumedBackwards,   // the peer's consumed cursor went back

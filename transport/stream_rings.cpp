@@ -19,8 +19,6 @@
 namespace tcp2rdma::transport {
 namespace {
 
-bool behind(uint64_t a, uint64_t b) { return static_cast<int64_t>(a - b) < 0; }
-
 // Memory for a ring or a mirror, registered in the link's protection domain at iova 0 (a ring, which
 // the peer writes into by offset) or at its address (a mirror, read by our own sends).
 uint8_t* registered_pages(ibv_pd* pd, uint64_t size, bool ring, ibv_mr** mr) {

@@ -128,19 +128,16 @@ void log_connection(int fd, config::Role role, const config::Decision& decision,
   log_line("%s: %s", label, path);
 }
 
-constexpr uint32_t kStartRingLog2 = 16;  // 64 KiB
-constexpr bool kStartSmall = false;
-
 transport::StreamOptions stream_options(const config::ConnectionOptions& o) {
   transport::StreamOptions s;
   uint32_t log2 = 10;
   while (log2 < 29 && (uint64_t{1} << log2) < o.buffer_size) ++log2;
   s.ring_size_log2 = log2;
-  // Not yet: a ring that starts at 64 KiB and grows to the rule's buffer_size once the peer's bytes
-  // fill it (docs/links.md, "Rings that grow"). Tried: integration.fault_wire.pair stalled (2 runs of
-  // 2) with the server's ring stuck at 64 KiB (the client's setup asks it to stay within what the
-  // client could mirror then), as it did with fixed 64 KiB rings before a lost-wakeup fix.
-  s.start_ring_size_log2 = kStartSmall ? kStartRingLog2 : 0;
+  // The ring has its full size from the start (start_ring_size_log2 stays 0). Not yet: a ring that
+  // starts at 64 KiB (16) and grows to the rule's buffer_size once the peer's bytes fill it
+  // (docs/links.md, "Rings that grow"). Tried: integration.fault_wire.pair stalled (2 runs of 2) with
+  // the server's ring stuck at 64 KiB (the client's setup asks it to stay within what the client
+  // could mirror then), as fixed 64 KiB rings also do after a cut (docs/links.md).
   // The peer's ring costs us a bounce buffer as large (pinned): up to 4 times our own, refused beyond.
   s.max_peer_ring_size_log2 = std::min<uint32_t>(log2 + 2, 29);
   s.recv_queue_depth = static_cast<uint16_t>(std::clamp<uint32_t>(o.recv_queue_depth, 4, 255));
