@@ -104,6 +104,18 @@ TEST(RingMove, AMoveToASmallerRingWaitsForTheUnreadBytes) {
   EXPECT_EQ(p.r.on_data_arrived(1), FlowError::kRingOverrun);
 }
 
+// 500 bytes in the reader's first ring, an offer of 8 KiB announced to the writer, and the writer's
+// update answering it (adopted; its move point is the caller's to set).
+MailboxUpdate answer_after_500_bytes(Pair& p) {
+  p.w.on_data_sent(500);
+  EXPECT_EQ(p.r.on_data_arrived(500), FlowError::kNone);
+  p.r.offer_ring(8192);
+  p.r_to_w();
+  MailboxUpdate u = p.w.make_update();
+  u.moved_gen = 1;
+  return u;
+}
+
 TEST(RingMove, TheReaderRefusesMovesItCannotHaveMade) {
   {  // an answer to no offer
     Pair p;
@@ -113,12 +125,7 @@ TEST(RingMove, TheReaderRefusesMovesItCannotHaveMade) {
   }
   {  // a move point before bytes already counted in the old ring
     Pair p;
-    p.w.on_data_sent(500);
-    ASSERT_EQ(p.r.on_data_arrived(500), FlowError::kNone);
-    p.r.offer_ring(8192);
-    p.r_to_w();
-    MailboxUpdate u = p.w.make_update();
-    u.moved_gen = 1;
+    MailboxUpdate u = answer_after_500_bytes(p);
     u.moved_at = kNearWrap + 100;
     EXPECT_EQ(p.r.on_peer_mailbox(u), FlowError::kBadRingMove);
     u.moved_at = kNearWrap + 5000;  // beyond what the old ring let it write
@@ -130,12 +137,7 @@ TEST(RingMove, TheReaderRefusesMovesItCannotHaveMade) {
   }
   {  // a message across the move point
     Pair p;
-    p.w.on_data_sent(500);
-    ASSERT_EQ(p.r.on_data_arrived(500), FlowError::kNone);
-    p.r.offer_ring(8192);
-    p.r_to_w();
-    MailboxUpdate u = p.w.make_update();
-    u.moved_gen = 1;
+    MailboxUpdate u = answer_after_500_bytes(p);
     u.moved_at = kNearWrap + 800;
     ASSERT_EQ(p.r.on_peer_mailbox(u), FlowError::kNone);
     EXPECT_EQ(p.r.on_data_arrived(400), FlowError::kAcrossRingMove);
