@@ -209,6 +209,9 @@ class FlowControl {
   MailboxUpdate make_update();  // records it as sent
 
   uint64_t sent() const { return sent_; }
+  // Where each stream started (the cursors count from there): for counts since the setup.
+  uint64_t our_first_byte() const { return config_.our_first_byte; }
+  uint64_t peer_first_byte() const { return config_.peer_first_byte; }
   uint64_t peer_consumed() const { return peer_consumed_; }
   uint64_t credits() const { return peer_posted_ - used_; }
 

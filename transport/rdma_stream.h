@@ -218,6 +218,10 @@ class RdmaStream {
   // Why the stream failed, in words (empty while it has not): what failed and the adapter's or the
   // protocol's reason, for the log line.
   std::string failure_detail() const;
+  // Where the stream's bytes are, in words (arrived and read of the peer's; sent and consumed by the
+  // peer of ours; the link's sends not yet completed): for a log line on a wait that timed out, to
+  // tell bytes that never came from bytes that came and were not noticed.
+  std::string flow_summary() const;
   uint64_t client_nonce() const { return client_nonce_; }
   int timeout_ms() const { return options_.timeout_ms; }
   int keepalive_ms() const { return options_.keepalive_ms; }

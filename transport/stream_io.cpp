@@ -2,6 +2,7 @@
 // abort. Buffer ownership at each step is in docs/protocol.md ("Who owns which buffer").
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 
 #include "own_calls.h"
@@ -442,6 +443,20 @@ Status RdmaStream::move_to_tcp(std::vector<uint8_t>* unread, bool* peer_ended) {
   cv_.notify_all();  // a reader of another thread finds the stream moved
   if (polled_) wake_pollers();
   return Status::kOk;
+}
+
+std::string RdmaStream::flow_summary() const {
+  std::lock_guard lock(mu_);
+  if (!flow_) return "no flow control yet";
+  char text[200];
+  snprintf(text, sizeof text,
+           "of the peer's bytes %llu arrived, %llu read; of ours %llu sent, %llu consumed by the peer; %d sends "
+           "of the link not completed",
+           static_cast<unsigned long long>(flow_->produced() - flow_->peer_first_byte()),
+           static_cast<unsigned long long>(flow_->consumed() - flow_->peer_first_byte()),
+           static_cast<unsigned long long>(flow_->sent() - flow_->our_first_byte()),
+           static_cast<unsigned long long>(flow_->peer_consumed() - flow_->our_first_byte()), link_->sends_outstanding());
+  return text;
 }
 
 }  // namespace tcp2rdma::transport

@@ -204,6 +204,9 @@ UpgradeOutcome switch_onto(int fd, TrackedSocket* socket, UpgradeSession* sessio
   if (step.kind != Step::kGoOn) {
     UpgradeOutcome failed{false, step.kind == Step::kStaysTcp, step.why};
     failed.detail = stream->failure_detail();
+    // A stream that did not fail but did not bring the peer's HELLO or ACK either: say where its bytes
+    // were, so that one that never came reads differently from one that came unnoticed.
+    if (failed.detail.empty()) failed.detail = stream->flow_summary();
     stream->abort();
     return failed;
   }

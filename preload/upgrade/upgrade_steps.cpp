@@ -152,6 +152,11 @@ bool conclude(const Connection& c, UpgradeSession* session, const UpgradeOutcome
     // The rule would rather have no connection than a TCP one.
     snprintf(path, sizeof path, "fails: the upgrade is required (%s%s%s)", outcome.why,
              outcome.detail.empty() ? "" : ": ", outcome.detail.c_str());
+  } else if (!outcome.connection_usable) {
+    // The switch broke half-way (the two sides' byte counts are split): the connection is reset
+    // below, and the line must not say it stays on TCP.
+    snprintf(path, sizeof path, "reset: the switch broke (%s%s%s)", outcome.why, outcome.detail.empty() ? "" : ": ",
+             outcome.detail.c_str());
   } else {
     snprintf(path, sizeof path, "stays tcp (%s%s%s)", outcome.why, outcome.detail.empty() ? "" : ": ",
              outcome.detail.c_str());
