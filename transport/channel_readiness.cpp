@@ -34,6 +34,8 @@ void ChannelReadiness::look_again() {
   // without it (the preload's epoll code), and a take that drained a write whose flag it did not see
   // would leave the flag set over an empty eventfd, so that every later look_again() said nothing.
   std::lock_guard lock(look_mu_);
+  ++news_;
+  unseen_ = sleepers_;  // each registered poller must look once more before the news may go
   // Already readable and not yet taken: nothing to add (a link's progress may tell many channels).
   if (look_pending_) return;
   // eventfd_read and eventfd_write are libc's own calls, never the module's wrappers (own_calls.h).
@@ -41,9 +43,26 @@ void ChannelReadiness::look_again() {
   look_pending_ = true;
 }
 
-void ChannelReadiness::take_look_again() {
+uint64_t ChannelReadiness::enter() {
   std::lock_guard lock(look_mu_);
-  if (!look_pending_) return;
+  ++sleepers_;
+  return news_;  // it looks next: what came so far is what it will see
+}
+
+void ChannelReadiness::leave(uint64_t seen) {
+  std::lock_guard lock(look_mu_);
+  --sleepers_;
+  // Gone without looking at the latest news: nobody waits for it on this one's account.
+  if (seen != news_ && unseen_ > 0) --unseen_;
+}
+
+void ChannelReadiness::take_look_again(uint64_t* seen) {
+  std::lock_guard lock(look_mu_);
+  if (seen != nullptr && *seen != news_) {
+    *seen = news_;
+    if (unseen_ > 0) --unseen_;
+  }
+  if (!look_pending_ || unseen_ > 0) return;
   eventfd_t looks = 0;
   (void)eventfd_read(look_fd_, &looks);
   look_pending_ = false;

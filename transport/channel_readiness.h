@@ -6,6 +6,7 @@
 // is told by look_again().
 #pragma once
 
+#include <cstdint>
 #include <mutex>
 
 #include "status.h"
@@ -24,15 +25,26 @@ class ChannelReadiness {
   // Adds a descriptor of the link's (its connection events, once they are the link's own).
   Status watch(int fd);
   int fd() const { return set_fd_; }
-  // Makes fd() readable until take_look_again().
+  // Makes fd() readable until the news is taken.
   void look_again();
-  void take_look_again();
+  // Pollers that sleep on fd() in a call of ours register for the call (poll, select, the switch's
+  // wait: enter() before they first look, leave() at the end) and say what they saw (*seen). News is
+  // taken (fd() made quiet) only once every registered poller has looked since it came: another
+  // caller's look, which may have asked about bytes where a sleeper waits for room, must not take the
+  // news from under that sleeper. Callers that do not register (epoll's) take it when nobody waits.
+  uint64_t enter();
+  void leave(uint64_t seen);
+  // After a look at the stream: `seen` is the registered caller's (null for others).
+  void take_look_again(uint64_t* seen = nullptr);
 
  private:
   int set_fd_ = -1;
   int look_fd_ = -1;  // eventfd: "look again"; only take_look_again() drains it
-  std::mutex look_mu_;         // a leaf lock: the flag and the eventfd's count change together
+  std::mutex look_mu_;         // a leaf lock: what follows changes together
   bool look_pending_ = false;  // look_fd_ holds a count (readable)
+  uint64_t news_ = 0;          // look_again() calls so far: the generation a poller has seen
+  int sleepers_ = 0;           // registered pollers
+  int unseen_ = 0;             // registered pollers that have not looked since the last news
 };
 
 // fd joins the epoll set `set`, readable when fd is.

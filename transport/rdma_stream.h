@@ -205,7 +205,13 @@ class RdmaStream {
   // less than readable and writable, or a call returned kWouldBlock, the fd will fire on the next change,
   // even when a blocking call of ours sleeps through that change and takes its events.
   int readiness_fd() const { return readiness_.fd(); }
-  Readiness readiness();
+  // `seen`: the caller's registration (poller_enter), if it sleeps on the fd in a call of ours.
+  Readiness readiness(uint64_t* seen = nullptr);
+  // A caller that sleeps on readiness_fd() between its looks (poll, select, the switch's wait)
+  // registers for its call, so that another caller's readiness() leaves it the news it has not looked
+  // at yet (channel_readiness.h): several pollers of one stream, each asking about its own events.
+  uint64_t poller_enter() { return readiness_.enter(); }
+  void poller_leave(uint64_t seen) { readiness_.leave(seen); }
   // Makes readiness_fd readable now and until the next readiness(), whatever our own calls do
   // meanwhile: for a poller that registers an already-ready stream and must be told at once
   // (edge-triggered epoll), or that must go on seeing a still-ready stream (an epoll set inside another).

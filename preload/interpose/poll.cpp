@@ -13,12 +13,12 @@
 #include "listener/prefork_listeners.h"
 #include "rdma_stream.h"
 #include "readiness/epoll_sets.h"
+#include "readiness/polled_streams.h"
 #include "readiness/stream_events.h"
 #include "registry/fd_table.h"
 #include "registry/upgrade_session.h"
 
 using tcp2rdma::preload::real;
-using tcp2rdma::preload::stream_poll_events;
 using tcp2rdma::preload::route_for_call;
 
 namespace {
@@ -41,11 +41,16 @@ int poll_streams_once(pollfd* fds, nfds_t nfds, const timespec* timeout, const s
   // The streams are held until poll returns (another thread may close a descriptor meanwhile), and
   // let go on every way out.
   static thread_local std::vector<tcp2rdma::preload::StreamRef> streams;
+  static thread_local tcp2rdma::preload::PolledStreams polled;
   struct LetGo {
-    ~LetGo() { streams.clear(); }
+    ~LetGo() {
+      polled.clear();  // first: its streams are held by `streams`
+      streams.clear();
+    }
   } let_go;
   auto deadline = Deadline::in_timespec(timeout);
   for (;;) {
+    polled.clear();  // the descriptors are looked up again: their streams may have changed
     streams.resize(nfds);
     shadow.assign(fds, fds + nfds);
     for (nfds_t i = 0; i < nfds; ++i) {
@@ -57,6 +62,7 @@ int poll_streams_once(pollfd* fds, nfds_t nfds, const timespec* timeout, const s
     auto ours = [&](nfds_t i) { return streams[i] != nullptr || streams[i].prefixed(); };
     for (;;) {
       int ready = 0;
+      polled.next_round();
       for (nfds_t i = 0; i < nfds; ++i) {
         if (!ours(i)) continue;
         if (streams[i].prefixed()) {
@@ -66,8 +72,9 @@ int poll_streams_once(pollfd* fds, nfds_t nfds, const timespec* timeout, const s
           shadow[i] = {fds[i].revents != 0 ? -1 : fds[i].fd, fds[i].events, 0};
           continue;
         }
-        bool gone = false;
-        fds[i].revents = stream_poll_events(streams[i], fds[i].events, &gone);
+        tcp2rdma::transport::Readiness r = polled.look(streams[i]);
+        bool gone = r.moved;
+        fds[i].revents = tcp2rdma::preload::poll_events_of(r, fds[i].events);
         if (gone) {
           // Back on TCP: the socket is polled from now on.
           tcp2rdma::preload::complete_move_back(streams[i].socket(), fds[i].fd);

@@ -66,6 +66,13 @@ bool tcp_exchange(int fd, uint8_t* buf, size_t n, bool sending, Deadline deadlin
 
 // Exactly n bytes from the stream within the deadline: the peer's HELLO and ACK.
 bool stream_read_exact(transport::RdmaStream& stream, uint8_t* buf, size_t n, Deadline deadline) {
+  // A poller of the stream's fd for the wait (rdma_stream.h, poller_enter): another thread's look at
+  // the stream must leave it the news it sleeps for.
+  struct Poller {
+    transport::RdmaStream& stream;
+    uint64_t seen;
+    ~Poller() { stream.poller_leave(seen); }
+  } poller{stream, stream.poller_enter()};
   size_t got = 0;
   while (got < n) {
     iovec iov{buf + got, n - got};
@@ -80,7 +87,7 @@ bool stream_read_exact(transport::RdmaStream& stream, uint8_t* buf, size_t n, De
     if (deadline.passed()) return false;
     pollfd p{stream.readiness_fd(), POLLIN, 0};
     real().poll(&p, 1, deadline.poll_ms());
-    (void)stream.readiness();  // takes the news the fd announced
+    (void)stream.readiness(&poller.seen);  // takes the news the fd announced
   }
   return true;
 }

@@ -1,0 +1,43 @@
+#include "readiness/polled_streams.h"
+
+namespace tcp2rdma::preload {
+
+void PolledStreams::clear() {
+  for (Polled& p : polled_) p.stream->poller_leave(p.seen);
+  polled_.clear();
+  index_.clear();
+}
+
+void PolledStreams::next_round() {
+  for (Polled& p : polled_) p.looked = false;
+}
+
+transport::Readiness PolledStreams::look(transport::RdmaStream* stream) {
+  Polled& p = find_or_add(stream);
+  if (!p.looked) {
+    p.readiness = stream->readiness(&p.seen);
+    p.looked = true;
+  }
+  return p.readiness;
+}
+
+PolledStreams::Polled& PolledStreams::find_or_add(transport::RdmaStream* stream) {
+  if (polled_.size() <= kSearched) {
+    for (Polled& p : polled_) {
+      if (p.stream == stream) return p;
+    }
+  } else if (auto it = index_.find(stream); it != index_.end()) {
+    return polled_[it->second];
+  }
+  polled_.push_back({stream, stream->poller_enter(), {}, false});
+  if (polled_.size() > kSearched) {
+    if (index_.empty()) {
+      for (size_t i = 0; i < polled_.size(); ++i) index_.emplace(polled_[i].stream, i);
+    } else {
+      index_.emplace(stream, polled_.size() - 1);
+    }
+  }
+  return polled_.back();
+}
+
+}  // namespace tcp2rdma::preload

@@ -1,0 +1,50 @@
+// The streams of one poll call (interpose/poll.cpp), each looked at once a round and registered as a
+// poller of its readiness fd for the call. Once, because a descriptor may be in several entries
+// (OpenBSD nc polls its connection for POLLOUT in one entry and POLLIN in another): a second look in
+// the same round takes the news it finds (room came back, say) for its own entry, which asked about
+// bytes, and the call would sleep beside a writable stream until some later completion
+// (integration.fault_wire.pair with 64 KiB rings: bursts every 20 s; integration.poll_duplicates.loop).
+// Registered, because another thread's look at the same stream must leave this call the news it has
+// not looked at yet (RdmaStream::poller_enter).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "rdma_stream.h"
+
+namespace tcp2rdma::preload {
+
+class PolledStreams {
+ public:
+  PolledStreams() = default;
+  PolledStreams(const PolledStreams&) = delete;
+  PolledStreams& operator=(const PolledStreams&) = delete;
+  ~PolledStreams() { clear(); }
+
+  // Lets every stream go (before the descriptors are looked up again, or the call returns): the
+  // caller holds the streams until then.
+  void clear();
+  void next_round();
+  // The stream's readiness in this round: looked at on its first entry, the same for the others.
+  transport::Readiness look(transport::RdmaStream* stream);
+
+ private:
+  struct Polled {
+    transport::RdmaStream* stream;
+    uint64_t seen;  // its registration (RdmaStream::poller_enter)
+    transport::Readiness readiness;
+    bool looked;
+  };
+  // A few streams are searched in place; a large poll set gets an index.
+  static constexpr size_t kSearched = 8;
+
+  Polled& find_or_add(transport::RdmaStream* stream);
+
+  std::vector<Polled> polled_;
+  std::unordered_map<transport::RdmaStream*, size_t> index_;
+};
+
+}  // namespace tcp2rdma::preload
