@@ -261,10 +261,11 @@ class RdmaStream {
   static Status connect_once(const sockaddr* address, const Pairing& pairing, const StreamOptions& options,
                              std::unique_ptr<RdmaStream>* out, uint16_t* redirect_port, DeclineReason* declined);
   // Channels on a live link (stream_channels.cpp): the client's open and its wait for the answer; the
-  // server's accept of an open its listener held. Both with the pin reservation already made.
+  // server's accept of an open its listener held. Both with the pin reservation already made; the
+  // open asks the server's first ring to be at most 2^server_ring_log2 (what the client mirrors now).
   static Status open_on_link(const std::shared_ptr<StreamLink>& link, const Pairing& pairing,
-                             const StreamOptions& sized, std::unique_ptr<RdmaStream>* out, uint16_t* redirect_port,
-                             DeclineReason* declined);
+                             const StreamOptions& sized, uint32_t server_ring_log2, std::unique_ptr<RdmaStream>* out,
+                             uint16_t* redirect_port, DeclineReason* declined);
   static Status accept_on_link(const std::shared_ptr<StreamLink>& link, uint32_t slot, const ChannelOpen& open,
                                uint64_t server_nonce, const StreamOptions& sized, std::unique_ptr<RdmaStream>* out);
   // Our ring (and mailbox, and for a link's first channel the setup area after it) in the link's
@@ -293,6 +294,7 @@ class RdmaStream {
     return o.start_ring_size_log2 != 0 && o.start_ring_size_log2 < o.ring_size_log2 ? o.start_ring_size_log2
                                                                                     : o.ring_size_log2;
   }
+  static bool ring_grows(const StreamOptions& o) { return first_ring_log2(o) < o.ring_size_log2; }
   // Sets the first ring's size in sized options (the start, when the ring starts small).
   static void set_first_ring(StreamOptions* o, uint32_t log2) {
     (o->start_ring_size_log2 != 0 && o->start_ring_size_log2 < o->ring_size_log2 ? o->start_ring_size_log2

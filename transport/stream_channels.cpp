@@ -115,8 +115,8 @@ void RdmaStream::on_answer(const ChannelAnswer* answer) {
 }
 
 Status RdmaStream::open_on_link(const std::shared_ptr<StreamLink>& link, const Pairing& pairing,
-                                const StreamOptions& sized, std::unique_ptr<RdmaStream>* out, uint16_t* redirect_port,
-                                DeclineReason* declined) {
+                                const StreamOptions& sized, uint32_t server_ring_log2, std::unique_ptr<RdmaStream>* out,
+                                uint16_t* redirect_port, DeclineReason* declined) {
   // Declared before the lock: a stream that fails here is destroyed after the lock is let go (its
   // destructor takes the link's lock).
   std::unique_ptr<RdmaStream> stream;
@@ -149,7 +149,7 @@ Status RdmaStream::open_on_link(const std::shared_ptr<StreamLink>& link, const P
   open.version = kProtocolVersion;
   open.kind = kOpenKind;
   open.ring_size_log2 = static_cast<uint8_t>(first_ring_log2(sized));
-  open.max_server_ring_log2 = static_cast<uint8_t>(sized.max_peer_ring_size_log2);
+  open.max_server_ring_log2 = static_cast<uint8_t>(server_ring_log2);
   open.queue_depth = static_cast<uint8_t>(sized.recv_queue_depth);
   open.rkey = stream->ring_mr_->rkey;
   open.client_channel = static_cast<uint16_t>(stream->index_);

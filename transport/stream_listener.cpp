@@ -367,11 +367,15 @@ Status StreamListener::accept_held(size_t index, uint64_t server_nonce, const St
     return Status::kRefused;
   }
   // Our ring as the client allows (its bounce buffer mirrors it) and as the pinning limit allows,
-  // with the client's ring mirrored here (pin_budget.h).
-  // A ring that starts small grows to no more than the client mirrors either.
+  // with the client's ring mirrored here (pin_budget.h). A ring that starts small starts within what
+  // the client asked; it grows by offers, which the client takes only if it can mirror them then.
   StreamOptions sized = options;
-  if (held.request.max_server_ring_log2 != 0) {
-    sized.ring_size_log2 = std::min<uint32_t>(sized.ring_size_log2, held.request.max_server_ring_log2);
+  if (uint32_t asked = held.request.max_server_ring_log2; asked != 0) {
+    if (RdmaStream::ring_grows(sized)) {
+      sized.start_ring_size_log2 = std::min<uint32_t>(sized.start_ring_size_log2, asked);
+    } else {
+      sized.ring_size_log2 = std::min<uint32_t>(sized.ring_size_log2, asked);
+    }
   }
   uint32_t wanted = RdmaStream::first_ring_log2(sized);
   PinReservation pin(wanted, held.request.ring_size_log2, stream_fixed_pin(options.send_queue_depth));

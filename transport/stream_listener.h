@@ -36,6 +36,8 @@ class StreamListener {
   // Listens at `address` (an IPv4-mapped one at the IPv4 address it is). `ipv6_only` is the
   // application socket's IPV6_V6ONLY: an IPv6 wildcard listener without it also takes IPv4 requests,
   // as a dual-stack socket takes IPv4 connections; with it, an IPv4 listener may share the port.
+  // The options it listens with (those of the rule that matched its listen()).
+  const StreamOptions& options() const { return options_; }
   static Status listen(const sockaddr* address, const StreamOptions& options, std::unique_ptr<StreamListener>* out,
                        bool ipv6_only = false);
   ~StreamListener();

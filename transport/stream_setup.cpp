@@ -120,7 +120,12 @@ Status RdmaStream::start(uint8_t peer_ring_log2, uint32_t peer_rkey, uint8_t pee
                                                    options_.recv_queue_depth, options_.recv_queue_depth});
   in_flight_.resize(options_.send_queue_depth);
   acked_ = retained_from_ = ours;
-  grow_again_at_ = theirs;  // a ring that starts small may grow from the first byte (stream_rings.cpp)
+  // A ring that starts small may grow from the first byte (stream_rings.cpp): the first time the peer
+  // fills it. Not later (after some bytes of bulk, say): a peer that writes while our application
+  // writes too, without reading, fills the ring once and then can write no more, and only a larger
+  // ring lets both go on, as kernel TCP's buffers do (integration.pin_limit_root.pair with 1 MiB
+  // echoes, which send all before reading, stalled with growth held back to four rings' worth).
+  grow_again_at_ = theirs;
   return Status::kOk;
 }
 
@@ -153,13 +158,20 @@ Status RdmaStream::connect_once(const sockaddr* address, const Pairing& pairing,
   *redirect_port = 0;
   // Our ring as the pinning limit allows (pin_budget.h), decided before rdma_cm is touched; the server
   // is asked to keep its own ring, which our bounce buffer mirrors, to what we can pin too.
-  // With a ring that starts small, the start is sized so; it grows later as the budget then allows.
-  PinReservation pin = PinReservation::for_client(first_ring_log2(options), options.max_peer_ring_size_log2,
+  // A ring that starts small is sized so at the start, and grows later as the budget then allows;
+  // the server is then asked to start no larger than we do: its ring grows by offers too, each of
+  // which we take only if we can pin its mirror then (answer_ring_offer), so that the setup reserves
+  // first rings alone and the rule's sizes stay the bound of growth.
+  bool grows = ring_grows(options);
+  uint32_t server_start_log2 = grows ? std::min(first_ring_log2(options), options.max_peer_ring_size_log2)
+                                     : options.max_peer_ring_size_log2;
+  PinReservation pin = PinReservation::for_client(first_ring_log2(options), server_start_log2,
                                                   stream_fixed_pin(options.send_queue_depth));
   if (pin.choice().ring_log2 == 0) return Status::kPinLimit;
   StreamOptions sized = options;
   set_first_ring(&sized, pin.choice().ring_log2);
-  sized.max_peer_ring_size_log2 = pin.choice().max_peer_log2;
+  uint32_t server_ring_log2 = pin.choice().max_peer_log2;
+  if (!grows) sized.max_peer_ring_size_log2 = server_ring_log2;
   // A live link to this server address takes the stream as a channel: one round trip, no rdma_cm
   // (docs/links.md). A link that cannot (full, failed meanwhile) leaves it to a queue pair of its own.
   // Another thread's link to the same server is waited for a quarter of the setup timeout at most:
@@ -174,7 +186,7 @@ Status RdmaStream::connect_once(const sockaddr* address, const Pairing& pairing,
                     [](uint8_t b) { return b == 0; })) {
       tuple_address(rdma_get_local_addr(link->id()), paired.tuple.client_addr);
     }
-    Status s = open_on_link(link, paired, sized, out, redirect_port, declined);
+    Status s = open_on_link(link, paired, sized, server_ring_log2, out, redirect_port, declined);
     if (s != Status::kResources && s != Status::kReset) return s;
   }
   // Whatever becomes of this link, the streams that wait for it learn so when this returns.
@@ -212,10 +224,10 @@ Status RdmaStream::connect_once(const sockaddr* address, const Pairing& pairing,
   if (Status s = stream->create_resources(id, sized); s != Status::kOk) return s;
   // Our ring and mailbox slots are registered (VmPin has them); the bounce buffer, as large as the
   // server's ring at most, comes after its reply.
-  pin.shrink_to(uint64_t{1} << sized.max_peer_ring_size_log2);
+  pin.shrink_to(uint64_t{1} << server_ring_log2);
   ConnectRequest request{};
   stream->describe_ourselves(&request, sized);
-  request.max_server_ring_log2 = static_cast<uint8_t>(sized.max_peer_ring_size_log2);
+  request.max_server_ring_log2 = static_cast<uint8_t>(server_ring_log2);
   request.tuple = stream->tuple_;
   request.client_nonce = pairing.client_nonce;
   rdma_conn_param param{};

@@ -179,9 +179,13 @@ transport::Status RequestWait::look(bool collect, std::unique_ptr<transport::Rdm
   std::lock_guard lock(listener->mutex);
   transport::StreamListener* rdma = listener->rdma_listener.get();
   if (rdma == nullptr || listener->listener_generation != fork_generation()) return transport::Status::kRejected;
-  if (collect) rdma->collect(kRequestHold);
+  if (collect) rdma->collect(request_hold(*rdma));
   *fd = rdma->fd();
   return rdma->begin_accept(tuple_, transport::random_nonce(), options_, out);
+}
+
+std::chrono::milliseconds request_hold(const transport::StreamListener& listener) {
+  return std::max(std::chrono::milliseconds(5000), std::chrono::milliseconds(listener.options().timeout_ms));
 }
 
 void RequestWait::give_up() { decline(listener_, tuple_, transport::DeclineReason::kTooLate); }

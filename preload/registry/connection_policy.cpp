@@ -128,16 +128,20 @@ void log_connection(int fd, config::Role role, const config::Decision& decision,
   log_line("%s: %s", label, path);
 }
 
+// The size a ring starts with (2^16, 64 KiB) when the rule asks for more: enough for request and
+// response traffic at full speed, and a bulk transfer's first bytes fill it within a round trip or two.
+constexpr uint32_t kStartRingLog2 = 16;
+
 transport::StreamOptions stream_options(const config::ConnectionOptions& o) {
   transport::StreamOptions s;
   uint32_t log2 = 10;
   while (log2 < 29 && (uint64_t{1} << log2) < o.buffer_size) ++log2;
   s.ring_size_log2 = log2;
-  // The ring has its full size from the start (start_ring_size_log2 stays 0). Not yet: a ring that
-  // starts at 64 KiB (16) and grows to the rule's buffer_size once the peer's bytes fill it
-  // (docs/links.md, "Rings that grow"). Tried: integration.fault_wire.pair stalled (2 runs of 2) with
-  // the server's ring stuck at 64 KiB (the client's setup asks it to stay within what the client
-  // could mirror then), as fixed 64 KiB rings also do after a cut (docs/links.md).
+  if (log2 > kStartRingLog2) s.start_ring_size_log2 = kStartRingLog2;
+  // The ring starts at 64 KiB and grows to the rule's buffer_size once the peer's bytes fill it
+  // (docs/links.md, "Rings that grow"): a connection that only trades small messages pins 64 KiB and
+  // its mirror, not the rule's size, so that pinned memory follows the bulk transfers, not the
+  // connection count.
   // The peer's ring costs us a bounce buffer as large (pinned): up to 4 times our own, refused beyond.
   s.max_peer_ring_size_log2 = std::min<uint32_t>(log2 + 2, 29);
   s.recv_queue_depth = static_cast<uint16_t>(std::clamp<uint32_t>(o.recv_queue_depth, 4, 255));

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "back_to_tcp/path_watcher.h"
@@ -48,20 +49,49 @@ uint64_t max_tcp_tail() {
   return bound;
 }
 
-// Exactly n bytes to or from the TCP socket within the deadline, whatever its O_NONBLOCK.
-bool tcp_exchange(int fd, uint8_t* buf, size_t n, bool sending, Deadline deadline) {
+// How an exchange of bytes on the TCP socket ended: done, or why not, after how many bytes.
+struct TcpResult {
+  enum Kind { kDone, kEnded, kFailed, kTimedOut } kind = kDone;
   size_t done = 0;
-  while (done < n) {
-    if (deadline.passed()) return false;
+  int error = 0;
+  bool ok() const { return kind == kDone; }
+};
+
+// Exactly n bytes to or from the TCP socket within the deadline, whatever its O_NONBLOCK.
+TcpResult tcp_exchange(int fd, uint8_t* buf, size_t n, bool sending, Deadline deadline) {
+  TcpResult r;
+  while (r.done < n) {
+    if (deadline.passed()) {
+      r.kind = TcpResult::kTimedOut;
+      return r;
+    }
     pollfd p{fd, static_cast<short>(sending ? POLLOUT : POLLIN), 0};
     if (real().poll(&p, 1, deadline.poll_ms()) <= 0) continue;
-    ssize_t r = sending ? real().send(fd, buf + done, n - done, MSG_DONTWAIT | MSG_NOSIGNAL)
-                        : real().recv(fd, buf + done, n - done, MSG_DONTWAIT);
-    if (r == 0 && !sending) return false;
-    if (r < 0 && errno != EAGAIN && errno != EINTR) return false;
-    if (r > 0) done += static_cast<size_t>(r);
+    ssize_t got = sending ? real().send(fd, buf + r.done, n - r.done, MSG_DONTWAIT | MSG_NOSIGNAL)
+                          : real().recv(fd, buf + r.done, n - r.done, MSG_DONTWAIT);
+    if (got == 0 && !sending) {
+      r.kind = TcpResult::kEnded;
+      return r;
+    }
+    if (got < 0 && errno != EAGAIN && errno != EINTR) {
+      r.kind = TcpResult::kFailed;
+      r.error = errno;
+      return r;
+    }
+    if (got > 0) r.done += static_cast<size_t>(got);
   }
-  return true;
+  return r;
+}
+
+// A failed exchange in words, for the log line: what ended it, after how many of the n bytes.
+std::string tcp_words(const TcpResult& r, size_t n) {
+  char text[160];
+  const char* how = r.kind == TcpResult::kEnded    ? "the TCP connection ended"
+                    : r.kind == TcpResult::kFailed ? "TCP failed"
+                                                   : "nothing more came on TCP within the switch's time";
+  snprintf(text, sizeof text, "%s%s%s%s after %zu of %zu bytes", how, r.kind == TcpResult::kFailed ? " (" : "",
+           r.kind == TcpResult::kFailed ? strerror(r.error) : "", r.kind == TcpResult::kFailed ? ")" : "", r.done, n);
+  return text;
 }
 
 // Exactly n bytes from the stream within the deadline: the peer's HELLO and ACK.
@@ -117,6 +147,7 @@ bool tcp_at_end(int fd, Deadline deadline) {
 struct Step {
   enum Kind { kGoOn, kStaysTcp, kBroken } kind = kGoOn;
   const char* why = "";
+  std::string detail = {};  // what the TCP side saw, when it was TCP that failed
 };
 
 // HELLO and ACK both ways on the stream: the peer's HELLO in *peer, and how many of its TCP bytes
@@ -155,16 +186,19 @@ Step exchange_counts(transport::RdmaStream& stream, const Hello& ours, uint64_t 
 Step read_peer_tail(int fd, uint64_t tail, bool peer_ended, const NoncePair& nonces, Deadline deadline,
                     std::vector<uint8_t>* bytes) {
   bytes->resize(tail);
-  if (!tcp_exchange(fd, bytes->data(), bytes->size(), false, deadline)) {
-    return {Step::kBroken, "the TCP connection ended before the peer's last bytes on it"};
+  if (TcpResult r = tcp_exchange(fd, bytes->data(), bytes->size(), false, deadline); !r.ok()) {
+    return {Step::kBroken, "the peer's last bytes on TCP did not come", tcp_words(r, bytes->size())};
   }
   if (peer_ended) {
     if (!tcp_at_end(fd, deadline)) return {Step::kBroken, "bytes on TCP after the end the peer announced"};
     return {};
   }
   std::array<uint8_t, kRecordSize> record{};
-  if (!tcp_exchange(fd, record.data(), record.size(), false, deadline)) {
-    return {Step::kBroken, "the TCP connection ended before the peer's switch record"};
+  if (TcpResult r = tcp_exchange(fd, record.data(), record.size(), false, deadline); !r.ok()) {
+    char words[200];
+    snprintf(words, sizeof words, "%s, after its %llu last bytes", tcp_words(r, record.size()).c_str(),
+             static_cast<unsigned long long>(tail));
+    return {Step::kBroken, "the peer's switch record did not come on TCP", words};
   }
   if (check_record(record, nonces) != RecordCheck::kProven) {
     return {Step::kBroken, "the peer's switch record did not match this connection"};
@@ -195,13 +229,16 @@ UpgradeOutcome switch_onto(int fd, TrackedSocket* socket, UpgradeSession* sessio
   NoncePair nonces = nonce_pair(stream->client_nonce(), stream->server_nonce());
   auto record = encode_record(nonces);
   Step step = exchange_counts(*stream, ours, received, is_client, deadline, &peer, &tail);
-  if (step.kind == Step::kGoOn && is_client && !tcp_exchange(fd, record.data(), record.size(), true, deadline)) {
-    step = {Step::kBroken, "could not write the switch record on TCP"};
+  if (step.kind == Step::kGoOn && is_client) {
+    if (TcpResult r = tcp_exchange(fd, record.data(), record.size(), true, deadline); !r.ok()) {
+      step = {Step::kBroken, "could not write the switch record on TCP", tcp_words(r, record.size())};
+    }
   }
   if (step.kind == Step::kGoOn) step = read_peer_tail(fd, tail, peer.tcp_ended, nonces, deadline, &tcp_tail);
-  if (step.kind == Step::kGoOn && !is_client && !ours.tcp_ended &&
-      !tcp_exchange(fd, record.data(), record.size(), true, deadline)) {
-    step = {Step::kBroken, "could not write the switch record on TCP"};
+  if (step.kind == Step::kGoOn && !is_client && !ours.tcp_ended) {
+    if (TcpResult r = tcp_exchange(fd, record.data(), record.size(), true, deadline); !r.ok()) {
+      step = {Step::kBroken, "could not write the switch record on TCP", tcp_words(r, record.size())};
+    }
   }
   // Our application ended its sending side on TCP: the stream's sending side ends too, so that the
   // peer reads the end right after our last bytes.
@@ -210,9 +247,10 @@ UpgradeOutcome switch_onto(int fd, TrackedSocket* socket, UpgradeSession* sessio
   }
   if (step.kind != Step::kGoOn) {
     UpgradeOutcome failed{false, step.kind == Step::kStaysTcp, step.why};
-    failed.detail = stream->failure_detail();
-    // A stream that did not fail but did not bring the peer's HELLO or ACK either: say where its bytes
-    // were, so that one that never came reads differently from one that came unnoticed.
+    // What failed, in words: the TCP side's account, or the stream's; a stream that did not fail but
+    // did not bring the peer's HELLO or ACK either says where its bytes were, so that one that never
+    // came reads differently from one that came unnoticed.
+    failed.detail = !step.detail.empty() ? step.detail : stream->failure_detail();
     if (failed.detail.empty()) failed.detail = stream->flow_summary();
     stream->abort();
     return failed;

@@ -104,7 +104,9 @@ UpgradeOutcome run_upgrade_steps(const Connection& c, UpgradeSession* session, A
   std::unique_ptr<transport::RdmaStream> stream;
   transport::DeclineReason declined = transport::DeclineReason::kNone;
   transport::Status s = c.is_client ? connect_stream(c, &stream, &declined) : accept_stream(c, session, answer, &stream);
-  if (s == transport::Status::kWouldBlock) return {false, true, "the client asked for no RDMA connection"};
+  // The wait ended without a request (the rule's upgrade timeout passed, or the connection was
+  // settled): a client without tcp2rdma, or whose rules keep this connection on TCP, sends none.
+  if (s == transport::Status::kWouldBlock) return {false, true, "no RDMA request from the client in time"};
   if (s == transport::Status::kRejected && !c.is_client) return {false, true, "no RDMA listener on this port"};
   // The server's word on why, when it gave one (a Decline record); else "no tcp2rdma listener".
   if (s == transport::Status::kRejected) return {false, true, transport::to_string(declined)};

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 
 #include "libc/real_calls.h"
 #include "own_descriptors.h"
@@ -53,10 +54,30 @@ bool log_enabled() noexcept { return log_fd() != kOff; }
 
 namespace {
 
+// TCP2RDMA_LOG_TIME=1 puts the wall-clock time (UTC, to the millisecond) after the pid: for reading
+// two hosts' logs side by side (the order of one connection's lines at its two ends). Read once.
+bool log_time() noexcept {
+  static const bool on = [] {
+    const char* v = std::getenv("TCP2RDMA_LOG_TIME");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  return on;
+}
+
+int write_prefix(char* line, size_t size) noexcept {
+  int pid = static_cast<int>(getpid());
+  if (!log_time()) return std::snprintf(line, size, "tcp2rdma[%d]: ", pid);
+  timespec now{};
+  clock_gettime(CLOCK_REALTIME, &now);
+  long day_ms = static_cast<long>(now.tv_sec % 86400) * 1000 + now.tv_nsec / 1000000;
+  return std::snprintf(line, size, "tcp2rdma[%d] %02ld:%02ld:%02ld.%03ld: ", pid, day_ms / 3600000,
+                       day_ms / 60000 % 60, day_ms / 1000 % 60, day_ms % 1000);
+}
+
 void write_line(int fd, const char* format, va_list ap) noexcept {
   SavedErrno keep_errno;
   char line[512];
-  int n = std::snprintf(line, sizeof line, "tcp2rdma[%d]: ", static_cast<int>(getpid()));
+  int n = write_prefix(line, sizeof line);
   int m = std::vsnprintf(line + n, sizeof line - static_cast<size_t>(n) - 1, format, ap);
   size_t len = static_cast<size_t>(n) + (m < 0 ? 0 : static_cast<size_t>(m));
   if (len > sizeof line - 2) len = sizeof line - 2;  // truncated: still one whole line

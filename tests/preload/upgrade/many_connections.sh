@@ -17,7 +17,8 @@ sh "$guest/wait-servers.sh"
 # The application's own connections need a soft limit above N; the module's descriptors go above it.
 ulimit -Hn 1048576 2>/dev/null || true
 ulimit -Sn $((n + 1024))
-T2R_MIN_PKTS=$((n * 10)) env LD_PRELOAD="$shim" TCP2RDMA_RULES="$rules" TCP2RDMA_LOG="$log" \
+# Timed log lines (TCP2RDMA_LOG_TIME): a connection that failed can be followed at both ends.
+T2R_MIN_PKTS=$((n * 10)) env LD_PRELOAD="$shim" TCP2RDMA_RULES="$rules" TCP2RDMA_LOG="$log" TCP2RDMA_LOG_TIME=1 \
   sh "$guest/expect-rdma" python3 "$here/many_connections.py" "$T2R_PEER" "$port" "$n" "$bytes" "$log" "$want" 240
 echo "many: why some stayed tcp (client):"
 grep -o 'stays tcp (.*' "$log" | sed 's/ ([0-9]* ms)//' | sort | uniq -c | sort -rn | head -5
