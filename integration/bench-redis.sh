@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# bench-redis.sh [N] [CLIENTS...]: redis-benchmark against a redis server in the pair VMs, the measure
+# of issue 17's "redis-benchmark -c 1000" target (docs/links.md). On A a redis server (Debian's
+# redis-tools binary, as integration.redis_over_rdma.pair runs it) upgrading in the background; on B
+# `redis-benchmark -n N -t set,get -c C` for each C of CLIENTS (default 50 1000), first without the
+# module (kernel TCP: the reference), then under it (rules integration/rules/redis-rdma.yaml: the
+# clients upgrade before connect() returns). Reported per run: requests per second of SET and GET,
+# the connections the client's log shows on RDMA and on TCP (and why), and rxe's packets. A server
+# restarted between runs is not needed: each run's connections are new. Figures with date and
+# machine go to docs/benchmarks.md.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+n=${1:-200000}
+shift || true
+clients=${*:-50 1000}
+lib=${TCP2RDMA_LIB:-$root/build/preload/libtcp2rdma.so}
+[ -f "$lib" ] || { echo "no $lib: build first (integration/test-all or cmake --build build)" >&2; exit 1; }
+rules=$root/integration/rules/redis-rdma.yaml
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+server="ulimit -Hn 1048576; ulimit -Sn 65536; ln -sf /usr/bin/redis-check-rdb /tmp/redis-server; env T2R_SHIM=$lib TCP2RDMA_RULES=$rules sh $root/integration/guest/app-servers.sh redis '/tmp/redis-server --port 6390 --bind 10.77.0.1 --protected-mode no --save \"\" --appendonly no --dir /tmp --maxclients 20000' 'Ready to accept connections'"
+client="CLIENTS='$clients' sh $root/integration/guest/bench-redis-client.sh $lib $rules $n"
+set +e
+"$root/integration/vm" pair --timeout 3000 --share "$(dirname "$(dirname "$lib")")" "$server" "$client" > "$out" 2>&1
+status=$?
+set -e
+echo "bench-redis: redis-benchmark -n $n -t set,get, clients $clients, two Soft-RoCE VMs (1 GiB, 1 vCPU each), $(date -u +%F), host $(nproc) cores"
+grep -E '^\[b\] (result|  why)' "$out" | sed 's/^\[b\] //'
+if [ $status -ne 0 ]; then
+  echo "bench-redis: the run failed (status $status); its output:" >&2
+  tail -n 60 "$out" >&2
+  exit $status
+fi
