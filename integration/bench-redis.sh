@@ -3,8 +3,9 @@
 # of issue 17's "redis-benchmark -c 1000" target (docs/links.md). On A a redis server (Debian's
 # redis-tools binary, as integration.redis_over_rdma.pair runs it) upgrading in the background; on B
 # `redis-benchmark -n N -t set,get -c C` for each C of CLIENTS (default 50 1000), first without the
-# module (kernel TCP: the reference), then under it (rules integration/rules/redis-rdma.yaml: the
-# clients upgrade before connect() returns). Reported per run: requests per second of SET and GET,
+# module (kernel TCP: the reference), then under it (BENCH_RULES, default
+# integration/rules/redis-bench.yaml: both ends upgrade in the background). Reported per run:
+# requests per second of SET and GET,
 # the connections the client's log shows on RDMA and on TCP (and why), and rxe's packets. A server
 # restarted between runs is not needed: each run's connections are new. Figures with date and
 # machine go to docs/benchmarks.md.
@@ -15,7 +16,7 @@ shift || true
 clients=${*:-50 1000}
 lib=${TCP2RDMA_LIB:-$root/build/preload/libtcp2rdma.so}
 [ -f "$lib" ] || { echo "no $lib: build first (integration/test-all or cmake --build build)" >&2; exit 1; }
-rules=$root/integration/rules/redis-rdma.yaml
+rules=${BENCH_RULES:-$root/integration/rules/redis-bench.yaml}
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 server="ulimit -Hn 1048576; ulimit -Sn 65536; ln -sf /usr/bin/redis-check-rdb /tmp/redis-server; env T2R_SHIM=$lib TCP2RDMA_RULES=$rules sh $root/integration/guest/app-servers.sh redis '/tmp/redis-server --port 6390 --bind 10.77.0.1 --protected-mode no --save \"\" --appendonly no --dir /tmp --maxclients 20000' 'Ready to accept connections'"
