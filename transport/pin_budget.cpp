@@ -118,6 +118,17 @@ uint32_t ring_log2_within(uint32_t wanted, uint32_t peer_log2, uint64_t fixed, c
   return cost(kSmallestBudgetRingLog2, peer_log2, fixed) <= left ? kSmallestBudgetRingLog2 : 0;
 }
 
+uint32_t growth_log2_within(uint32_t wanted, const PinState& state) {
+  if (!state.limited) return wanted;
+  uint64_t keep_free = state.limit / 4;
+  uint64_t left = state.limit > keep_free + state.pinned ? state.limit - keep_free - state.pinned : 0;
+  left = std::min({left, state.available, state.limit / 64});
+  for (uint32_t r = wanted; r >= kSmallestBudgetRingLog2; --r) {
+    if ((uint64_t{1} << r) <= left) return r;
+  }
+  return 0;
+}
+
 RingChoice client_rings(uint32_t wanted, uint32_t max_peer_log2, uint64_t fixed, const PinState& state) {
   if (ring_log2_within(wanted, max_peer_log2, fixed, state) == wanted) return {wanted, max_peer_log2};
   uint32_t r = ring_log2_within(wanted, 0, fixed, state);
@@ -149,6 +160,13 @@ PinReservation::PinReservation(uint32_t wanted, uint32_t peer_log2, uint64_t fix
 PinReservation PinReservation::for_client(uint32_t wanted, uint32_t max_peer_log2, uint64_t fixed) {
   PinReservation r;
   r.reserve(fixed, [&](const PinState& state) { return client_rings(wanted, max_peer_log2, fixed, state); });
+  return r;
+}
+
+PinReservation PinReservation::for_growth(uint32_t wanted) {
+  PinReservation r;
+  // Counted as the ring and a 1 KiB peer ring (reserve counts two rings): the grown ring alone.
+  r.reserve(0, [&](const PinState& state) { return RingChoice{growth_log2_within(wanted, state), 10}; });
   return r;
 }
 

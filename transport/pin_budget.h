@@ -41,6 +41,14 @@ uint64_t stream_fixed_pin(uint32_t send_queue_depth);
 // 2^peer_log2, with `fixed` bytes besides the two rings. 0 when not even the smallest ring fits.
 uint32_t ring_log2_within(uint32_t wanted, uint32_t peer_log2, uint64_t fixed, const PinState& state);
 
+// Pure: the largest ring (log2, at most `wanted`) a stream may grow to, or the mirror a writer may pin
+// for a peer's grown ring: within a 64th of the limit, as a first ring, but leaving a quarter of the
+// limit free instead of a sixteenth, for the first rings of the connections to come (grown rings
+// never shrink yet: without the reserve the first connections' grown rings took the whole budget,
+// and later connections could not pin even a first ring; docs/benchmarks.md, bench-links at 1000).
+// 0 when not even the smallest ring fits.
+uint32_t growth_log2_within(uint32_t wanted, const PinState& state);
+
 // The client's choice: it does not know the server's ring yet, and tells the server the largest it
 // will mirror (ConnectRequest::max_server_ring_log2). It keeps its options (its ring, the server's up
 // to max_peer_log2) when they fit; otherwise it takes the ring that fits with the server's no larger
@@ -63,6 +71,8 @@ class PinReservation {
   PinReservation(uint32_t wanted, uint32_t peer_log2, uint64_t fixed);
   // The client's view (client_rings).
   static PinReservation for_client(uint32_t wanted, uint32_t max_peer_log2, uint64_t fixed);
+  // A grown ring, or the mirror of a peer's (growth_log2_within): nothing else is pinned with it.
+  static PinReservation for_growth(uint32_t wanted);
   ~PinReservation();
   PinReservation(PinReservation&& other) noexcept : choice_(other.choice_), reserved_(other.reserved_) {
     other.reserved_ = 0;

@@ -53,9 +53,9 @@ void RdmaStream::maybe_grow_ring() {
   // Reading the budget costs system calls: after a try that found no room, not again before another
   // sixteen rings' worth of bytes came.
   grow_again_at_ = flow_->produced() + 16 * current;
-  // As the pinning budget allows now (pin_budget.h; the peer's ring counts as the smallest, since
-  // only our new ring is pinned here); not worth a move unless it is larger.
-  PinReservation pin(full, 10, 0);
+  // As the pinning budget allows now, leaving room for the first rings of connections to come
+  // (pin_budget.h, growth_log2_within); not worth a move unless it is larger.
+  PinReservation pin = PinReservation::for_growth(full);
   uint32_t log2 = pin.choice().ring_log2;
   if (log2 == 0 || (uint64_t{1} << log2) <= current) return;
   uint64_t size = uint64_t{1} << log2;
@@ -85,7 +85,7 @@ void RdmaStream::answer_ring_offer() {
   }
   if (!back_home) {
     if (extra_bounce_ != nullptr) release_pages(&extra_bounce_, &extra_bounce_mr_);  // idle: not needed
-    PinReservation pin(static_cast<uint32_t>(std::countr_zero(size)), 10, 0);  // the mirror alone
+    PinReservation pin = PinReservation::for_growth(static_cast<uint32_t>(std::countr_zero(size)));  // the mirror
     if ((uint64_t{1} << pin.choice().ring_log2) != size ||
         (extra_bounce_ = registered_pages(link_->pd(), size, false, &extra_bounce_mr_)) == nullptr) {
       flow_->decline_ring_offer();

@@ -20,6 +20,18 @@ TEST(PinBudget, UnlimitedKeepsTheRingAsked) {
   EXPECT_EQ(ring_log2_within(29, 22, stream_fixed_pin(320), PinState{}), 29u);
 }
 
+TEST(PinBudget, GrowthLeavesAQuarterOfTheLimitForFirstRings) {
+  EXPECT_EQ(growth_log2_within(20, PinState{}), 20u);  // nothing bounds it
+  // A 256 MiB limit: growth may pin up to three quarters (192 MiB), a 64th (4 MiB) at a time.
+  EXPECT_EQ(growth_log2_within(20, limited(256 * kMiB, 100 * kMiB)), 20u);
+  EXPECT_EQ(growth_log2_within(20, limited(256 * kMiB, 191 * kMiB)), 20u);       // 1 MiB left: fits
+  EXPECT_EQ(growth_log2_within(20, limited(256 * kMiB, 191 * kMiB + kKiB)), 19u);  // half of it
+  EXPECT_EQ(growth_log2_within(20, limited(256 * kMiB, 192 * kMiB)), 0u);        // the quarter is kept
+  // Where a first ring (which keeps only a sixteenth free) still fits.
+  EXPECT_GT(ring_log2_within(16, 16, stream_fixed_pin(320), limited(256 * kMiB, 200 * kMiB)), 0u);
+  EXPECT_EQ(growth_log2_within(23, limited(256 * kMiB)), 22u);  // never more than a 64th
+}
+
 TEST(PinBudget, FixedCostIsTheMailboxPageAndTheSlots) {
   EXPECT_EQ(stream_fixed_pin(320), 4096u + 32768u);  // 320 slots of 96 bytes: 7.5 pages, 8
   EXPECT_EQ(stream_fixed_pin(65), 4096u + 8192u);    // 6240 bytes: 2 pages
