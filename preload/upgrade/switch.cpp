@@ -85,12 +85,15 @@ TcpResult tcp_exchange(int fd, uint8_t* buf, size_t n, bool sending, Deadline de
 
 // A failed exchange in words, for the log line: what ended it, after how many of the n bytes.
 std::string tcp_words(const TcpResult& r, size_t n) {
+  char how[96];
+  if (r.kind == TcpResult::kFailed) {
+    snprintf(how, sizeof how, "TCP failed (%s)", strerror(r.error));
+  } else {
+    snprintf(how, sizeof how, "%s",
+             r.kind == TcpResult::kEnded ? "the TCP connection ended" : "nothing more came on TCP within the switch's time");
+  }
   char text[160];
-  const char* how = r.kind == TcpResult::kEnded    ? "the TCP connection ended"
-                    : r.kind == TcpResult::kFailed ? "TCP failed"
-                                                   : "nothing more came on TCP within the switch's time";
-  snprintf(text, sizeof text, "%s%s%s%s after %zu of %zu bytes", how, r.kind == TcpResult::kFailed ? " (" : "",
-           r.kind == TcpResult::kFailed ? strerror(r.error) : "", r.kind == TcpResult::kFailed ? ")" : "", r.done, n);
+  snprintf(text, sizeof text, "%s after %zu of %zu bytes", how, r.done, n);
   return text;
 }
 
