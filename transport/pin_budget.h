@@ -44,8 +44,9 @@ uint32_t ring_log2_within(uint32_t wanted, uint32_t peer_log2, uint64_t fixed, c
 // Pure: the largest ring (log2, at most `wanted`) a stream may grow to, or the mirror a writer may pin
 // for a peer's grown ring: within a 64th of the limit, as a first ring, but leaving a quarter of the
 // limit free instead of a sixteenth, for the first rings of the connections to come (grown rings
-// never shrink yet: without the reserve the first connections' grown rings took the whole budget,
-// and later connections could not pin even a first ring; docs/benchmarks.md, bench-links at 1000).
+// shrink only when idle: without the reserve the first connections' grown rings took the whole
+// budget, and later connections could not pin even a first ring; docs/benchmarks.md, bench-links at
+// 1000).
 // 0 when not even the smallest ring fits.
 uint32_t growth_log2_within(uint32_t wanted, const PinState& state);
 

@@ -32,7 +32,7 @@ namespace tcp2rdma::transport {
 struct StreamOptions {
   uint32_t ring_size_log2 = 20;     // 1 MiB receive ring (10..29)
   // The ring starts at this size and grows to ring_size_log2 once the peer's bytes fill it, as the
-  // pinning budget allows (docs/links.md, "Rings that grow"). 0: it has ring_size_log2 from the start.
+  // pinning budget allows (docs/links.md, "Rings that grow and shrink"). 0: it has ring_size_log2 from the start.
   uint32_t start_ring_size_log2 = 0;
   // The largest ring the peer may ask us to write into: our bounce buffer mirrors it, allocated and
   // pinned on our side, so the peer must not choose its size alone. A larger one is refused.
@@ -45,6 +45,10 @@ struct StreamOptions {
   uint32_t inline_threshold = 128;  // pieces up to this long travel inside the work request
   int busy_poll_us = 1000;          // a blocked call polls this long (yielding the CPU) before it sleeps
   int keepalive_ms = 5000;          // a blocked call probes an idle peer this often (0: never)
+  // A grown ring goes back to its first size when the peer sent nothing between two periodic looks
+  // at the stream (the path watcher's, or a blocked call's keepalive: every keepalive_ms) and all it
+  // sent was read (docs/links.md, "Rings that grow and shrink"). false: grown rings stay.
+  bool shrink_when_idle = true;
   uint8_t ack_timeout_log2 = 16;    // each try of a send waits 4.096 us * 2^this for its ack (about
                                     // 270 ms); after 7 retries the connection is reset
   size_t registration_cache_entries = 16;
@@ -232,11 +236,13 @@ class RdmaStream {
   int timeout_ms() const { return options_.timeout_ms; }
   int keepalive_ms() const { return options_.keepalive_ms; }
   uint64_t server_nonce() const { return server_nonce_; }
-  // Bytes of our receive ring and of the peer's, now (they grow: docs/links.md, "Rings that grow").
+  // Bytes of our receive ring and of the peer's, now (they grow: docs/links.md, "Rings that grow and shrink").
   uint64_t ring_size() const;
   uint64_t peer_ring_size() const;
-  // Times our ring moved to a larger one (our offer adopted, the old ring done).
+  // Times our ring moved to a larger one, and back to its first size (our offer adopted, the old
+  // ring done).
   uint64_t rings_grown() const;
+  uint64_t rings_shrunk() const;
   // The size our ring may grow to (the options' ring size; the pinning budget may allow less).
   uint64_t ring_grows_to() const { return uint64_t{1} << options_.ring_size_log2; }
   // Opened as a channel on a link another stream had made (docs/links.md), not by rdma_cm.
@@ -302,6 +308,9 @@ class RdmaStream {
   }
   // The reader's side: the peer filled our ring; offer it a larger one if the budget allows.
   void maybe_grow_ring();
+  // The reader's side, at a periodic look (check_path, a blocked call's keepalive): our grown ring
+  // idle since the last look and empty, offer the peer our first ring again.
+  void look_idle();
   // Our memory of ring generation `gen` (the first ring, or the grown one).
   const uint8_t* ring_memory(uint64_t gen) const { return extra_ring_ != nullptr && gen == extra_gen_ ? extra_ring_ : ring_; }
   uint32_t ring_rkey(uint64_t gen) const { return extra_ring_ != nullptr && gen == extra_gen_ ? extra_ring_mr_->rkey : ring_mr_->rkey; }
@@ -465,6 +474,9 @@ class RdmaStream {
   ibv_mr* extra_bounce_mr_ = nullptr;
   bool extra_current_ = false;
   uint64_t rings_grown_ = 0;
+  uint64_t rings_shrunk_ = 0;
+  uint64_t idle_mark_ = 0;      // the peer's cursor at the last periodic look (look_idle)
+  bool idle_marked_ = false;    // idle_mark_ was taken while our grown ring was the ring
   uint32_t grow_limit_log2_ = 30;  // lowered when the peer refuses a size
   uint64_t grow_again_at_ = 0;     // the peer's cursor before which no new try to grow is made
   uint64_t mailbox_seq_ = 0;

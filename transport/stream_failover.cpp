@@ -140,6 +140,7 @@ RdmaStream::PathCheck RdmaStream::check_path(bool probe) {
     // An application's poller loses nothing: its readiness() judges the stream's state, not the fds.
     handle_cm_events();
     progress();
+    if (!failed()) look_idle();  // the watcher looks at an idle stream every keepalive interval
     if (probe && !failed()) keepalive_locked();
   }
   check.failover_due = failover_due();

@@ -101,7 +101,7 @@ class StreamLink {
     void* ring = nullptr;
     ibv_mr* bounce_mr = nullptr;
     void* bounce = nullptr;
-    ibv_mr* extra_ring_mr = nullptr;  // a grown ring and a grown mirror (docs/links.md, "Rings that grow")
+    ibv_mr* extra_ring_mr = nullptr;  // a grown ring and a grown mirror (docs/links.md, "Rings that grow and shrink")
     void* extra_ring = nullptr;
     ibv_mr* extra_bounce_mr = nullptr;
     void* extra_bounce = nullptr;

@@ -658,7 +658,10 @@ Status RdmaStream::wait(std::unique_lock<std::mutex>& lock, bool interruptible, 
   // program that only blocks pays no system call for it).
   if (ready > 0 && polled_) wake_pollers();
   cv_.notify_all();
-  if (ready == 0 && !failed() && sleep_ms == options_.keepalive_ms) return keepalive_locked();
+  if (ready == 0 && !failed() && sleep_ms == options_.keepalive_ms) {
+    look_idle();  // a blocked call's periodic look, as the path watcher's
+    return keepalive_locked();
+  }
   return interrupted && interruptible ? Status::kInterrupted : Status::kOk;
 }
 

@@ -1,5 +1,7 @@
-// Rings that grow (docs/links.md, "Rings that grow"): a stream may start with a small receive ring and
-// move to its full size once the peer's bytes fill it. The rules of a move are flow control's
+// Rings that grow and shrink (docs/links.md, "Rings that grow and shrink"): a stream may start with a
+// small receive ring and move to its full size once the peer's bytes fill it, and back to the first
+// ring when the peer has been idle a while (pinned memory follows the bytes in flight, not the
+// connections that once carried bulk). The rules of a move are flow control's
 // (flow_control.h, "Ring moves"); here is the memory: the reader's grown ring, the writer's mirror of
 // it (the bounce buffer mirrors the ring it writes into, for copies and for a failover's resend), and
 // when each may go.
@@ -64,6 +66,22 @@ void RdmaStream::maybe_grow_ring() {
   extra_gen_ = flow_->offer_ring(size);  // goes out with our next mailbox update
 }
 
+void RdmaStream::look_idle() {
+  // Two periodic looks with no byte of the peer's in between, and every byte read: the grown ring
+  // holds nothing and carried nothing for at least a keepalive interval. Back to the first ring
+  // (still registered: the mailbox is after it); the grown one goes once the peer moved (settle_rings).
+  // A writer that still needs its old mirror declines, and the next idle looks offer again.
+  if (!options_.shrink_when_idle || !flow_) return;
+  bool grown = extra_ring_ != nullptr && extra_gen_ == flow_->our_ring_gen() && flow_->may_offer_ring();
+  uint64_t produced = flow_->produced();
+  bool idle = grown && idle_marked_ && produced == idle_mark_ && flow_->consumed() == produced;
+  idle_mark_ = produced;
+  idle_marked_ = grown && !idle;
+  if (!idle) return;
+  flow_->offer_ring(ring_size_);
+  if (Status s = send_credits(); s != Status::kOk) fail(s);  // the offer goes out with this update
+}
+
 bool RdmaStream::previous_mirror_needed() const {
   if (flow_->peer_ring_gen() == 0) return false;  // never moved
   uint64_t moved_at = flow_->moved_at();
@@ -102,13 +120,22 @@ void RdmaStream::settle_rings() {
   // every byte the peer put there is read (the first ring stays: our mailbox is after it).
   if (flow_->ring_declined()) {
     if (extra_ring_ != nullptr && extra_gen_ == flow_->offered_ring_gen()) release_pages(&extra_ring_, &extra_ring_mr_);
-    // Not that size again (the peer will not mirror it, or could not pin it): half of it at most.
-    grow_limit_log2_ = static_cast<uint32_t>(std::countr_zero(flow_->offered_ring_size())) - 1;
+    // A larger ring refused: not that size again (the peer will not mirror it, or could not pin it),
+    // half of it at most. A smaller one (our first, look_idle) is offered again at a later idle look.
+    if (flow_->offered_ring_size() > flow_->our_ring_size()) {
+      grow_limit_log2_ = static_cast<uint32_t>(std::countr_zero(flow_->offered_ring_size())) - 1;
+    }
     flow_->on_offer_declined_done();
   }
   if (flow_->ring_retirable()) {
+    bool grew = flow_->offered_ring_size() > flow_->our_ring_size();
     flow_->on_old_ring_retired();
-    ++rings_grown_;
+    if (grew) {
+      ++rings_grown_;
+    } else {
+      ++rings_shrunk_;
+      grow_again_at_ = flow_->produced();  // bulk again may grow it again at once
+    }
     if (extra_ring_ != nullptr && extra_gen_ != flow_->our_ring_gen()) release_pages(&extra_ring_, &extra_ring_mr_);
   }
   // Our side as the writer: a grown mirror we no longer write into, once no byte of ours needs it.
@@ -146,6 +173,11 @@ uint64_t RdmaStream::peer_ring_size() const {
 uint64_t RdmaStream::rings_grown() const {
   std::lock_guard lock(mu_);
   return rings_grown_;
+}
+
+uint64_t RdmaStream::rings_shrunk() const {
+  std::lock_guard lock(mu_);
+  return rings_shrunk_;
 }
 
 }  // namespace tcp2rdma::transport

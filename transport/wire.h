@@ -104,7 +104,7 @@ inline uint64_t stream_cursor_origin(uint64_t client_nonce, uint64_t server_nonc
 
 // A side's mailbox update, written by the peer into the 96-byte slot after our first ring (where it
 // stays when the ring moves). seq is written at both ends: equal means the record is whole (an RDMA
-// Write may land in any order). Ring moves (docs/links.md, "Rings that grow"): the writer of the
+// Write may land in any order). Ring moves (docs/links.md, "Rings that grow and shrink"): the writer of the
 // record offers the reader a ring for the reader's stream (the generation, its rkey and size; the
 // first ring is generation 0), and answers the reader's latest offer (moved_gen, with bit 63 for a
 // refusal; adopted, moved_at is the cursor from which its bytes go into the offered ring).

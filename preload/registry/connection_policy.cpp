@@ -138,10 +138,10 @@ transport::StreamOptions stream_options(const config::ConnectionOptions& o) {
   while (log2 < 29 && (uint64_t{1} << log2) < o.buffer_size) ++log2;
   s.ring_size_log2 = log2;
   if (log2 > kStartRingLog2) s.start_ring_size_log2 = kStartRingLog2;
-  // The ring starts at 64 KiB and grows to the rule's buffer_size once the peer's bytes fill it
-  // (docs/links.md, "Rings that grow"): a connection that only trades small messages pins 64 KiB and
-  // its mirror, not the rule's size, so that pinned memory follows the bulk transfers, not the
-  // connection count.
+  // The ring starts at 64 KiB, grows to the rule's buffer_size when the peer's bytes fill it and goes
+  // back when idle (docs/links.md, "Rings that grow and shrink"): a connection that only trades small
+  // messages pins 64 KiB and its mirror, not the rule's size, so that pinned memory follows the bulk
+  // transfers under way, not the connection count.
   // The peer's ring costs us a bounce buffer as large (pinned): up to 4 times our own, refused beyond.
   s.max_peer_ring_size_log2 = std::min<uint32_t>(log2 + 2, 29);
   s.recv_queue_depth = static_cast<uint16_t>(std::clamp<uint32_t>(o.recv_queue_depth, 4, 255));

@@ -138,7 +138,7 @@ bool conclude(const Connection& c, UpgradeSession* session, const UpgradeOutcome
   const transport::RdmaStream* stream = c.socket->stream();
   if (outcome.upgraded && stream != nullptr) {
     c.socket->follows_fork.store(c.decision.options->on_fork == config::ForkMode::kTcp, std::memory_order_relaxed);
-    // Rings that start small say what they grow to (docs/links.md, "Rings that grow").
+    // Rings that start small say what they grow to (docs/links.md, "Rings that grow and shrink").
     char grows[48] = "";
     if (stream->ring_grows_to() > stream->ring_size()) {
       snprintf(grows, sizeof grows, " (ours grows to %llu KiB)", static_cast<unsigned long long>(stream->ring_grows_to() >> 10));

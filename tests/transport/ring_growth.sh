@@ -5,13 +5,15 @@
 #     (PEER_EXPECT_GROWTH: the peer's bytes filled it, it offered, the peer adopted, the old ring went);
 #  2. 1 KiB rings that may grow to 256 KiB under a slow reader: the move happens while the writer
 #     keeps running out of room (PEER_EXPECT_STALLS), every byte checked.
+#  3. three bursts with pauses of 2 s (keepalive 200 ms): the reader's ring grows, goes back to its
+#     first size while the writer pauses, and grows again (PEER_EXPECT_SHRINK), every byte checked.
 peer=$1
-run() { # PORT SEED BYTES ANSWER SERVER_ARG CLIENT_ENV...
-  port=$1 seed=$2 bytes=$3 answer=$4 slow=$5
-  shift 5
+run() { # PORT SEED BYTES ANSWER SERVER_ARG CLIENT_PATTERN ENV...
+  port=$1 seed=$2 bytes=$3 answer=$4 slow=$5 pattern=$6
+  shift 6
   env "$@" "$peer" server "$port" "$seed" "$bytes" "$answer" $slow > "/tmp/growth-server-$port.out" 2>&1 &
   server=$!
-  env "$@" "$peer" client "$T2R_PEER" "$port" "$seed" "$bytes" "$answer"
+  env "$@" "$peer" client "$T2R_PEER" "$port" "$seed" "$bytes" "$answer" "$pattern"
   client_status=$?
   wait "$server"
   server_status=$?
@@ -19,5 +21,6 @@ run() { # PORT SEED BYTES ANSWER SERVER_ARG CLIENT_ENV...
   echo "ring_growth: port $port: client $client_status, server $server_status"
   [ "$client_status" -eq 0 ] && [ "$server_status" -eq 0 ]
 }
-run 7481 21 12000000 9000000 "" PEER_RING_LOG2=20 PEER_START_RING_LOG2=12 PEER_EXPECT_GROWTH=1 || exit 1
-run 7482 22 2000000 0 slow PEER_RING_LOG2=18 PEER_START_RING_LOG2=10 PEER_EXPECT_STALLS=1 || exit 1
+run 7481 21 12000000 9000000 "" random PEER_RING_LOG2=20 PEER_START_RING_LOG2=12 PEER_EXPECT_GROWTH=1 || exit 1
+run 7482 22 2000000 0 slow random PEER_RING_LOG2=18 PEER_START_RING_LOG2=10 PEER_EXPECT_STALLS=1 || exit 1
+run 7483 23 12000000 3000000 "" pauses PEER_RING_LOG2=20 PEER_START_RING_LOG2=12 PEER_KEEPALIVE_MS=200 PEER_EXPECT_SHRINK=1 || exit 1

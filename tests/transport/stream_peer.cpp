@@ -12,6 +12,8 @@
 //                         again at the same address with other bytes, sent again; then the same with
 //                         malloc/free. BYTES must be 11534336.
 //         close-in-flight one write of BYTES, then close at once; the peer still reads every byte
+//         pauses          random writes in three bursts of BYTES/3, each after the first after a
+//                         pause of 2 s (the reader's grown ring goes back to its first size while idle)
 //   stream_peer server-until-reset PORT SEED     reads and checks until the stream fails; exit 0 only
 //                                                 if it failed as a reset (never a clean end of stream)
 //   stream_peer client-forever ADDR PORT SEED    says "client: connected" on standard error, then
@@ -37,8 +39,10 @@
 // Environment: PEER_RING_LOG2 and PEER_DEPTH set the ring size and receive queue depth (default 16
 // and 8: small, so that credits run out often); PEER_EXPECT_STALLS=1 makes the client fail unless it
 // ran out of credits at least once. PEER_START_RING_LOG2 starts the rings at that size, growing to
-// PEER_RING_LOG2; PEER_EXPECT_GROWTH=1 makes server and client fail unless their ring grew. Exit 0
-// only when every byte matched.
+// PEER_RING_LOG2; PEER_EXPECT_GROWTH=1 makes server and client fail unless their ring grew;
+// PEER_EXPECT_SHRINK=1 makes the server fail unless its ring grew, shrank while idle and grew again.
+// PEER_KEEPALIVE_MS sets the keepalive interval (also the period of the looks that shrink an idle
+// ring). Exit 0 only when every byte matched.
 #include <sys/mman.h>
 
 #include <atomic>
@@ -75,6 +79,23 @@ bool write_all(RdmaStream& s, const uint8_t* buf, size_t n, uint64_t pos) {
   if (Status st = s.write(&iov, 1, 0, &done); st != Status::kOk || done != n) {
     std::fprintf(stderr, "write of %zu at %llu: %s (took %zu)\n", n, ull(pos), to_string(st), done);
     return false;
+  }
+  return true;
+}
+
+// Random writes in three bursts with a pause before the second and the third: longer than two of the
+// reader's periodic looks (PEER_KEEPALIVE_MS), so that its grown ring goes back while we pause.
+bool send_with_pauses(RdmaStream& s, uint64_t seed, uint64_t bytes, std::mt19937_64 rng) {
+  std::vector<uint8_t> buf(8 << 20);
+  uint64_t pos = 0;
+  for (int burst = 0; burst < 3; ++burst) {
+    if (burst > 0) std::this_thread::sleep_for(std::chrono::seconds(2));
+    for (uint64_t end = bytes * (burst + 1) / 3; pos < end;) {
+      size_t n = random_size(rng, end - pos);
+      fill(buf.data(), n, seed, pos);
+      if (!write_all(s, buf.data(), n, pos)) return false;
+      pos += n;
+    }
   }
   return true;
 }
@@ -201,6 +222,7 @@ StreamOptions test_options() {
   const char* depth = std::getenv("PEER_DEPTH");
   options.ring_size_log2 = ring ? static_cast<uint32_t>(std::atoi(ring)) : 16;
   options.recv_queue_depth = depth ? static_cast<uint16_t>(std::atoi(depth)) : 8;
+  if (const char* keepalive = std::getenv("PEER_KEEPALIVE_MS")) options.keepalive_ms = std::atoi(keepalive);
   if (const char* start = std::getenv("PEER_START_RING_LOG2")) {
     options.start_ring_size_log2 = static_cast<uint32_t>(std::atoi(start));
   }
@@ -210,8 +232,8 @@ StreamOptions test_options() {
 // Says how the stream's rings grew; with PEER_EXPECT_GROWTH=1, false unless ours grew (the peer's
 // bytes filled it).
 bool rings_as_expected(const char* who, const RdmaStream& s) {
-  std::printf("%s: our ring grew %llu times (now %llu KiB), the peer's is %llu KiB\n", who, ull(s.rings_grown()),
-              ull(s.ring_size() >> 10), ull(s.peer_ring_size() >> 10));
+  std::printf("%s: our ring grew %llu times and shrank %llu times (now %llu KiB), the peer's is %llu KiB\n", who,
+              ull(s.rings_grown()), ull(s.rings_shrunk()), ull(s.ring_size() >> 10), ull(s.peer_ring_size() >> 10));
   if (std::getenv("PEER_EXPECT_GROWTH") != nullptr && s.rings_grown() == 0) {
     std::fprintf(stderr, "%s: its ring never grew\n", who);
     return false;
@@ -260,6 +282,10 @@ int run_server(int argc, char** argv, const StreamOptions& options) {
   bool received = receive_checked(*s, seed, bytes, std::mt19937_64(seed * 5), slow, "server");
   writer.join();
   bool ok = received && sent && rings_as_expected("server", *s);
+  if (std::getenv("PEER_EXPECT_SHRINK") != nullptr && (s->rings_shrunk() == 0 || s->rings_grown() < 2)) {
+    std::fprintf(stderr, "server: our ring did not grow, shrink while idle and grow again\n");
+    ok = false;
+  }
   Status st = s->close();
   print_counters("server", ok && st == Status::kOk, s->counters());
   return ok && st == Status::kOk ? 0 : 1;
@@ -278,6 +304,7 @@ int run_client(int argc, char** argv, const StreamOptions& options) {
   else if (pattern == "zcopy-edge") sent = send_zcopy_edge(*s, seed, bytes, options);
   else if (pattern == "remap") sent = send_remap(*s, seed, bytes);
   else if (pattern == "close-in-flight") sent = send_close_in_flight(*s, seed, bytes);
+  else if (pattern == "pauses") sent = send_with_pauses(*s, seed, bytes, std::mt19937_64(seed));
   else std::fprintf(stderr, "unknown pattern\n");
   Status st = pattern == "close-in-flight" ? Status::kOk : s->shutdown_write();
   reader.join();
