@@ -30,7 +30,7 @@ set +e
 status=$?
 set -e
 echo "bench-links: $n connections at once, $bytes bytes echoed each, rules $(basename "$rules"), two Soft-RoCE VMs (1 GiB, 1 vCPU each), $(date -u +%F), host $(nproc) cores"
-grep -E '^\[b\] (result|  why|failed)' "$out" | sed 's/^\[b\] //'
+grep -E '^\[b\] (result|  why|  rings|failed)' "$out" | sed 's/^\[b\] //'
 if [ $status -ne 0 ]; then
   echo "bench-links: the run failed (status $status); its output:" >&2
   tail -n 60 "$out" >&2

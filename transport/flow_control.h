@@ -170,6 +170,8 @@ class FlowControl {
   bool may_offer_ring() const;
   // The peer has written all the room we advertised: it is faster than our application's reading.
   bool window_full() const { return produced_ - last_update_.consumed >= ring_size_; }
+  // Our ring holds nothing our application has read: no update of ours could give the peer room.
+  bool ring_full() const { return produced_ - consumed_ >= ring_size_; }
   uint64_t offer_ring(uint64_t size);  // returns the offer's generation
   uint64_t our_ring_size() const { return ring_size_; }
   uint64_t our_ring_gen() const { return ring_gen_; }

@@ -206,11 +206,20 @@ class RdmaStream {
   void set_unread_prefix(std::vector<uint8_t> bytes);
 
   // Pollable (POLLIN) when the stream may have news: call readiness() then. When readiness() reports
-  // less than readable and writable, or a call returned kWouldBlock, the fd will fire on the next change,
-  // even when a blocking call of ours sleeps through that change and takes its events.
+  // less than readable and writable (writable: if asked for), or a call returned kWouldBlock, the fd
+  // will fire on the next change, even when a blocking call of ours sleeps through that change and
+  // takes its events.
   int readiness_fd() const { return readiness_.fd(); }
   // `seen`: the caller's registration (poller_enter), if it sleeps on the fd in a call of ours.
-  Readiness readiness(uint64_t* seen = nullptr);
+  // `want_writable`: the caller waits for room to write; only then is the peer asked to say when
+  // room comes back (an arm). A poller of bytes alone must not arm: besides the messages, the peer
+  // takes an arm with its ring full for a writer waiting for room, and grows the ring (a 64 KiB echo
+  // exactly fills a 64 KiB ring, and its reader's poll for the answer armed: every connection of
+  // bench-links grew a 1 MiB ring on both sides).
+  Readiness readiness(uint64_t* seen = nullptr, bool want_writable = true);
+  // A caller that looked without wanting to write and now does (a second poll entry for the same
+  // descriptor): asks the peer to say when room comes back, if there is none now.
+  void want_writable();
   // A caller that sleeps on readiness_fd() between its looks (poll, select, the switch's wait)
   // registers for its call, so that another caller's readiness() leaves it the news it has not looked
   // at yet (channel_readiness.h): several pollers of one stream, each asking about its own events.
@@ -306,14 +315,20 @@ class RdmaStream {
     (o->start_ring_size_log2 != 0 && o->start_ring_size_log2 < o->ring_size_log2 ? o->start_ring_size_log2
                                                                                  : o->ring_size_log2) = log2;
   }
-  // The reader's side: the peer filled our ring; offer it a larger one if the budget allows.
+  // The reader's side: the peer filled our ring and waits for room; offer it one twice as large if
+  // the rule and the budget allow.
   void maybe_grow_ring();
   // The reader's side, at a periodic look (check_path, a blocked call's keepalive): our grown ring
   // idle since the last look and empty, offer the peer our first ring again.
   void look_idle();
-  // Our memory of ring generation `gen` (the first ring, or the grown one).
-  const uint8_t* ring_memory(uint64_t gen) const { return extra_ring_ != nullptr && gen == extra_gen_ ? extra_ring_ : ring_; }
-  uint32_t ring_rkey(uint64_t gen) const { return extra_ring_ != nullptr && gen == extra_gen_ ? extra_ring_mr_->rkey : ring_mr_->rkey; }
+  // Our registration of ring generation `gen`: the offered ring, the grown one in use, or the first.
+  StreamLink::Region ring_region(uint64_t gen) const {
+    if (offered_ring_.memory != nullptr && gen == offered_gen_) return offered_ring_;
+    if (grown_ring_.memory != nullptr && gen == grown_gen_) return grown_ring_;
+    return StreamLink::Region{ring_, ring_mr_};
+  }
+  const uint8_t* ring_memory(uint64_t gen) const { return ring_region(gen).memory; }
+  uint32_t ring_rkey(uint64_t gen) const { return ring_region(gen).mr->rkey; }
   // The writer's side: answers the peer's offer (adopted with a mirror for it, or declined).
   void answer_ring_offer();
   // Both sides: frees what a finished move left (our old ring, a declined offer's ring, a mirror no
@@ -331,8 +346,12 @@ class RdmaStream {
   uint64_t mirror_run(uint64_t cursor, uint64_t end, Mirror* mirror) const;
   // Bytes of ours before the last move may still be read from the previous mirror.
   bool previous_mirror_needed() const;
-  Mirror current_mirror() const { return extra_current_ ? Mirror{extra_bounce_, extra_bounce_mr_, flow_->peer_ring_size()}
-                                                        : Mirror{bounce_, bounce_mr_, peer_ring_size_}; }
+  Mirror current_mirror() const {
+    return mirror_now_.memory != nullptr ? Mirror{mirror_now_.memory, mirror_now_.mr, flow_->peer_ring_size()}
+                                         : Mirror{bounce_, bounce_mr_, peer_ring_size_};
+  }
+  // What the channel leaves the link when it goes (StreamLink::retire).
+  StreamLink::Retired leftovers() const;
   // Reads our mailbox until it is whole and takes what is new. must_be_whole: before a data message
   // counts while the peer's answer to our offer is awaited (its bytes may be in the offered ring
   // already), a record that stays torn fails the stream.
@@ -464,17 +483,19 @@ class RdmaStream {
   uint64_t peer_ring_size_ = 0;  // the peer's first ring's, mirrored by bounce_
   uint32_t peer_rkey_ = 0;       // of the peer's ring we write into now
   uint32_t peer_mailbox_rkey_ = 0;  // of the peer's first ring, after which its mailbox is
-  // Rings that grow (docs/links.md): our grown ring (generation extra_gen_), offered or in use; the
-  // peer's offered ring's rkey; the mirror of the peer's grown ring, and whether we write into it.
-  uint8_t* extra_ring_ = nullptr;
-  ibv_mr* extra_ring_mr_ = nullptr;
-  uint64_t extra_gen_ = 0;
+  // Rings that grow and shrink (docs/links.md): our grown ring the peer writes into now and a larger
+  // one offered, each with its generation (none: the first ring, ring_); the peer's offered ring's
+  // rkey; the mirror of the peer's grown ring we write into now (none: bounce_), and the grown mirror
+  // we wrote into before our last move, kept while a byte of ours may still be read from it.
+  StreamLink::Region grown_ring_, offered_ring_;
+  uint64_t grown_gen_ = 0, offered_gen_ = 0;
   uint32_t offered_peer_rkey_ = 0;
-  uint8_t* extra_bounce_ = nullptr;
-  ibv_mr* extra_bounce_mr_ = nullptr;
-  bool extra_current_ = false;
+  StreamLink::Region mirror_now_, mirror_before_;
   uint64_t rings_grown_ = 0;
   uint64_t rings_shrunk_ = 0;
+  // Times the peer wrote all the room we had advertised (maybe_grow_ring): this many say bulk.
+  static constexpr uint64_t kBulkWindows = 2;
+  uint64_t windows_filled_ = 0;
   uint64_t idle_mark_ = 0;      // the peer's cursor at the last periodic look (look_idle)
   bool idle_marked_ = false;    // idle_mark_ was taken while our grown ring was the ring
   uint32_t grow_limit_log2_ = 30;  // lowered when the peer refuses a size

@@ -161,10 +161,14 @@ void StreamLink::on_channel_send_completed(uint32_t index) {
 }
 
 void StreamLink::release(Retired& r) {
-  for (ibv_mr* mr : {r.ring_mr, r.bounce_mr, r.extra_ring_mr, r.extra_bounce_mr}) {
-    if (mr != nullptr) ibv_dereg_mr(mr);
-  }
-  for (void* memory : {r.ring, r.bounce, r.extra_ring, r.extra_bounce}) std::free(memory);
+  auto free_region = [](Region& region) {
+    if (region.mr != nullptr) ibv_dereg_mr(region.mr);
+    std::free(region.memory);
+    region = Region{};
+  };
+  free_region(r.ring);
+  free_region(r.bounce);
+  for (Region& region : r.grown) free_region(region);
   r = Retired{};
 }
 
@@ -173,11 +177,10 @@ void StreamLink::free_retired_if_done(uint32_t index) {
   // more of the bounce buffer (every send completed): the memory can go, and the index be reused.
   Retired& r = *retired_[index];
   if (!r.peer_released || sends_by_channel_[index] > 0) return;
-  if (r.ring != nullptr && r.ring == setup_owner_) {
+  if (r.ring.memory != nullptr && r.ring.memory == setup_owner_) {
     // The link's setup area is in this ring's registration: it stays until the link ends.
-    setup_owner_mr_ = r.ring_mr;
-    r.ring_mr = nullptr;
-    r.ring = nullptr;
+    setup_owner_mr_ = r.ring.mr;
+    r.ring = Region{};
   }
   unreserve_receives(r.receives);
   release(r);

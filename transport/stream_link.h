@@ -96,15 +96,17 @@ class StreamLink {
   // What a departing channel leaves: its registrations (ring and mailbox, bounce buffer), the pages
   // under them, and its receive quota. Freed once the peer released the channel and every send of
   // ours on it completed; then the index is free again.
+  // A registration and the pages under it (freed with std::free).
+  struct Region {
+    uint8_t* memory = nullptr;
+    ibv_mr* mr = nullptr;
+  };
   struct Retired {
-    ibv_mr* ring_mr = nullptr;
-    void* ring = nullptr;
-    ibv_mr* bounce_mr = nullptr;
-    void* bounce = nullptr;
-    ibv_mr* extra_ring_mr = nullptr;  // a grown ring and a grown mirror (docs/links.md, "Rings that grow and shrink")
-    void* extra_ring = nullptr;
-    ibv_mr* extra_bounce_mr = nullptr;
-    void* extra_bounce = nullptr;
+    Region ring;    // the first ring, with the mailbox (and perhaps the link's setup area) after it
+    Region bounce;  // the first mirror
+    // Grown rings and mirrors (docs/links.md, "Rings that grow and shrink"): the ring in use and one
+    // offered, the mirror in use and the one before the last move.
+    std::array<Region, 4> grown{};
     int receives = 0;
     bool peer_released = false;
   };

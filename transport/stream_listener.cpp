@@ -239,19 +239,18 @@ void StreamListener::take_link_opens() {
 
 void StreamListener::admit(const Held& incoming) {
   const ConnectRequest& request = incoming.request;
+  heard_[ClientAddress(request.tuple)] = incoming.since;
   // Two requests for one connection: one of them is not its client's, and nothing tells which. Both
   // are rejected, and any other for it within the hold: the connection stays TCP (a downgrade is all
   // the other can cause; taking the stream over would need a record in the TCP stream, see
   // docs/architecture.md, "Security model").
-  for (size_t i = 0; i < held_.size(); ++i) {
-    if (std::memcmp(&held_[i].request.tuple, &request.tuple, sizeof request.tuple) == 0) {
-      counters_.rejected_duplicate += 2;
-      say_no(held_[i], DeclineReason::kDuplicate);
-      remove_held(i);
-      say_no(incoming, DeclineReason::kDuplicate);
-      remember_declined(request.tuple, DeclineReason::kDuplicate);
-      return;
-    }
+  if (size_t i = find_held(request.tuple); i < held_.size()) {
+    counters_.rejected_duplicate += 2;
+    say_no(held_[i], DeclineReason::kDuplicate);
+    remove_held(i);
+    say_no(incoming, DeclineReason::kDuplicate);
+    remember_declined(request.tuple, DeclineReason::kDuplicate);
+    return;
   }
   for (size_t i = 0; i < declined_.size(); ++i) {
     if (std::memcmp(&declined_[i].tuple, &request.tuple, sizeof request.tuple) == 0) {
@@ -263,17 +262,33 @@ void StreamListener::admit(const Held& incoming) {
     }
   }
   held_.push_back(incoming);
+  if (admitted_.size() < kAdmittedKept) {
+    admitted_.push_back(request.tuple);
+  } else {
+    admitted_missed_ = true;
+  }
+}
+
+bool StreamListener::take_admitted(std::vector<TcpTuple>* out) {
+  out->insert(out->end(), admitted_.begin(), admitted_.end());
+  admitted_.clear();
+  bool whole = !admitted_missed_;
+  admitted_missed_ = false;
+  return whole;
+}
+
+std::chrono::steady_clock::time_point StreamListener::last_heard(const TcpTuple& tuple) const {
+  auto it = heard_.find(ClientAddress(tuple));
+  return it == heard_.end() ? std::chrono::steady_clock::time_point{} : it->second;
 }
 
 void StreamListener::decline(const TcpTuple& tuple, DeclineReason why) {
   OwnCalls own;  // own_calls.h
-  for (size_t i = 0; i < held_.size(); ++i) {
-    if (std::memcmp(&held_[i].request.tuple, &tuple, sizeof tuple) == 0) {
-      ++counters_.rejected_declined;
-      say_no(held_[i], why);
-      remove_held(i);
-      return;
-    }
+  if (size_t i = find_held(tuple); i < held_.size()) {
+    ++counters_.rejected_declined;
+    say_no(held_[i], why);
+    remove_held(i);
+    return;
   }
   remember_declined(tuple, why);  // not here yet
 }
@@ -299,6 +314,12 @@ void StreamListener::collect(std::chrono::milliseconds hold) {
     return h.link->stopped() || h.link->disconnected();
   });
   auto now = std::chrono::steady_clock::now();
+  // A client not heard from for a minute keeps no wait alive (the longest upgrade timeout a rule
+  // sensibly has): its entry goes, once a second at most.
+  if (now - heard_pruned_ > std::chrono::seconds(1)) {
+    std::erase_if(heard_, [&](const auto& entry) { return now - entry.second > std::chrono::minutes(1); });
+    heard_pruned_ = now;
+  }
   for (size_t i = 0; i < held_.size();) {
     if (now - held_[i].since > hold) {
       ++counters_.rejected_expired;
@@ -323,16 +344,27 @@ Status StreamListener::accept(const TcpTuple& tuple, uint64_t server_nonce, cons
   return Status::kOk;
 }
 
+size_t StreamListener::find_held(const TcpTuple& tuple) const {
+  for (size_t i = 0; i < held_.size(); ++i) {
+    if (std::memcmp(&held_[i].request.tuple, &tuple, sizeof tuple) == 0) return i;
+  }
+  return held_.size();
+}
+
 Status StreamListener::begin_accept(const TcpTuple& tuple, uint64_t server_nonce, const StreamOptions& options,
                                     std::unique_ptr<RdmaStream>* out) {
   OwnCalls own;  // own_calls.h
   if (!valid_options(options)) return Status::kInvalid;
-  for (size_t i = 0; i < held_.size(); ++i) {
-    if (std::memcmp(&held_[i].request.tuple, &tuple, sizeof tuple) == 0) {
-      return accept_held(i, server_nonce, options, out);
-    }
-  }
-  return Status::kWouldBlock;
+  size_t i = find_held(tuple);
+  return i < held_.size() ? accept_held(i, server_nonce, options, out) : Status::kWouldBlock;
+}
+
+Status StreamListener::begin_accept(const TcpTuple& tuple, const StreamOptions& options,
+                                    std::unique_ptr<RdmaStream>* out) {
+  OwnCalls own;  // own_calls.h
+  if (!valid_options(options)) return Status::kInvalid;
+  size_t i = find_held(tuple);
+  return i < held_.size() ? accept_held(i, random_nonce(), options, out) : Status::kWouldBlock;
 }
 
 Status StreamListener::accept_any(std::chrono::milliseconds timeout, std::unique_ptr<RdmaStream>* out) {

@@ -9,9 +9,11 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "rdma_stream.h"
+#include "tuple_hash.h"
 
 namespace tcp2rdma::transport {
 
@@ -60,6 +62,20 @@ class StreamListener {
   // complete the handshake, which a client that never does cannot stall other accepts with.
   Status begin_accept(const TcpTuple& tuple, uint64_t server_nonce, const StreamOptions& options,
                       std::unique_ptr<RdmaStream>* out);
+  // The same, drawing the server's nonce only when the request is held: a look that finds none costs
+  // no system call (the upgrade engine looks for thousands of requests).
+  Status begin_accept(const TcpTuple& tuple, const StreamOptions& options, std::unique_ptr<RdmaStream>* out);
+  // The tuples of the requests held since the last call (whoever collected them), appended to *out:
+  // the upgrade engine looks up its waits by them instead of looking at every wait each round. False
+  // when some were not kept (more than kAdmittedKept between two calls): look at every wait then.
+  bool take_admitted(std::vector<TcpTuple>* out);
+  static constexpr size_t kAdmittedKept = 4096;
+  // When a request from the client address of `tuple` last came (held, or answered at once), or the
+  // epoch if none did lately. A server connection's wait for its request is measured from the later
+  // of its accept and this: while a client keeps asking, its later requests are still coming (its
+  // upgrades wait in its own queue; docs/links.md, "The upgrade engine"). Only requests that passed
+  // their proof count: a peer can keep alive the waits of its own address only.
+  std::chrono::steady_clock::time_point last_heard(const TcpTuple& tuple) const;
   // Answers each held request for which `port_for(tuple)` names a port (non-zero) with a rejection
   // that sends its client there (a Redirect): the directory of a pre-fork server, whose other
   // processes listen on ports of their own. Returns what it sent where.
@@ -105,6 +121,8 @@ class StreamListener {
   void reject(rdma_cm_id* id, const ConnectRequest& request, DeclineReason why);
   void remember_declined(const TcpTuple& tuple, DeclineReason why);
   void remove_held(size_t index);
+  // The index of the held request for `tuple`, or held_.size().
+  size_t find_held(const TcpTuple& tuple) const;
 
   rdma_event_channel* channel_ = nullptr;
   rdma_cm_id* id_ = nullptr;
@@ -119,6 +137,10 @@ class StreamListener {
     std::chrono::steady_clock::time_point since;
   };
   std::vector<Declined> declined_;
+  std::vector<TcpTuple> admitted_;  // held since the last take_admitted()
+  bool admitted_missed_ = false;
+  std::unordered_map<ClientAddress, std::chrono::steady_clock::time_point, ClientAddressHash> heard_;
+  std::chrono::steady_clock::time_point heard_pruned_{};
   Counters counters_;
 };
 

@@ -213,7 +213,7 @@ Status RdmaStream::handle_completion(const ibv_wc& wc) {
         if (Status s = take_mailbox(true); s != Status::kOk) return s;
       }
       e = flow_->on_data_arrived(wc.byte_len);
-      if (e == FlowError::kNone) maybe_grow_ring();
+      if (e == FlowError::kNone && flow_->window_full()) ++windows_filled_;  // the last message of a full window
       break;
     case MessageType::kWakeup:
       e = flow_->on_wakeup_arrived(imm_arg(imm));
@@ -476,6 +476,9 @@ Status RdmaStream::serve() {
   if (disconnect_seen_ || disconnected_) return Status::kOk;  // nothing can be sent any more
   if (flow_->ring_offer_pending()) answer_ring_offer();
   settle_rings();
+  // After the mailbox: the peer's arm (it waits for room) comes in its update, and our answer to it
+  // (send_credits, below) would clear it.
+  maybe_grow_ring();
   if (close_owed_) send_owed_close();
   if (move_owed_ && !close_owed_) send_move_marker();  // a close asked for first goes first
   if (Status s = send_credits(); s != Status::kOk) {
@@ -692,7 +695,7 @@ void RdmaStream::wake_pollers() {
   readiness_.look_again();
 }
 
-Readiness RdmaStream::readiness(uint64_t* seen) {
+Readiness RdmaStream::readiness(uint64_t* seen, bool want_writable) {
   OwnCalls own;  // own_calls.h
   std::unique_lock lock(mu_);
   polled_ = true;
@@ -724,11 +727,18 @@ Readiness RdmaStream::readiness(uint64_t* seen) {
     if ((r.readable && r.writable) || r.moved) return r;
     // Not writable: ask the peer to tell us when it is. Either way, arm the channel so that the fd
     // fires on the next change; a completion caught while arming is news to look at first.
-    if (!r.writable && !r.failed) request_wakeup();
+    if (!r.writable && !r.failed && want_writable) request_wakeup();
     bool news = false;
     if (arm_channel(&news) != Status::kOk) fail(Status::kReset);
     if (!news && !failed()) return r;
   }
+}
+
+void RdmaStream::want_writable() {
+  OwnCalls own;  // own_calls.h
+  std::lock_guard lock(mu_);
+  if (!flow_ || failed() || write_shut_ || move_sent_ || disconnect_seen_ || failover_due()) return;
+  if (flow_->data_room(1) == 0) request_wakeup();
 }
 
 StreamCounters RdmaStream::counters() const {

@@ -271,10 +271,10 @@ RdmaStream::~RdmaStream() {
     // the next stream): the peer may still write into our ring, and the adapter read
     // our bounce buffer, until its release arrives and our sends complete (links.md, "Ending a
     // channel"); the link keeps them until then.
-    StreamLink::Retired leftovers{ring_mr_, ring_, bounce_mr_, bounce_, extra_ring_mr_, extra_ring_,
-                                  extra_bounce_mr_, extra_bounce_, receive_quota(),
-                                  flow_ ? flow_->peer_released() : open_state_ == OpenState::kRefused};
-    link_->retire(index_, leftovers);
+    StreamLink::Retired left = leftovers();
+    left.receives = receive_quota();
+    left.peer_released = flow_ ? flow_->peer_released() : open_state_ == OpenState::kRefused;
+    link_->retire(index_, left);
     lock.unlock();
     return;
   }
@@ -285,7 +285,7 @@ RdmaStream::~RdmaStream() {
   // The last channel: the queue pair first, since no work request may touch our ring or bounce
   // buffer once deregistered.
   link_->destroy_queue_pair();
-  StreamLink::Retired mine{ring_mr_, ring_, bounce_mr_, bounce_, extra_ring_mr_, extra_ring_, extra_bounce_mr_, extra_bounce_};
+  StreamLink::Retired mine = leftovers();
   StreamLink::release(mine);
   link_.reset();  // its protection domain after every registration in it
 }

@@ -29,6 +29,7 @@ run() { # MODE PORT [env...]
   echo "result mode=$mode status=$status $(echo "$out" | grep '^connections=') on_rdma=$rdma on_tcp=$tcp setup_ms_p50/p90/max=$setups rdma_packets=$((after - before))"
   echo "$out" | grep '^failed' | head -3
   grep -o 'stays tcp (.*' "$log" | sed 's/ ([0-9]* ms)//' | sort | uniq -c | sort -rn | head -4 | sed 's/^/  why: /'
+  grep -o 'receive ring [0-9]* KiB, the peer.s [0-9]* KiB' "$log" | sort | uniq -c | sort -rn | head -3 | sed 's/^/  rings: /'
 }
 for mode in ${MODES:-tcp background before-return}; do
   case $mode in

@@ -72,7 +72,7 @@ int poll_streams_once(pollfd* fds, nfds_t nfds, const timespec* timeout, const s
           shadow[i] = {fds[i].revents != 0 ? -1 : fds[i].fd, fds[i].events, 0};
           continue;
         }
-        tcp2rdma::transport::Readiness r = polled.look(streams[i]);
+        tcp2rdma::transport::Readiness r = polled.look(streams[i], (fds[i].events & (POLLOUT | POLLWRNORM)) != 0);
         bool gone = r.moved;
         fds[i].revents = tcp2rdma::preload::poll_events_of(r, fds[i].events);
         if (gone) {

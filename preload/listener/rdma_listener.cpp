@@ -167,21 +167,49 @@ RequestWait::RequestWait(TrackedSocket* listener, const transport::TcpTuple& tup
     : listener_(listener),
       tuple_(tuple),
       options_(stream_options(options)),
-      until_(Deadline::in(std::chrono::microseconds(options.upgrade_timeout_us))) {
+      timeout_(std::chrono::microseconds(options.upgrade_timeout_us)),
+      until_(Deadline::in(timeout_).at()) {
   if (ListenerState* state = listener_state(listener)) published_ = std::make_unique<PublishedTuple>(state, tuple);
 }
 
 RequestWait::~RequestWait() = default;
 
-transport::Status RequestWait::look(bool collect, std::unique_ptr<transport::RdmaStream>* out, int* fd) {
+namespace {
+
+// The listener's RDMA side, locked, or null when this process has none (any more).
+transport::StreamListener* locked_rdma(ListenerState* listener) {
+  if (listener == nullptr) return nullptr;
+  transport::StreamListener* rdma = listener->rdma_listener.get();
+  return rdma != nullptr && listener->listener_generation == fork_generation() ? rdma : nullptr;
+}
+
+}  // namespace
+
+transport::Status RequestWait::look(std::unique_ptr<transport::RdmaStream>* out) {
   ListenerState* listener = listener_state(listener_);
   if (listener == nullptr) return transport::Status::kRejected;
   std::lock_guard lock(listener->mutex);
-  transport::StreamListener* rdma = listener->rdma_listener.get();
-  if (rdma == nullptr || listener->listener_generation != fork_generation()) return transport::Status::kRejected;
-  if (collect) rdma->collect(request_hold(*rdma));
+  transport::StreamListener* rdma = locked_rdma(listener);
+  if (rdma == nullptr) return transport::Status::kRejected;
+  transport::Status s = rdma->begin_accept(tuple_, options_, out);
+  if (s == transport::Status::kWouldBlock) {
+    auto heard = rdma->last_heard(tuple_);
+    if (heard.time_since_epoch().count() != 0) until_ = std::max(until_, heard + timeout_);
+  }
+  return s;
+}
+
+transport::Status collect_arrivals(TrackedSocket* socket, int* fd, std::vector<transport::TcpTuple>* admitted,
+                                   bool* whole) {
+  ListenerState* listener = listener_state(socket);
+  if (listener == nullptr) return transport::Status::kRejected;
+  std::lock_guard lock(listener->mutex);
+  transport::StreamListener* rdma = locked_rdma(listener);
+  if (rdma == nullptr) return transport::Status::kRejected;
+  rdma->collect(request_hold(*rdma));
   *fd = rdma->fd();
-  return rdma->begin_accept(tuple_, transport::random_nonce(), options_, out);
+  if (admitted != nullptr) *whole = rdma->take_admitted(admitted);
+  return transport::Status::kOk;
 }
 
 std::chrono::milliseconds request_hold(const transport::StreamListener& listener) {
@@ -196,8 +224,12 @@ transport::Status accept_request(TrackedSocket* socket, const transport::TcpTupl
   RequestWait wait(socket, tuple, options);
   for (;;) {
     int listener_fd = -1;
+    bool whole = true;
     std::unique_ptr<transport::RdmaStream> answered;
-    transport::Status s = wait.look(true, &answered, &listener_fd);
+    // The tuples held are left to the engine, which looks up its own waits by them: this wait looks
+    // every round.
+    transport::Status s = collect_arrivals(socket, &listener_fd, nullptr, &whole);
+    if (s == transport::Status::kOk) s = wait.look(&answered);
     if (s == transport::Status::kOk) {
       // The client's completion is awaited without the listener's lock: one that never completes
       // stalls no other connection's upgrade.
@@ -206,7 +238,7 @@ transport::Status accept_request(TrackedSocket* socket, const transport::TcpTupl
       return s;
     }
     if (s != transport::Status::kWouldBlock) return s;
-    if (wait.expired() || session->phase() == UpgradeSession::Phase::kOver) {
+    if (wait.expired(std::chrono::steady_clock::now()) || session->phase() == UpgradeSession::Phase::kOver) {
       wait.give_up();  // a later request is answered at once
       return transport::Status::kWouldBlock;
     }

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <memory>
+#include <vector>
 
 #include "deadline.h"
 #include "options.h"
@@ -58,25 +59,35 @@ class RequestWait {
   RequestWait(const RequestWait&) = delete;
   RequestWait& operator=(const RequestWait&) = delete;
 
-  // One look: takes what arrived at the listener first when `collect` (once per listener per round
-  // is enough), then answers this connection's request if it is held. kOk: answered into *out (its
-  // await_established() comes next, off the listener's lock); kWouldBlock: not yet, and *fd is the
-  // listener's descriptor to poll for the next; anything else: no RDMA for this connection
-  // (kRejected: no RDMA listener in this process).
-  transport::Status look(bool collect, std::unique_ptr<transport::RdmaStream>* out, int* fd);
-  // The upgrade timeout has passed.
-  bool expired() const { return until_.passed(); }
+  // One look for this connection's request among those the listener holds (collect_arrivals takes
+  // what arrived): kOk: answered into *out (its await_established() comes next, off the listener's
+  // lock); kWouldBlock: not yet; anything else: no RDMA for this connection (kRejected: no RDMA
+  // listener in this process). Not yet, the wait is measured again from the client's latest request
+  // (StreamListener::last_heard): a client that keeps asking has its upgrades queued, this one
+  // among them.
+  transport::Status look(std::unique_ptr<transport::RdmaStream>* out);
+  // The upgrade timeout has passed, since the accept or the client's latest request as last looked.
+  bool expired(std::chrono::steady_clock::time_point now) const { return now >= until_; }
   // The wait is given up: a request that comes later is answered at once with a decline.
   void give_up();
   TrackedSocket* listener() const { return listener_; }
+  const transport::TcpTuple& tuple() const { return tuple_; }
 
  private:
   TrackedSocket* listener_;
   transport::TcpTuple tuple_;
   transport::StreamOptions options_;
-  transport::Deadline until_;
+  std::chrono::steady_clock::duration timeout_;
+  std::chrono::steady_clock::time_point until_;
   std::unique_ptr<PublishedTuple> published_;
 };
+
+// Takes what arrived at `listener` (rdma_cm requests, opens on its links) without waiting. *fd: its
+// descriptor, to poll for the next; with `admitted`, the tuples of the requests held since the last
+// such call are appended to it, and *whole is false when some were not kept (look at every wait
+// then); only the upgrade engine takes them. kRejected: no RDMA listener in this process (any more).
+transport::Status collect_arrivals(TrackedSocket* listener, int* fd, std::vector<transport::TcpTuple>* admitted,
+                                   bool* whole);
 
 // Waits (up to the rule's upgrade_timeout) for the client's RDMA connection request for the accepted
 // connection `tuple` and accepts it into *out. A tcp2rdma client sends it right after its TCP connect

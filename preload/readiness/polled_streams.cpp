@@ -12,11 +12,15 @@ void PolledStreams::next_round() {
   for (Polled& p : polled_) p.looked = false;
 }
 
-transport::Readiness PolledStreams::look(transport::RdmaStream* stream) {
+transport::Readiness PolledStreams::look(transport::RdmaStream* stream, bool want_writable) {
   Polled& p = find_or_add(stream);
   if (!p.looked) {
-    p.readiness = stream->readiness(&p.seen);
+    p.readiness = stream->readiness(&p.seen, want_writable);
     p.looked = true;
+    p.for_writing = want_writable;
+  } else if (want_writable && !p.for_writing) {
+    if (!p.readiness.writable) stream->want_writable();
+    p.for_writing = true;
   }
   return p.readiness;
 }
@@ -29,7 +33,7 @@ PolledStreams::Polled& PolledStreams::find_or_add(transport::RdmaStream* stream)
   } else if (auto it = index_.find(stream); it != index_.end()) {
     return polled_[it->second];
   }
-  polled_.push_back({stream, stream->poller_enter(), {}, false});
+  polled_.push_back({stream, stream->poller_enter(), {}, false, false});
   if (polled_.size() > kSearched) {
     if (index_.empty()) {
       for (size_t i = 0; i < polled_.size(); ++i) index_.emplace(polled_[i].stream, i);

@@ -29,7 +29,9 @@ class PolledStreams {
   void clear();
   void next_round();
   // The stream's readiness in this round: looked at on its first entry, the same for the others.
-  transport::Readiness look(transport::RdmaStream* stream);
+  // `want_writable`: this entry asks for POLLOUT (only then is the peer asked to say when room comes
+  // back: RdmaStream::readiness).
+  transport::Readiness look(transport::RdmaStream* stream, bool want_writable);
 
  private:
   struct Polled {
@@ -37,6 +39,7 @@ class PolledStreams {
     uint64_t seen;  // its registration (RdmaStream::poller_enter)
     transport::Readiness readiness;
     bool looked;
+    bool for_writing;  // the look asked for room (or a later entry of the round did)
   };
   // A few streams are searched in place; a large poll set gets an index.
   static constexpr size_t kSearched = 8;

@@ -8,10 +8,13 @@
 #include <mutex>
 #include <new>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "libc/real_calls.h"
 #include "registry/per_process.h"
+#include "registry/upgrade_session.h"
+#include "tuple_hash.h"
 #include "util/quiet_thread.h"
 
 namespace tcp2rdma::preload {
@@ -20,6 +23,9 @@ namespace {
 // A request that arrives on one of the listener's links (not by rdma_cm) wakes no descriptor the
 // engine polls: it is seen at the next look, this long later at most.
 constexpr int kLookMs = 10;
+// Every wait is looked at this often (its connection settled, its time up); in between only those
+// whose request a listener took, and the new ones.
+constexpr auto kSweep = std::chrono::milliseconds(100);
 
 struct Watch {
   explicit Watch(unsigned made_in) : generation(made_in) {}
@@ -30,26 +36,116 @@ struct Watch {
   bool running = false;
 };
 
-// The engine's thread: looks at every wait, answers the requests that came, ends the waits that are
-// over, and sleeps until a listener has news or the next look is due.
+// What the engine's thread holds: the waits, found by their tuple, and the listeners they wait at.
+// A round costs the news it takes, not the number of waits: with thousands waiting, a look at each
+// every 10 ms (a lock, a search of the listener's requests, a random nonce drawn: a system call)
+// took a guest's only CPU from the connections it was upgrading.
+class Waits {
+ public:
+  bool empty() const { return all_.empty(); }
+  size_t size() const { return all_.size(); }
+  RequestWaiter& operator[](size_t i) { return all_[i]; }
+  // Room for `more` first, so that no waiter is half moved when memory is short.
+  void reserve(size_t more) {
+    all_.reserve(all_.size() + more);
+    by_tuple_.reserve(all_.size() + more);
+    fds_.reserve(all_.size() + more);
+  }
+  size_t add(RequestWaiter&& x) {
+    size_t i = all_.size();
+    by_tuple_.emplace(x.wait->tuple(), i);  // a second wait for one tuple is found by the sweeps
+    TrackedSocket* listener = x.wait->listener();
+    auto it = std::find_if(listeners_.begin(), listeners_.end(), [&](const auto& l) { return l.first == listener; });
+    if (it == listeners_.end()) {
+      listeners_.emplace_back(listener, 1);
+    } else {
+      ++it->second;
+    }
+    all_.push_back(std::move(x));
+    return i;
+  }
+  // The index of the wait for `tuple`, or size().
+  size_t find(const transport::TcpTuple& tuple) const {
+    auto it = by_tuple_.find(tuple);
+    return it == by_tuple_.end() ? all_.size() : it->second;
+  }
+  // Takes wait i out (the last one takes its place).
+  RequestWaiter take(size_t i) {
+    RequestWaiter x = std::move(all_[i]);
+    if (auto it = by_tuple_.find(x.wait->tuple()); it != by_tuple_.end() && it->second == i) by_tuple_.erase(it);
+    auto l = std::find_if(listeners_.begin(), listeners_.end(), [&](const auto& e) { return e.first == x.wait->listener(); });
+    if (--l->second == 0) listeners_.erase(l);
+    if (i + 1 != all_.size()) {
+      all_[i] = std::move(all_.back());
+      if (auto it = by_tuple_.find(all_[i].wait->tuple()); it != by_tuple_.end() && it->second == all_.size() - 1) {
+        it->second = i;
+      }
+    }
+    all_.pop_back();
+    return x;
+  }
+  const std::vector<std::pair<TrackedSocket*, size_t>>& listeners() const { return listeners_; }
+  std::vector<pollfd>& fds() { return fds_; }
+
+ private:
+  std::vector<RequestWaiter> all_;
+  std::unordered_map<transport::TcpTuple, size_t, transport::TupleHash, transport::TupleEqual> by_tuple_;
+  std::vector<std::pair<TrackedSocket*, size_t>> listeners_;  // and how many waits each has
+  std::vector<pollfd> fds_;
+};
+
+// Takes what arrived at every listener once: the indices of the waits whose request came go to
+// *due, with all of them when a listener could not say which (or has no RDMA listener any more).
+void collect(Waits& waits, std::vector<size_t>* due, bool* sweep) {
+  std::vector<transport::TcpTuple> admitted;
+  waits.fds().clear();
+  for (const auto& [listener, count] : waits.listeners()) {
+    int fd = -1;
+    bool whole = true;
+    if (collect_arrivals(listener, &fd, &admitted, &whole) != transport::Status::kOk || !whole) *sweep = true;
+    if (fd >= 0) waits.fds().push_back(pollfd{fd, POLLIN, 0});
+  }
+  for (const transport::TcpTuple& t : admitted) {
+    if (size_t i = waits.find(t); i < waits.size()) due->push_back(i);
+  }
+}
+
+// Looks at wait i: answered, or over (settled, its time up, no listener), it leaves and its `done`
+// runs; otherwise it stays. `full`: a sweep's look, which only a settled connection or a time up
+// needs to go further than the clock.
+void look_at(Waits& waits, size_t i, bool full, std::chrono::steady_clock::time_point now) {
+  RequestWaiter& x = waits[i];
+  bool over = x.session->phase() == UpgradeSession::Phase::kOver;
+  if (full && !over && !x.wait->expired(now)) return;
+  std::unique_ptr<transport::RdmaStream> answered;
+  transport::Status s = x.wait->look(&answered);  // may move the time up later (a client still asking)
+  if (s == transport::Status::kWouldBlock && !over && !x.wait->expired(now)) return;
+  if (s == transport::Status::kWouldBlock) x.wait->give_up();
+  RequestWaiter done = waits.take(i);
+  done.done(s, std::move(answered));
+}
+
+// The engine's thread: takes the new waits and what arrived at the listeners, answers the requests
+// that came, ends the waits that are over, and sleeps until a listener has news or the next look is
+// due.
 void run(Watch* w) {
-  std::vector<RequestWaiter> mine;
-  std::vector<pollfd> fds;
-  std::vector<TrackedSocket*> collected;
+  Waits waits;
+  std::vector<size_t> due;
+  auto next_sweep = std::chrono::steady_clock::now();
   for (;;) {
-    bool room = true;
+    due.clear();
+    bool room = true, sweep = false;
     {
       std::unique_lock lock(w->mu);
-      if (mine.empty()) w->arrived.wait(lock, [w] { return !w->incoming.empty(); });
-      try {  // room first, so that no waiter is half moved when memory is short
-        mine.reserve(mine.size() + w->incoming.size());
-        fds.reserve(mine.capacity());
-        collected.reserve(mine.capacity());
+      if (waits.empty()) w->arrived.wait(lock, [w] { return !w->incoming.empty(); });
+      try {
+        waits.reserve(w->incoming.size());
+        due.reserve(waits.size() + w->incoming.size());
       } catch (const std::bad_alloc&) {
         room = false;
       }
       if (room) {
-        for (RequestWaiter& x : w->incoming) mine.push_back(std::move(x));
+        for (RequestWaiter& x : w->incoming) due.push_back(waits.add(std::move(x)));
         w->incoming.clear();
       }
     }
@@ -57,29 +153,18 @@ void run(Watch* w) {
       real().poll(nullptr, 0, kLookMs);
       continue;
     }
-    fds.clear();
-    collected.clear();
-    for (size_t i = 0; i < mine.size();) {
-      RequestWaiter& x = mine[i];
-      // A listener's arrivals are taken once per round, by its first wait.
-      TrackedSocket* listener = x.wait->listener();
-      bool first = std::find(collected.begin(), collected.end(), listener) == collected.end();
-      if (first) collected.push_back(listener);
-      std::unique_ptr<transport::RdmaStream> answered;
-      int fd = -1;
-      transport::Status s = x.wait->look(first, &answered, &fd);
-      if (s == transport::Status::kWouldBlock && x.session->phase() != UpgradeSession::Phase::kOver && !x.wait->expired()) {
-        if (first && fd >= 0) fds.push_back(pollfd{fd, POLLIN, 0});
-        ++i;
-        continue;
-      }
-      if (s == transport::Status::kWouldBlock) x.wait->give_up();
-      RequestWaiter over = std::move(x);
-      if (&x != &mine.back()) x = std::move(mine.back());
-      mine.pop_back();
-      over.done(s, std::move(answered));
+    collect(waits, &due, &sweep);
+    auto now = std::chrono::steady_clock::now();
+    // From the last: a wait that leaves takes the last one's place, which was looked at already (or
+    // is not due).
+    std::sort(due.begin(), due.end(), std::greater<>());
+    due.erase(std::unique(due.begin(), due.end()), due.end());
+    for (size_t i : due) look_at(waits, i, false, now);
+    if (sweep || now >= next_sweep) {
+      for (size_t i = waits.size(); i-- > 0;) look_at(waits, i, !sweep, now);
+      next_sweep = now + kSweep;
     }
-    if (!mine.empty()) real().poll(fds.data(), fds.size(), kLookMs);
+    if (!waits.empty()) real().poll(waits.fds().data(), waits.fds().size(), kLookMs);
   }
 }
 

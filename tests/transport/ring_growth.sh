@@ -7,6 +7,9 @@
 #     keeps running out of room (PEER_EXPECT_STALLS), every byte checked.
 #  3. three bursts with pauses of 2 s (keepalive 200 ms): the reader's ring grows, goes back to its
 #     first size while the writer pauses, and grows again (PEER_EXPECT_SHRINK), every byte checked.
+#  4. 32 bytes, then 64 KiB in one write into a 64 KiB ring whose reader read the 32 and then sleeps
+#     a second: the writer waits only for the 32 bytes of room the reader owes it, which its update
+#     gives; the ring must not grow (PEER_EXPECT_NO_GROWTH).
 peer=$1
 run() { # PORT SEED BYTES ANSWER SERVER_ARG CLIENT_PATTERN ENV...
   port=$1 seed=$2 bytes=$3 answer=$4 slow=$5 pattern=$6
@@ -24,3 +27,4 @@ run() { # PORT SEED BYTES ANSWER SERVER_ARG CLIENT_PATTERN ENV...
 run 7481 21 12000000 9000000 "" random PEER_RING_LOG2=20 PEER_START_RING_LOG2=12 PEER_EXPECT_GROWTH=1 || exit 1
 run 7482 22 2000000 0 slow random PEER_RING_LOG2=18 PEER_START_RING_LOG2=10 PEER_EXPECT_STALLS=1 || exit 1
 run 7483 23 12000000 3000000 "" pauses PEER_RING_LOG2=20 PEER_START_RING_LOG2=12 PEER_KEEPALIVE_MS=200 PEER_EXPECT_SHRINK=1 || exit 1
+run 7484 24 65568 0 lazy exact-fit PEER_RING_LOG2=20 PEER_START_RING_LOG2=16 PEER_EXPECT_NO_GROWTH=1 || exit 1

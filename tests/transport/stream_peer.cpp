@@ -1,8 +1,9 @@
 // stream_peer: both ends of byte-exact tests of RdmaStream, run in the Soft-RoCE VM.
-//   stream_peer server PORT SEED BYTES ANSWER [slow]
+//   stream_peer server PORT SEED BYTES ANSWER [slow|lazy]
 //       accepts one stream; checks that exactly BYTES of stream SEED arrive, then the end; meanwhile
 //       sends ANSWER bytes of stream SEED+1 in writes of random sizes. "slow": reads in small pieces
-//       with pauses, so the writer runs out of credits again and again.
+//       with pauses, so the writer runs out of credits again and again. "lazy": reads the first 32
+//       bytes, then nothing for a second (the room they freed is not advertised meanwhile).
 //   stream_peer client ADDR PORT SEED BYTES ANSWER [PATTERN]
 //       the other end; checks ANSWER bytes of stream SEED+1 while it sends BYTES. PATTERN:
 //         random          writes of random sizes from 1 B to 8 MiB (default)
@@ -14,6 +15,9 @@
 //         close-in-flight one write of BYTES, then close at once; the peer still reads every byte
 //         pauses          random writes in three bursts of BYTES/3, each after the first after a
 //                         pause of 2 s (the reader's grown ring goes back to its first size while idle)
+//         exact-fit       32 bytes, then (300 ms later) the rest in one write: against a lazy server
+//                         with a first ring of BYTES - 32, the write waits only for the room the
+//                         server read and had not advertised, which must not grow its ring
 //   stream_peer server-until-reset PORT SEED     reads and checks until the stream fails; exit 0 only
 //                                                 if it failed as a reset (never a clean end of stream)
 //   stream_peer client-forever ADDR PORT SEED    says "client: connected" on standard error, then
@@ -40,7 +44,8 @@
 // and 8: small, so that credits run out often); PEER_EXPECT_STALLS=1 makes the client fail unless it
 // ran out of credits at least once. PEER_START_RING_LOG2 starts the rings at that size, growing to
 // PEER_RING_LOG2; PEER_EXPECT_GROWTH=1 makes server and client fail unless their ring grew;
-// PEER_EXPECT_SHRINK=1 makes the server fail unless its ring grew, shrank while idle and grew again.
+// PEER_EXPECT_SHRINK=1 makes the server fail unless its ring grew, shrank while idle and grew again;
+// PEER_EXPECT_NO_GROWTH=1 makes it fail if its ring grew.
 // PEER_KEEPALIVE_MS sets the keepalive interval (also the period of the looks that shrink an idle
 // ring). Exit 0 only when every byte matched.
 #include <sys/mman.h>
@@ -100,6 +105,15 @@ bool send_with_pauses(RdmaStream& s, uint64_t seed, uint64_t bytes, std::mt19937
   return true;
 }
 
+// 32 bytes, then the rest in one write (see "exact-fit" at the top).
+bool send_exact_fit(RdmaStream& s, uint64_t seed, uint64_t bytes) {
+  std::vector<uint8_t> buf(bytes);
+  fill(buf.data(), bytes, seed, 0);
+  if (bytes <= 32 || !write_all(s, buf.data(), 32, 0)) return false;
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  return write_all(s, buf.data() + 32, bytes - 32, 32);
+}
+
 bool send_random(RdmaStream& s, uint64_t seed, uint64_t bytes, std::mt19937_64 rng) {
   std::vector<uint8_t> buf(8 << 20);
   for (uint64_t pos = 0; pos < bytes;) {
@@ -112,11 +126,14 @@ bool send_random(RdmaStream& s, uint64_t seed, uint64_t bytes, std::mt19937_64 r
 }
 
 // Reads exactly `bytes` of stream `seed` in reads of random sizes, then requires the end of stream.
-bool receive_checked(RdmaStream& s, uint64_t seed, uint64_t bytes, std::mt19937_64 rng, bool slow, const char* who) {
+bool receive_checked(RdmaStream& s, uint64_t seed, uint64_t bytes, std::mt19937_64 rng, bool slow, const char* who,
+                     bool lazy = false) {
   std::vector<uint8_t> buf(8 << 20);
   uint64_t pos = 0;
   for (;;) {
+    if (lazy && pos == 32) std::this_thread::sleep_for(std::chrono::seconds(1));
     size_t want = slow ? 1 + rng() % 3000 : random_size(rng, buf.size());
+    if (lazy && pos < 32) want = 32 - pos;
     iovec iov{buf.data(), want};
     size_t done = 0;
     Status st = s.read(&iov, 1, 0, &done);
@@ -275,15 +292,20 @@ int run_server(int argc, char** argv, const StreamOptions& options) {
   uint64_t seed = std::strtoull(argv[3], nullptr, 10), bytes = std::strtoull(argv[4], nullptr, 10);
   uint64_t answer = std::strtoull(argv[5], nullptr, 10);
   bool slow = argc > 6 && std::string_view(argv[6]) == "slow";
+  bool lazy = argc > 6 && std::string_view(argv[6]) == "lazy";
   std::atomic<bool> sent{true};
   std::thread writer([&] {
     sent = send_random(*s, seed + 1, answer, std::mt19937_64(seed * 7)) && s->shutdown_write() == Status::kOk;
   });
-  bool received = receive_checked(*s, seed, bytes, std::mt19937_64(seed * 5), slow, "server");
+  bool received = receive_checked(*s, seed, bytes, std::mt19937_64(seed * 5), slow, "server", lazy);
   writer.join();
   bool ok = received && sent && rings_as_expected("server", *s);
   if (std::getenv("PEER_EXPECT_SHRINK") != nullptr && (s->rings_shrunk() == 0 || s->rings_grown() < 2)) {
     std::fprintf(stderr, "server: our ring did not grow, shrink while idle and grow again\n");
+    ok = false;
+  }
+  if (std::getenv("PEER_EXPECT_NO_GROWTH") != nullptr && s->rings_grown() != 0) {
+    std::fprintf(stderr, "server: our ring grew, for a writer that waited only for room we owed it\n");
     ok = false;
   }
   Status st = s->close();
@@ -305,6 +327,7 @@ int run_client(int argc, char** argv, const StreamOptions& options) {
   else if (pattern == "remap") sent = send_remap(*s, seed, bytes);
   else if (pattern == "close-in-flight") sent = send_close_in_flight(*s, seed, bytes);
   else if (pattern == "pauses") sent = send_with_pauses(*s, seed, bytes, std::mt19937_64(seed));
+  else if (pattern == "exact-fit") sent = send_exact_fit(*s, seed, bytes);
   else std::fprintf(stderr, "unknown pattern\n");
   Status st = pattern == "close-in-flight" ? Status::kOk : s->shutdown_write();
   reader.join();
