@@ -53,7 +53,9 @@ class Waits {
   }
   size_t add(RequestWaiter&& x) {
     size_t i = all_.size();
-    by_tuple_.emplace(x.wait->tuple(), i);  // a second wait for one tuple is found by the sweeps
+    // The newest wait for a tuple is the one found: an older one is a closed connection's whose wait
+    // has not been swept yet (a tuple reused within 100 ms), which the sweep ends.
+    by_tuple_.insert_or_assign(x.wait->tuple(), i);
     TrackedSocket* listener = x.wait->listener();
     auto it = std::find_if(listeners_.begin(), listeners_.end(), [&](const auto& l) { return l.first == listener; });
     if (it == listeners_.end()) {
