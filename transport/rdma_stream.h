@@ -49,6 +49,11 @@ struct StreamOptions {
   // at the stream (the path watcher's, or a blocked call's keepalive: every keepalive_ms) and all it
   // sent was read (docs/links.md, "Rings that grow and shrink"). false: grown rings stay.
   bool shrink_when_idle = true;
+  // While our application waits for room to write, the peer's bytes that fill our ring are moved
+  // into ordinary memory, up to this many (stream_spill.cpp): two applications that each write a
+  // message larger than both rings before they read the other's would otherwise wait for each other
+  // for good, where kernel TCP's buffers (about 4 MiB on loopback) take it. 0: never.
+  size_t spill_limit = size_t{4} << 20;
   uint8_t ack_timeout_log2 = 16;    // each try of a send waits 4.096 us * 2^this for its ack (about
                                     // 270 ms); after 7 retries the connection is reset
   size_t registration_cache_entries = 16;
@@ -76,6 +81,7 @@ struct StreamCounters {
   uint64_t zcopy_fallbacks = 0; // large pieces copied because their buffer could not be registered
   uint64_t inline_messages = 0;
   uint64_t credit_stalls = 0;   // a write found no ring space or receive credit
+  uint64_t bytes_spilled = 0;   // of the peer's, moved out of our ring while our writer waited (spill_limit)
   uint64_t completions = 0;
   uint64_t wakeups_received = 0;
   uint64_t mailbox_updates_sent = 0;
@@ -439,6 +445,10 @@ class RdmaStream {
   size_t copy_out(const iovec* iov, int iovcnt, size_t skip, bool consume);
   size_t copy_prefix(const iovec* iov, int iovcnt, bool consume);
   size_t prefix_left() const { return prefix_.size() - prefix_pos_; }
+  // Our writer waits for room and our ring is full of the peer's unread bytes (or the peer waits for
+  // room in it) with no larger ring on its way: moves them behind the prefix and gives the peer the
+  // room (stream_spill.cpp).
+  void spill_when_stuck();
   bool failed() const { return failure_ != Status::kOk; }
   // A fail_over stream whose path failed and that is neither failed over nor given up yet.
   bool failover_due() const { return options_.fail_over && path_failed_ && !path_given_up_ && !left_path_; }
@@ -518,7 +528,9 @@ class RdmaStream {
   uint64_t server_nonce_ = 0;
   StreamCounters counters_;
   std::unique_ptr<FlowControl> flow_;
-  std::vector<uint8_t> prefix_;  // set_unread_prefix: served before the ring
+  // The peer's bytes held in ordinary memory, served before the ring: the tail of the TCP connection
+  // (set_unread_prefix), then what spill_when_stuck took out of the ring, in the stream's order.
+  std::vector<uint8_t> prefix_;
   size_t prefix_pos_ = 0;
   // What a failover needs (docs/protocol.md, "When the RDMA path fails").
   struct InFlight {

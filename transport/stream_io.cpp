@@ -70,6 +70,7 @@ Status RdmaStream::write_copy(const uint8_t* src, size_t len, int flags, size_t*
       if (room == 0) {
         ++counters_.credit_stalls;
         if (Status s = request_wakeup(); s != Status::kOk) return s;
+        spill_when_stuck();  // the peer may be waiting to write too (stream_spill.cpp)
       }
       if (flags & kNonBlocking) {
         bool news = false;  // as in read(): armed, so the readiness fd fires when room comes back
@@ -135,6 +136,7 @@ Status RdmaStream::write_zero_copy(const uint8_t* src, size_t len, int flags, si
       if (room == 0) {
         ++counters_.credit_stalls;
         if (result = request_wakeup(); result != Status::kOk) break;
+        spill_when_stuck();
       }
       if (flags & kNonBlocking) {
         bool news = false;

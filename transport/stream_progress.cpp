@@ -727,7 +727,10 @@ Readiness RdmaStream::readiness(uint64_t* seen, bool want_writable) {
     if ((r.readable && r.writable) || r.moved) return r;
     // Not writable: ask the peer to tell us when it is. Either way, arm the channel so that the fd
     // fires on the next change; a completion caught while arming is news to look at first.
-    if (!r.writable && !r.failed && want_writable) request_wakeup();
+    if (!r.writable && !r.failed && want_writable) {
+      request_wakeup();
+      spill_when_stuck();  // a caller waiting to write may be what the peer's writer waits for
+    }
     bool news = false;
     if (arm_channel(&news) != Status::kOk) fail(Status::kReset);
     if (!news && !failed()) return r;

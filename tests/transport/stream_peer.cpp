@@ -1,9 +1,10 @@
 // stream_peer: both ends of byte-exact tests of RdmaStream, run in the Soft-RoCE VM.
-//   stream_peer server PORT SEED BYTES ANSWER [slow|lazy]
+//   stream_peer server PORT SEED BYTES ANSWER [slow|lazy|write-first]
 //       accepts one stream; checks that exactly BYTES of stream SEED arrive, then the end; meanwhile
 //       sends ANSWER bytes of stream SEED+1 in writes of random sizes. "slow": reads in small pieces
 //       with pauses, so the writer runs out of credits again and again. "lazy": reads the first 32
 //       bytes, then nothing for a second (the room they freed is not advertised meanwhile).
+//       "write-first": one thread writes all of ANSWER, shuts down, and only then reads.
 //   stream_peer client ADDR PORT SEED BYTES ANSWER [PATTERN]
 //       the other end; checks ANSWER bytes of stream SEED+1 while it sends BYTES. PATTERN:
 //         random          writes of random sizes from 1 B to 8 MiB (default)
@@ -15,6 +16,9 @@
 //         close-in-flight one write of BYTES, then close at once; the peer still reads every byte
 //         pauses          random writes in three bursts of BYTES/3, each after the first after a
 //                         pause of 2 s (the reader's grown ring goes back to its first size while idle)
+//         write-first     one thread writes all of BYTES, shuts down, and only then reads (against a
+//                         write-first server, each side's message larger than both rings: neither
+//                         reads before its write returns, which only the spill lets happen)
 //         exact-fit       32 bytes, then (300 ms later) the rest in one write: against a lazy server
 //                         with a first ring of BYTES - 32, the write waits only for the room the
 //                         server read and had not advertised, which must not grow its ring
@@ -45,7 +49,9 @@
 // ran out of credits at least once. PEER_START_RING_LOG2 starts the rings at that size, growing to
 // PEER_RING_LOG2; PEER_EXPECT_GROWTH=1 makes server and client fail unless their ring grew;
 // PEER_EXPECT_SHRINK=1 makes the server fail unless its ring grew, shrank while idle and grew again;
-// PEER_EXPECT_NO_GROWTH=1 makes it fail if its ring grew.
+// PEER_EXPECT_NO_GROWTH=1 makes it fail if its ring grew. Both ends say how many of the peer's bytes
+// they moved out of their ring while they waited to write (spill_limit).
+// PEER_SPILL_LIMIT sets StreamOptions::spill_limit (0: never spill).
 // PEER_KEEPALIVE_MS sets the keepalive interval (also the period of the looks that shrink an idle
 // ring). Exit 0 only when every byte matched.
 #include <sys/mman.h>
@@ -240,6 +246,7 @@ StreamOptions test_options() {
   options.ring_size_log2 = ring ? static_cast<uint32_t>(std::atoi(ring)) : 16;
   options.recv_queue_depth = depth ? static_cast<uint16_t>(std::atoi(depth)) : 8;
   if (const char* keepalive = std::getenv("PEER_KEEPALIVE_MS")) options.keepalive_ms = std::atoi(keepalive);
+  if (const char* spill = std::getenv("PEER_SPILL_LIMIT")) options.spill_limit = std::strtoull(spill, nullptr, 10);
   if (const char* start = std::getenv("PEER_START_RING_LOG2")) {
     options.start_ring_size_log2 = static_cast<uint32_t>(std::atoi(start));
   }
@@ -256,6 +263,12 @@ bool rings_as_expected(const char* who, const RdmaStream& s) {
     return false;
   }
   return true;
+}
+
+// Says how many of the peer's bytes left our ring while we waited to write (which of two writers
+// that both wait spills depends on timing: a script adds both ends' figures).
+void say_spilled(const char* who, const RdmaStream& s) {
+  std::printf("%s: spilled %llu bytes of the peer's while waiting to write\n", who, ull(s.counters().bytes_spilled));
 }
 
 // Reads and checks until the stream fails with `expected` (never a clean end of stream).
@@ -293,13 +306,18 @@ int run_server(int argc, char** argv, const StreamOptions& options) {
   uint64_t answer = std::strtoull(argv[5], nullptr, 10);
   bool slow = argc > 6 && std::string_view(argv[6]) == "slow";
   bool lazy = argc > 6 && std::string_view(argv[6]) == "lazy";
+  bool write_first = argc > 6 && std::string_view(argv[6]) == "write-first";
   std::atomic<bool> sent{true};
-  std::thread writer([&] {
+  auto send = [&] {
     sent = send_random(*s, seed + 1, answer, std::mt19937_64(seed * 7)) && s->shutdown_write() == Status::kOk;
-  });
+  };
+  std::thread writer;
+  if (write_first) send();
+  else writer = std::thread(send);
   bool received = receive_checked(*s, seed, bytes, std::mt19937_64(seed * 5), slow, "server", lazy);
-  writer.join();
+  if (writer.joinable()) writer.join();
   bool ok = received && sent && rings_as_expected("server", *s);
+  say_spilled("server", *s);
   if (std::getenv("PEER_EXPECT_SHRINK") != nullptr && (s->rings_shrunk() == 0 || s->rings_grown() < 2)) {
     std::fprintf(stderr, "server: our ring did not grow, shrink while idle and grow again\n");
     ok = false;
@@ -320,9 +338,11 @@ int run_client(int argc, char** argv, const StreamOptions& options) {
   uint64_t answer = std::strtoull(argv[6], nullptr, 10);
   std::string_view pattern = argc > 7 ? argv[7] : "random";
   std::atomic<bool> received{true};
-  std::thread reader([&] { received = receive_checked(*s, seed + 1, answer, std::mt19937_64(seed * 3), false, "client"); });
+  auto receive = [&] { received = receive_checked(*s, seed + 1, answer, std::mt19937_64(seed * 3), false, "client"); };
+  std::thread reader;
+  if (pattern != "write-first") reader = std::thread(receive);
   bool sent = false;
-  if (pattern == "random") sent = send_random(*s, seed, bytes, std::mt19937_64(seed));
+  if (pattern == "random" || pattern == "write-first") sent = send_random(*s, seed, bytes, std::mt19937_64(seed));
   else if (pattern == "zcopy-edge") sent = send_zcopy_edge(*s, seed, bytes, options);
   else if (pattern == "remap") sent = send_remap(*s, seed, bytes);
   else if (pattern == "close-in-flight") sent = send_close_in_flight(*s, seed, bytes);
@@ -330,9 +350,11 @@ int run_client(int argc, char** argv, const StreamOptions& options) {
   else if (pattern == "exact-fit") sent = send_exact_fit(*s, seed, bytes);
   else std::fprintf(stderr, "unknown pattern\n");
   Status st = pattern == "close-in-flight" ? Status::kOk : s->shutdown_write();
-  reader.join();
+  if (reader.joinable()) reader.join();
+  else receive();
   if (pattern != "close-in-flight" && st == Status::kOk) st = s->close();
   bool ok = sent && received && st == Status::kOk && rings_as_expected("client", *s);
+  say_spilled("client", *s);
   StreamCounters c = s->counters();
   if (std::getenv("PEER_EXPECT_STALLS") != nullptr && c.credit_stalls == 0) {
     std::fprintf(stderr, "client: the slow reader never ran this writer out of credits\n");

@@ -4,7 +4,10 @@
 # the module on PORT, upgrading in the background). One process opens N connections at once and
 # echoes through each, before and after its upgrade (many_connections.py); at least PERCENT % of them
 # must be on RDMA by the client's log and by the server's, every echo exact, and rxe must have carried
-# the second echoes (at least N x 10 packets sent from here).
+# the second echoes (at least N x 10 packets sent from here). Then write_first.py: three connections
+# one after the other, each on RDMA, each sending 3 MiB whole before it reads the echo (rings of
+# 64 KiB that cannot grow: the module must move the peer's bytes out of a full ring while its
+# application waits to write), every echo exact, rxe carrying them.
 set -eu
 shim=$1 rules=$2 port=$3 n=$4 bytes=$5 percent=$6
 here=$(cd "$(dirname "$0")" && pwd)
@@ -26,3 +29,6 @@ server=$(grep -c 'upgraded to rdma' "$server_log" || true)
 echo "many: the server's log: $server upgraded, $(grep -c 'stays tcp' "$server_log" || true) stayed tcp"
 [ "$server" -ge "$want" ] || { echo "many: the server upgraded $server, fewer than $want"; exit 1; }
 echo "many: $n connections, at least $want on RDMA at both ends, every echo exact"
+first_log=$T2R_WORK/shim-$T2R_HOST-write-first.log
+T2R_MIN_PKTS=2000 env LD_PRELOAD="$shim" TCP2RDMA_RULES="$rules" TCP2RDMA_LOG="$first_log" \
+  sh "$guest/expect-rdma" python3 "$here/write_first.py" "$T2R_PEER" "$port" 3 3145728 "$first_log"
