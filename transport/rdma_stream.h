@@ -175,6 +175,8 @@ class RdmaStream {
   // without an end), not by the peer's word (an abort, a broken protocol): the connection may go on
   // over TCP.
   bool path_failed() const;
+  // The peer ended the stream with an abort (in-band, after every byte it had sent before it).
+  bool peer_aborted() const;
   // A fail_over stream waits to be failed over (its calls return kPathFailed).
   bool failover_pending() const;
   // Where each direction stands once the path is stopped for good: the queue pair in the error state,
@@ -445,9 +447,8 @@ class RdmaStream {
   size_t copy_out(const iovec* iov, int iovcnt, size_t skip, bool consume);
   size_t copy_prefix(const iovec* iov, int iovcnt, bool consume);
   size_t prefix_left() const { return prefix_.size() - prefix_pos_; }
-  // Our writer waits for room and our ring is full of the peer's unread bytes (or the peer waits for
-  // room in it) with no larger ring on its way: moves them behind the prefix and gives the peer the
-  // room (stream_spill.cpp).
+  // Our writer waits for room and our ring is full of the peer's unread bytes, with no larger ring on
+  // its way: moves them behind the prefix and gives the peer the room (stream_spill.cpp).
   void spill_when_stuck();
   bool failed() const { return failure_ != Status::kOk; }
   // A fail_over stream whose path failed and that is neither failed over nor given up yet.

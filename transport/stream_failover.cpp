@@ -51,6 +51,11 @@ bool RdmaStream::path_failed() const {
   return path_failed_;
 }
 
+bool RdmaStream::peer_aborted() const {
+  std::lock_guard lock(mu_);
+  return peer_aborted_;
+}
+
 bool RdmaStream::failover_pending() const {
   std::lock_guard lock(mu_);
   return failover_due();

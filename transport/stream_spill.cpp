@@ -6,10 +6,9 @@
 // a peer may answer while it writes (an echo server under asyncio stops reading while its answer
 // drains). Over RDMA the peer's bytes wait in our ring, which is pinned and as small as the pinning
 // budget made it: once both rings are full and both applications wait to write, neither reads. So
-// when our writer waits for room and our ring is full of unread bytes (or the peer waits for room
-// in it), those bytes move into ordinary memory behind the prefix, where read() serves them in
-// order, and the peer gets the room. Only then: while the application reads, its reading makes the
-// room, and a copy more would only cost.
+// when our writer waits for room and our ring is full of unread bytes, those bytes move into ordinary
+// memory behind the prefix, where read() serves them in order, and the peer gets the room. Only
+// then: while the application reads, its reading makes the room, and a copy more would only cost.
 //
 // Not unbounded (spill_limit, 4 MiB by default): past it a stream waits as kernel TCP does once its
 // buffers are full. A larger ring on its way is waited for instead (it makes room without a copy);
@@ -26,7 +25,11 @@ void RdmaStream::spill_when_stuck() {
   if (!flow_ || failed() || failover_due() || reader_busy_ || peer_done() || options_.spill_limit == 0) return;
   if (offered_ring_.memory != nullptr) return;
   uint64_t unread = flow_->readable();
-  if (unread == 0 || !(flow_->ring_full() || flow_->wakeup_owed())) return;
+  // Full: the peer cannot write a byte more (it blocks only then: receives are reposted as they
+  // arrive, and ring space we consumed is advertised at once to a peer that armed). Not merely armed
+  // or partly read: an application reading from another thread keeps the ring moving, and a spill
+  // would only copy its bytes twice.
+  if (unread == 0 || !flow_->ring_full()) return;
   size_t held = prefix_left();
   if (held >= options_.spill_limit) return;
   uint64_t n = std::min<uint64_t>(unread, options_.spill_limit - held);

@@ -17,6 +17,7 @@
 #include "rdma_stream.h"
 #include "registry/tracked_socket.h"
 #include "registry/upgrade_session.h"
+#include "upgrade/switch_exchange.h"
 #include "upgrade/switch_frames.h"
 
 namespace tcp2rdma::preload {
@@ -97,40 +98,6 @@ std::string tcp_words(const TcpResult& r, size_t n) {
   return text;
 }
 
-// Exactly n bytes from the stream within the deadline: the peer's HELLO and ACK.
-bool stream_read_exact(transport::RdmaStream& stream, uint8_t* buf, size_t n, Deadline deadline) {
-  // A poller of the stream's fd for the wait (rdma_stream.h, poller_enter): another thread's look at
-  // the stream must leave it the news it sleeps for.
-  struct Poller {
-    transport::RdmaStream& stream;
-    uint64_t seen;
-    ~Poller() { stream.poller_leave(seen); }
-  } poller{stream, stream.poller_enter()};
-  size_t got = 0;
-  while (got < n) {
-    iovec iov{buf + got, n - got};
-    size_t done = 0;
-    transport::Status s = stream.read(&iov, 1, transport::kNonBlocking, &done);
-    if (s == transport::Status::kOk) {
-      if (done == 0) return false;  // the end of the stream
-      got += done;
-      continue;
-    }
-    if (s != transport::Status::kWouldBlock) return false;
-    if (deadline.passed()) return false;
-    pollfd p{stream.readiness_fd(), POLLIN, 0};
-    real().poll(&p, 1, deadline.poll_ms());
-    (void)stream.readiness(&poller.seen);  // takes the news the fd announced
-  }
-  return true;
-}
-
-bool stream_write_all(transport::RdmaStream& stream, const uint8_t* buf, size_t n) {
-  iovec iov{const_cast<uint8_t*>(buf), n};
-  size_t done = 0;
-  return stream.write(&iov, 1, 0, &done) == transport::Status::kOk && done == n;
-}
-
 // True when the TCP connection is at its end (the peer shut its sending side down) within the
 // deadline; false when a byte comes instead, or an error.
 bool tcp_at_end(int fd, Deadline deadline) {
@@ -145,42 +112,7 @@ bool tcp_at_end(int fd, Deadline deadline) {
   }
 }
 
-// What a step of the switch came to: go on; stay on TCP (nothing was written anywhere either
-// application reads); or reset the connection (the two byte counts are split).
-struct Step {
-  enum Kind { kGoOn, kStaysTcp, kBroken } kind = kGoOn;
-  const char* why = "";
-  std::string detail = {};  // what the TCP side saw, when it was TCP that failed
-};
-
-// HELLO and ACK both ways on the stream: the peer's HELLO in *peer, and how many of its TCP bytes
-// this side has still to read in *tail. Until this side has sent ACK the peer writes no record, and
-// neither has this side: a failure up to there leaves the TCP connection as it was.
-Step exchange_counts(transport::RdmaStream& stream, const Hello& ours, uint64_t received, bool is_client,
-                     Deadline deadline, Hello* peer, uint64_t* tail) {
-  auto hello = encode_hello(ours);
-  if (!stream_write_all(stream, hello.data(), hello.size())) return {Step::kStaysTcp, "the RDMA connection failed at HELLO"};
-  std::array<uint8_t, kHelloSize> peer_hello{};
-  if (!stream_read_exact(stream, peer_hello.data(), peer_hello.size(), deadline)) {
-    return {Step::kStaysTcp, "no HELLO from the peer"};
-  }
-  std::optional<Hello> decoded = decode_hello(peer_hello);
-  // A client never says its TCP ended: its shutdown() keeps the connection on TCP (it could write no
-  // record after its end, and the server needs the client's record).
-  std::optional<uint64_t> left = decoded && !(decoded->tcp_ended && !is_client)
-                                     ? bytes_left_on_tcp(decoded->tcp_bytes, received, max_tcp_tail())
-                                     : std::nullopt;
-  if (!left) return {Step::kStaysTcp, "the peer's HELLO is malformed or claims an impossible byte count"};
-  auto ack = encode_ack(decoded->tcp_bytes);
-  if (!stream_write_all(stream, ack.data(), ack.size())) return {Step::kStaysTcp, "the RDMA connection failed at ACK"};
-  std::array<uint8_t, kAckSize> peer_ack{};
-  if (!stream_read_exact(stream, peer_ack.data(), peer_ack.size(), deadline) || decode_ack(peer_ack) != ours.tcp_bytes) {
-    return {Step::kBroken, "the peer's ACK is missing or does not echo our byte count"};
-  }
-  *peer = *decoded;
-  *tail = *left;
-  return {};
-}
+using Step = SwitchStep;
 
 // The peer's application bytes still on TCP (into *bytes), then what must follow them: its record,
 // checked against this stream's nonces, or, when its HELLO said so, the end of its TCP stream. Not a
@@ -226,20 +158,25 @@ UpgradeOutcome switch_onto(int fd, TrackedSocket* socket, UpgradeSession* sessio
     return {false, true, "closed, or the process forked or ran another program, before the switch"};
   }
   auto deadline = Deadline::in(kSwitchTimeout);
+  // From our ACK on, longer: a peer whose wait for our HELLO ran out on a stalled link must still be
+  // heard giving up (switch_exchange.h). It started before its HELLO reached us, so before our HELLO
+  // wait ended: it gives up by 2 x kSwitchTimeout after our start, and its abort has the third to
+  // arrive. A peer whose ACK came late still reads and writes the records.
+  auto after_ack = Deadline::in(3 * kSwitchTimeout);
   Hello peer;
   uint64_t tail = 0;
   std::vector<uint8_t> tcp_tail;
   NoncePair nonces = nonce_pair(stream->client_nonce(), stream->server_nonce());
   auto record = encode_record(nonces);
-  Step step = exchange_counts(*stream, ours, received, is_client, deadline, &peer, &tail);
+  Step step = exchange_counts(*stream, ours, received, is_client, max_tcp_tail(), deadline, after_ack, &peer, &tail);
   if (step.kind == Step::kGoOn && is_client) {
-    if (TcpResult r = tcp_exchange(fd, record.data(), record.size(), true, deadline); !r.ok()) {
+    if (TcpResult r = tcp_exchange(fd, record.data(), record.size(), true, after_ack); !r.ok()) {
       step = {Step::kBroken, "could not write the switch record on TCP", tcp_words(r, record.size())};
     }
   }
-  if (step.kind == Step::kGoOn) step = read_peer_tail(fd, tail, peer.tcp_ended, nonces, deadline, &tcp_tail);
+  if (step.kind == Step::kGoOn) step = read_peer_tail(fd, tail, peer.tcp_ended, nonces, after_ack, &tcp_tail);
   if (step.kind == Step::kGoOn && !is_client && !ours.tcp_ended) {
-    if (TcpResult r = tcp_exchange(fd, record.data(), record.size(), true, deadline); !r.ok()) {
+    if (TcpResult r = tcp_exchange(fd, record.data(), record.size(), true, after_ack); !r.ok()) {
       step = {Step::kBroken, "could not write the switch record on TCP", tcp_words(r, record.size())};
     }
   }

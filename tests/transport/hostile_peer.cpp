@@ -163,8 +163,13 @@ ibv_wc_status post_and_wait(Connection& conn, std::vector<uint8_t>& src, uint32_
   wr.wr.rdma.remote_addr = remote_offset;  // the server's ring is registered at iova 0
   wr.wr.rdma.rkey = rkey;
   ibv_post_send(conn.id->qp, &wr, &bad);
+  // Bounded: a server that caught the violation from its mailbox before this write arrived has taken
+  // its queue pair to the error state, and our queue pair (retry count 7, which rxe takes as "for
+  // ever") would then retry the write for good (a suite run hung here).
   ibv_wc wc{};
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (ibv_poll_cq(conn.cq, 1, &wc) == 0) {
+    if (std::chrono::steady_clock::now() > until) return IBV_WC_RESP_TIMEOUT_ERR;  // never completed
   }
   return wc.status;
 }

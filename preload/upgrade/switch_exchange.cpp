@@ -1,0 +1,88 @@
+#include "upgrade/switch_exchange.h"
+
+#include <poll.h>
+#include <sys/uio.h>
+
+#include <array>
+#include <optional>
+
+#include "libc/real_calls.h"
+#include "rdma_stream.h"
+
+namespace tcp2rdma::preload {
+namespace {
+
+using transport::Deadline;
+
+// Exactly n bytes from the stream within the deadline: the peer's HELLO and ACK. *got: how many came.
+bool stream_read_exact(transport::RdmaStream& stream, uint8_t* buf, size_t n, Deadline deadline, size_t* got) {
+  // A poller of the stream's fd for the wait (rdma_stream.h, poller_enter): another thread's look at
+  // the stream must leave it the news it sleeps for.
+  struct Poller {
+    transport::RdmaStream& stream;
+    uint64_t seen;
+    ~Poller() { stream.poller_leave(seen); }
+  } poller{stream, stream.poller_enter()};
+  *got = 0;
+  while (*got < n) {
+    iovec iov{buf + *got, n - *got};
+    size_t done = 0;
+    transport::Status s = stream.read(&iov, 1, transport::kNonBlocking, &done);
+    if (s == transport::Status::kOk) {
+      if (done == 0) return false;  // the end of the stream
+      *got += done;
+      continue;
+    }
+    if (s != transport::Status::kWouldBlock) return false;
+    if (deadline.passed()) return false;
+    pollfd p{stream.readiness_fd(), POLLIN, 0};
+    real().poll(&p, 1, deadline.poll_ms());
+    (void)stream.readiness(&poller.seen);  // takes the news the fd announced
+  }
+  return true;
+}
+
+bool stream_write_all(transport::RdmaStream& stream, const uint8_t* buf, size_t n) {
+  iovec iov{const_cast<uint8_t*>(buf), n};
+  size_t done = 0;
+  return stream.write(&iov, 1, 0, &done) == transport::Status::kOk && done == n;
+}
+
+}  // namespace
+
+SwitchStep exchange_counts(transport::RdmaStream& stream, const Hello& ours, uint64_t received, bool is_client,
+                           uint64_t tail_cap, Deadline deadline, Deadline ack_deadline, Hello* peer, uint64_t* tail) {
+  auto hello = encode_hello(ours);
+  if (!stream_write_all(stream, hello.data(), hello.size())) {
+    return {SwitchStep::kStaysTcp, "the RDMA connection failed at HELLO"};
+  }
+  std::array<uint8_t, kHelloSize> peer_hello{};
+  size_t got = 0;
+  if (!stream_read_exact(stream, peer_hello.data(), peer_hello.size(), deadline, &got)) {
+    return {SwitchStep::kStaysTcp, "no HELLO from the peer"};
+  }
+  std::optional<Hello> decoded = decode_hello(peer_hello);
+  // A client never says its TCP ended: its shutdown() keeps the connection on TCP (it could write no
+  // record after its end, and the server needs the client's record).
+  std::optional<uint64_t> left = decoded && !(decoded->tcp_ended && !is_client)
+                                     ? bytes_left_on_tcp(decoded->tcp_bytes, received, tail_cap)
+                                     : std::nullopt;
+  if (!left) return {SwitchStep::kStaysTcp, "the peer's HELLO is malformed or claims an impossible byte count"};
+  auto ack = encode_ack(decoded->tcp_bytes);
+  if (!stream_write_all(stream, ack.data(), ack.size())) {
+    return {SwitchStep::kStaysTcp, "the RDMA connection failed at ACK"};
+  }
+  std::array<uint8_t, kAckSize> peer_ack{};
+  if (!stream_read_exact(stream, peer_ack.data(), peer_ack.size(), ack_deadline, &got)) {
+    if (got == 0 && stream.peer_aborted()) {
+      return {SwitchStep::kStaysTcp, "the peer gave up before its ACK (it ended the stream instead)"};
+    }
+    return {SwitchStep::kBroken, "the peer's ACK is missing"};
+  }
+  if (decode_ack(peer_ack) != ours.tcp_bytes) return {SwitchStep::kBroken, "the peer's ACK does not echo our byte count"};
+  *peer = *decoded;
+  *tail = *left;
+  return {};
+}
+
+}  // namespace tcp2rdma::preload

@@ -1,0 +1,158 @@
+// switch_exchange: the switch's HELLO and ACK (preload/upgrade/switch_exchange.h) against a peer that
+// gives up, answers late, or goes silent, over real RDMA streams in the Soft-RoCE VM.
+//   switch_exchange server PORT        plays the peer of each case below on its own stream, raw
+//   switch_exchange client ADDR PORT   runs exchange_counts on each (HELLO wait 2 s, ACK wait 6 s)
+//                                      and exits 0 only if each came to what it must
+// The cases, in order:
+//   gives-up        the peer sends its HELLO and aborts without reading ours or sending an ACK (its
+//                   HELLO wait ran out): stays TCP (before: a reset of a connection both could keep)
+//   late-ack        the peer sends its HELLO, then answers only after 3 s, past our HELLO wait but
+//                   within the ACK's: goes on
+//   ack-then-abort  the peer sends HELLO and ACK, then aborts: the ACK came first, so it goes on
+//                   (the abort is a later step's business)
+//   silent          the peer sends its HELLO and then nothing, and keeps the stream: a reset (we sent
+//                   our ACK, and nothing says what the peer did), at the ACK's wait
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string_view>
+#include <thread>
+
+#include "../../transport/peer_util.h"
+#include "upgrade/switch_exchange.h"
+#include "upgrade/switch_frames.h"
+
+using namespace peer_util;
+using tcp2rdma::preload::Hello;
+using tcp2rdma::preload::SwitchStep;
+using tcp2rdma::transport::Deadline;
+
+namespace {
+
+constexpr const char* kCases[] = {"gives-up", "late-ack", "ack-then-abort", "silent"};
+constexpr uint64_t kServerTcpBytes = 7, kClientTcpBytes = 5;
+
+bool write_frame(RdmaStream& s, const uint8_t* bytes, size_t n) {
+  iovec iov{const_cast<uint8_t*>(bytes), n};
+  size_t done = 0;
+  return s.write(&iov, 1, 0, &done) == Status::kOk && done == n;
+}
+
+bool read_frame(RdmaStream& s, uint8_t* bytes, size_t n) {
+  iovec iov{bytes, n};
+  size_t done = 0;
+  return s.read(&iov, 1, tcp2rdma::transport::kWaitAll, &done) == Status::kOk && done == n;
+}
+
+// The peer's side of one case, with raw frames.
+bool play_server(RdmaStream& s, std::string_view which) {
+  auto hello = tcp2rdma::preload::encode_hello(Hello{kServerTcpBytes, false});
+  std::array<uint8_t, tcp2rdma::preload::kHelloSize> client_hello{};
+  std::array<uint8_t, tcp2rdma::preload::kAckSize> client_ack{};
+  if (!write_frame(s, hello.data(), hello.size())) return false;
+  // The client has our HELLO at once and sends its ACK; each case answers after that, as a peer on a
+  // slow or stalled link would (an abort that came first would fail the client's ACK instead, a
+  // step the client takes before the one under test).
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  if (which == "late-ack") std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  if (which == "silent") {
+    std::this_thread::sleep_for(std::chrono::seconds(8));  // past the client's ACK wait
+    s.close();
+    return true;
+  }
+  if (which == "gives-up") {  // its wait for our HELLO ran out: it never read it
+    s.abort();
+    return true;
+  }
+  if (!read_frame(s, client_hello.data(), client_hello.size())) return false;
+  auto ack = tcp2rdma::preload::encode_ack(kClientTcpBytes);
+  if (!write_frame(s, ack.data(), ack.size())) return false;
+  if (which == "ack-then-abort") {
+    s.abort();
+    return true;
+  }
+  bool ok = read_frame(s, client_ack.data(), client_ack.size()) &&
+            tcp2rdma::preload::decode_ack(client_ack) == kServerTcpBytes;
+  s.close();
+  return ok;
+}
+
+SwitchStep::Kind expected(std::string_view which) {
+  if (which == "gives-up") return SwitchStep::kStaysTcp;
+  if (which == "silent") return SwitchStep::kBroken;
+  return SwitchStep::kGoOn;
+}
+
+const char* kind_name(SwitchStep::Kind k) {
+  return k == SwitchStep::kGoOn ? "goes on" : k == SwitchStep::kStaysTcp ? "stays tcp" : "reset";
+}
+
+std::unique_ptr<RdmaStream> connect_case(const char* host, const char* port, uint16_t client_port) {
+  sockaddr_in addr = ipv4(host, port);
+  tcp2rdma::transport::Pairing pairing;
+  pairing.tuple.family = AF_INET;
+  pairing.tuple.server_port = static_cast<uint16_t>(std::atoi(port));
+  pairing.tuple.client_port = client_port;  // each case its own tuple
+  std::memcpy(pairing.tuple.server_addr, &addr.sin_addr, 4);
+  pairing.client_nonce = tcp2rdma::transport::random_nonce();
+  std::unique_ptr<RdmaStream> s;
+  Status st = Status::kRejected;
+  for (int attempt = 0; attempt < 100 && st != Status::kOk; ++attempt) {
+    st = RdmaStream::connect(reinterpret_cast<sockaddr*>(&addr), pairing, StreamOptions{}, &s);
+    if (st != Status::kRejected && st != Status::kNoRoute && st != Status::kTimeout) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  if (st != Status::kOk) std::fprintf(stderr, "connect: %s\n", to_string(st));
+  return s;
+}
+
+int run_client(const char* host, const char* port) {
+  bool all = true;
+  uint16_t client_port = 40000;
+  for (std::string_view which : kCases) {
+    std::unique_ptr<RdmaStream> s = connect_case(host, port, client_port++);
+    if (!s) return 1;
+    Hello peer;
+    uint64_t tail = 0;
+    auto start = std::chrono::steady_clock::now();
+    SwitchStep step = tcp2rdma::preload::exchange_counts(*s, Hello{kClientTcpBytes, false}, kServerTcpBytes, true,
+                                                         1 << 20, Deadline::in_ms(2000), Deadline::in_ms(6000), &peer, &tail);
+    long ms = static_cast<long>(std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count());
+    bool ok = step.kind == expected(which) && (step.kind != SwitchStep::kGoOn || (peer.tcp_bytes == kServerTcpBytes && tail == 0));
+    std::printf("client: %s: %s (%s) after %ld ms: %s\n", std::string(which).c_str(), kind_name(step.kind),
+                step.why, ms, ok ? "as it must" : "WRONG");
+    all = all && ok;
+    if (step.kind == SwitchStep::kGoOn) {
+      s->close();
+    } else {
+      s->abort();
+    }
+  }
+  return all ? 0 : 1;
+}
+
+int run_server(const char* port) {
+  std::unique_ptr<StreamListener> listener = listen_on(port, StreamOptions{});
+  if (!listener) return 1;
+  bool all = true;
+  for (std::string_view which : kCases) {
+    std::unique_ptr<RdmaStream> s = accept_one(*listener);
+    if (!s) return 1;
+    bool ok = play_server(*s, which);
+    std::printf("server: %s: played %s\n", std::string(which).c_str(), ok ? "through" : "with a FAILURE");
+    all = all && ok;
+  }
+  return all ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  std::string_view mode = argc > 1 ? argv[1] : "";
+  if (argc == 3 && mode == "server") return run_server(argv[2]);
+  if (argc == 4 && mode == "client") return run_client(argv[2], argv[3]);
+  std::fprintf(stderr, "usage: switch_exchange server PORT | client ADDR PORT\n");
+  return 2;
+}
