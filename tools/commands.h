@@ -1,5 +1,5 @@
 // The tcp2rdma command-line tool's subcommands, one file each. Each returns the process exit status:
-// 0 success, 1 the subject failed (a bad rule file), 2 bad usage.
+// 0 success, 1 the subject failed (a bad rule file, a machine that cannot do RDMA), 2 bad usage.
 #pragma once
 
 #include <span>
@@ -8,6 +8,7 @@
 namespace tcp2rdma::tools {
 
 int check_command(std::span<char*> args);
+int doctor_command(std::span<char*> args);
 int explain_command(std::span<char*> args);
 int run_command(std::span<char*> args);
 

@@ -13,6 +13,9 @@ constexpr char kUsage[] =
     "  explain [--rules FILE] --program NAME --role client|server --remote ADDR:PORT\n"
     "          [--local ADDR:PORT] [--user NAME|UID]\n"
     "                         show which rule decides such a connection, and its options\n"
+    "  doctor [--rules FILE] [--peer ADDR] [--json]\n"
+    "                         check this machine for RDMA (devices, ports, addresses, memlock, rdma_cm,\n"
+    "                         the module, the rules) and say how to fix each problem\n"
     "  run [--rules FILE] [--log 1|/path] -- COMMAND [ARGS...]\n"
     "                         run COMMAND with libtcp2rdma.so preloaded\n"
     "  --help, --version\n";
@@ -35,6 +38,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (command == "check") return tcp2rdma::tools::check_command(args.subspan(2));
+  if (command == "doctor") return tcp2rdma::tools::doctor_command(args.subspan(2));
   if (command == "explain") return tcp2rdma::tools::explain_command(args.subspan(2));
   if (command == "run") return tcp2rdma::tools::run_command(args.subspan(2));
   std::fprintf(stderr, "tcp2rdma: unknown command '%s'\n%s", args[1], kUsage);

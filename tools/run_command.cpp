@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "commands.h"
+#include "module_path.h"
 #include "rule_loader.h"
 
 namespace tcp2rdma::tools {
@@ -20,25 +21,6 @@ namespace {
 constexpr char kUsage[] =
     "usage: tcp2rdma run [--rules FILE] [--log 1|/path] -- COMMAND [ARGS...]\n"
     "  runs COMMAND with libtcp2rdma.so preloaded (TCP2RDMA_MODULE overrides where it is found)\n";
-
-std::string directory_of_this_program() {
-  char path[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
-  if (n <= 0) return ".";
-  std::string exe(path, static_cast<size_t>(n));
-  return exe.substr(0, exe.rfind('/'));
-}
-
-// The build tree keeps the module in ../preload beside tools/; an installation in the library directory.
-std::string find_module() {
-  if (const char* forced = std::getenv("TCP2RDMA_MODULE"); forced != nullptr && *forced != '\0') return forced;
-  std::string in_build_tree = directory_of_this_program() + "/../preload/libtcp2rdma.so";
-  if (access(in_build_tree.c_str(), R_OK) == 0) {
-    char resolved[PATH_MAX];
-    if (realpath(in_build_tree.c_str(), resolved) != nullptr) return resolved;
-  }
-  return TCP2RDMA_INSTALLED_MODULE;
-}
 
 int usage(const char* problem) {
   std::fprintf(stderr, "tcp2rdma run: %s\n%s", problem, kUsage);

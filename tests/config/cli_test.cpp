@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "../cli_process.h"
+
 #include <array>
 #include <cstdio>
 #include <fstream>
@@ -11,25 +13,9 @@
 
 namespace {
 
-struct CliResult {
-  int status;
-  std::string output;  // stdout and stderr together
-};
+using tcp2rdma::testing::CliResult;
 
-CliResult run(const std::string& args) {
-  // In the sanitizer build the module carries ASan, which insists on being loaded first; `run`
-  // rightly puts the module first instead, so that check is relaxed for the programs run here.
-  std::string command = "export ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0; " + std::string(TCP2RDMA_CLI) +
-                        " " + args + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  EXPECT_NE(pipe, nullptr);
-  CliResult result{-1, ""};
-  std::array<char, 4096> buffer;
-  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) result.output.append(buffer.data(), n);
-  int raw = pclose(pipe);
-  result.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  return result;
-}
+CliResult run(const std::string& args) { return tcp2rdma::testing::run_cli(TCP2RDMA_CLI, args); }
 
 class Cli : public ::testing::Test {
  protected:
