@@ -18,6 +18,12 @@ constexpr char kUsage[] =
     "                         the module, the rules) and say how to fix each problem\n"
     "  run [--rules FILE] [--log 1|/path] -- COMMAND [ARGS...]\n"
     "                         run COMMAND with libtcp2rdma.so preloaded\n"
+    "  stat [--pid P] [--json] [--watch S] [-a|--all] | --clean\n"
+    "                         one row per connection of the processes under the module: path (tcp,\n"
+    "                         switching, rdma, back-on-tcp), bytes, rings, age, why it is on TCP\n"
+    "  stats [--json] [--reset]\n"
+    "                         totals over those processes: connections upgraded, on TCP by reason,\n"
+    "                         bytes by path, setup times; --reset counts from zero again\n"
     "  --help, --version\n";
 
 }  // namespace
@@ -41,6 +47,8 @@ int main(int argc, char** argv) {
   if (command == "doctor") return tcp2rdma::tools::doctor_command(args.subspan(2));
   if (command == "explain") return tcp2rdma::tools::explain_command(args.subspan(2));
   if (command == "run") return tcp2rdma::tools::run_command(args.subspan(2));
+  if (command == "stat") return tcp2rdma::tools::stat_command(args.subspan(2));
+  if (command == "stats") return tcp2rdma::tools::stats_command(args.subspan(2));
   std::fprintf(stderr, "tcp2rdma: unknown command '%s'\n%s", args[1], kUsage);
   return 2;
 }

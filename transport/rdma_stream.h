@@ -127,8 +127,9 @@ class RdmaStream {
 
   // Blocking: returns when every byte was taken. kNonBlocking: takes what fits now (*done may be
   // short), kWouldBlock when nothing fits. Bytes sent by zero-copy have been placed in the peer's ring
-  // before write returns, so the caller may reuse its buffer at once.
-  Status write(const iovec* iov, int iovcnt, int flags, size_t* done);
+  // before write returns, so the caller may reuse its buffer at once; *zero_copied (when given) says
+  // how many of *done went so.
+  Status write(const iovec* iov, int iovcnt, int flags, size_t* done, size_t* zero_copied = nullptr);
   // Returns at least one byte, or *done == 0 at the end of the stream. Bytes that arrived before an
   // error are delivered before the error is reported. A blocking read or write that slept while a
   // signal handler ran returns what it moved, or kInterrupted if nothing.

@@ -17,10 +17,11 @@ constexpr uint64_t kMaxMessage = uint64_t{1} << 30;
 
 }  // namespace
 
-Status RdmaStream::write(const iovec* iov, int iovcnt, int flags, size_t* done) {
+Status RdmaStream::write(const iovec* iov, int iovcnt, int flags, size_t* done, size_t* zero_copied) {
   OwnCalls own;  // own_calls.h
   *done = 0;
   std::unique_lock lock(mu_);
+  const uint64_t zero_copied_before = counters_.zcopy_bytes;
   while (writer_busy_) {
     if (flags & kNonBlocking) return Status::kWouldBlock;
     cv_.wait(lock);
@@ -35,6 +36,7 @@ Status RdmaStream::write(const iovec* iov, int iovcnt, int flags, size_t* done) 
   }
   writer_busy_ = false;
   cv_.notify_all();
+  if (zero_copied != nullptr) *zero_copied = counters_.zcopy_bytes - zero_copied_before;
   // Like the kernel: bytes taken are reported; an error after them comes with the next call.
   return *done > 0 ? Status::kOk : outward(s);
 }

@@ -14,6 +14,7 @@
 #include "registry/fd_table.h"
 #include "registry/tracked_socket.h"
 #include "registry/upgrade_session.h"
+#include "stats/stats_writer.h"
 #include "upgrade/upgrade.h"
 #include "util/iovecs.h"
 #include "util/log.h"
@@ -127,15 +128,17 @@ ssize_t recv_on_stream(const StreamRef& ref, int fd, const iovec* iov, int iovcn
     errno = errno_of(s);
     return -1;
   }
+  if (!(msg_flags & MSG_PEEK)) stats::slot_add_rdma(ref.socket()->stats_slot.load(std::memory_order_relaxed), done, 0, 0);
   return static_cast<ssize_t>(done);
 }
 
 ssize_t send_on_stream(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept {
   transport::RdmaStream* stream = ref;
-  size_t done = 0;
+  size_t done = 0, zero_copied = 0;
   int flags = nonblocking(ref, msg_flags) ? transport::kNonBlocking : 0;
-  Status s = stream->write(iov, iovcnt, flags, &done);
-  while (s == Status::kInterrupted && !interrupted_call_fails()) s = stream->write(iov, iovcnt, flags, &done);
+  Status s = stream->write(iov, iovcnt, flags, &done, &zero_copied);
+  while (s == Status::kInterrupted && !interrupted_call_fails()) s = stream->write(iov, iovcnt, flags, &done, &zero_copied);
+  stats::slot_add_rdma(ref.socket()->stats_slot.load(std::memory_order_relaxed), 0, done, zero_copied);
   if (s == Status::kMovedToTcp) return tcp_after_move(ref, fd, iov, iovcnt, msg_flags, false);
   if (s == Status::kPathFailed) return after_failover(ref, fd, iov, iovcnt, msg_flags, false);
   // A blocking write cut short at our marker, or by the path's failure: the rest goes on TCP, right

@@ -2,6 +2,7 @@
 // prefixes an exec'ing process handed on, and at exit closes the process's RDMA streams in order.
 #include "process/exec_guard.h"
 #include "registry/tracked_socket.h"
+#include "stats/stats_writer.h"
 #include "util/log.h"
 
 namespace {
@@ -13,6 +14,11 @@ namespace {
 }
 
 // Runs at exit() (not at _exit): bytes written to upgraded connections still reach the peer.
-[[gnu::destructor]] void flush_at_exit() { tcp2rdma::preload::close_streams_at_exit(); }
+// The stats segment goes with the process (a process that ends by _exit or a signal leaves it: the
+// readers tell it is stale, docs/stats.md).
+[[gnu::destructor]] void flush_at_exit() {
+  tcp2rdma::preload::close_streams_at_exit();
+  tcp2rdma::stats::remove_segment();
+}
 
 }  // namespace

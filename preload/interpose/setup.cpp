@@ -47,7 +47,8 @@ int accept_common(int fd, int accepted) {
   int saved_errno = errno;
   if (real().getsockopt(accepted, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0) {
     tcp2rdma::preload::track_new_socket(accepted, domain, SocketRole::kServer);
-    auto decision = tcp2rdma::preload::decide_connection(accepted, Role::kServer);
+    auto decision = tcp2rdma::preload::decide_connection(accepted, Role::kServer, nullptr, 0,
+                                                         tcp2rdma::preload::SocketHold::of(accepted).get());
     // accept() returns at TCP speed with upgrade: background; the connection moves to RDMA beside
     // the application.
     if (!tcp2rdma::preload::upgrade_connection(accepted, Role::kServer, listener.get(), decision)) {
@@ -130,7 +131,7 @@ T2R_INTERPOSE int connect(int fd, const struct sockaddr* addr, socklen_t len) {
   }
   int saved_errno = errno;
   socket->set_role(SocketRole::kClient);
-  auto decision = tcp2rdma::preload::decide_connection(fd, Role::kClient, addr, len);
+  auto decision = tcp2rdma::preload::decide_connection(fd, Role::kClient, addr, len, socket.get());
   if (rc != 0) socket->connect_in_progress.store(true);
   if (rc != 0 && decision.options->transport == Transport::kRdma) {
     // Under way (EINPROGRESS): the upgrade starts once the connection is up, at the application's next

@@ -8,6 +8,7 @@
 #include "rdma_stream.h"
 #include "registry/tracked_socket.h"
 #include "registry/upgrade_session.h"
+#include "stats/stats_writer.h"
 #include "util/log.h"
 #include "util/saved_errno.h"
 
@@ -21,10 +22,14 @@ const char* connection_label(const TrackedSocket* socket) noexcept {
 bool mark_connection_back_on_tcp(TrackedSocket* socket, int fd, bool by_mover) noexcept {
   // Exactly one call makes it so: the mover's, or (when no thread of ours moves it) the first to see
   // the peer's move.
-  bool marked = by_mover ? socket->move_path(Path::kMovingBack, Path::kBackOnTcp) ||
-                               socket->move_path(Path::kFailingOver, Path::kBackOnTcp)
-                         : socket->move_path(Path::kRdma, Path::kBackOnTcp);
+  bool moved_back = by_mover && socket->move_path(Path::kMovingBack, Path::kBackOnTcp);
+  bool failed_over = by_mover && !moved_back && socket->move_path(Path::kFailingOver, Path::kBackOnTcp);
+  bool marked = moved_back || failed_over || (!by_mover && socket->move_path(Path::kRdma, Path::kBackOnTcp));
   if (!marked) return false;
+  stats::slot_on_tcp(socket->stats_slot.load(std::memory_order_relaxed),
+                     failed_over ? stats::TcpReason::kFailedOver : stats::TcpReason::kMovedBack,
+                     failed_over ? "the rdma path failed" : moved_back ? "moved back by this process (fork, exec)"
+                                                                       : "the peer moved it back");
   SavedErrno keep_errno;
   transport::RdmaStream* stream = socket->own_stream();
   // The stream's end (our shutdown(SHUT_WR) went onto it, or came while the connection failed over)

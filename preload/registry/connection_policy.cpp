@@ -12,6 +12,7 @@
 #include <string>
 
 #include "libc/real_calls.h"
+#include "registry/connection_stats.h"
 #include "rule_loader.h"
 #include "util/log.h"
 #include "util/saved_errno.h"
@@ -91,7 +92,7 @@ void endpoints(int fd, const sockaddr* remote_hint, socklen_t remote_hint_len, s
 }  // namespace
 
 config::Decision decide_connection(int fd, config::Role role, const sockaddr* remote_hint,
-                                   socklen_t remote_hint_len) {
+                                   socklen_t remote_hint_len, TrackedSocket* socket) {
   SavedErrno keep_errno;
   sockaddr_storage remote{}, local{};
   bool has_remote = false, has_local = false;
@@ -99,6 +100,7 @@ config::Decision decide_connection(int fd, config::Role role, const sockaddr* re
   config::ConnectionFacts facts{role, has_remote ? reinterpret_cast<sockaddr*>(&remote) : nullptr,
                                 has_local ? reinterpret_cast<sockaddr*>(&local) : nullptr};
   config::Decision decision = process_rules().match(facts);
+  if (socket != nullptr) stats_decided(socket, fd, role, decision, facts.local, facts.remote);
   return decision;
 }
 

@@ -13,6 +13,8 @@
 
 namespace tcp2rdma::preload {
 
+class TrackedSocket;
+
 // The rules of this process. A rule file or environment variable with a mistake never stops the
 // application: one line on standard error (or the TCP2RDMA_LOG file) names the first error, and the
 // rules returned keep every connection on TCP.
@@ -21,8 +23,9 @@ const config::ProcessRuleSet& process_rules();
 // Decides the connection on fd (its addresses read from the kernel). `remote_hint` is the address
 // given to connect(): while a non-blocking connect is under way the kernel has no peer address yet.
 // Never changes errno.
+// With `socket`, the decision takes a slot in the stats segment (registry/connection_stats.h).
 config::Decision decide_connection(int fd, config::Role role, const sockaddr* remote_hint = nullptr,
-                                   socklen_t remote_hint_len = 0);
+                                   socklen_t remote_hint_len = 0, TrackedSocket* socket = nullptr);
 
 // "10.77.0.2:5201" or "[fd00::1]:5201" into out; "?" when !valid (the kernel has no address for that
 // side).

@@ -19,6 +19,7 @@
 #include "registry/socket_registry.h"
 #include "registry/stream_closer.h"
 #include "registry/upgrade_session.h"
+#include "stats/stats_writer.h"
 
 namespace tcp2rdma::preload {
 
@@ -60,6 +61,7 @@ SocketHold SocketHold::live(uint64_t serial) noexcept {
 unsigned fork_generation() noexcept { return g_fork_generation.load(std::memory_order_relaxed); }
 void note_forked_child() noexcept {
   g_fork_generation.fetch_add(1, std::memory_order_relaxed);
+  stats::forget_parent_segment();  // the child's connections go into a segment of its own
   fd_table().forget_holders_after_fork();
   // Another thread of the parent may have held the lock at the fork; the child has only this one.
   transport::keep_forever(std::exchange(live_mutex_slot(), new std::mutex));
@@ -231,6 +233,7 @@ TrackedSocket::~TrackedSocket() {
   }
   delete listener_parts_.load();  // listener/listener_state.h
   delete session_.load();
+  stats::close_slot(stats_slot.load(std::memory_order_relaxed));
 }
 
 }  // namespace tcp2rdma::preload

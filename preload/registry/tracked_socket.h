@@ -173,6 +173,9 @@ class TrackedSocket {
   // Set when that upgrade failed such that the connection must not be used (required, or broken
   // half-way): getsockopt(SO_ERROR) reports it once, as the kernel reports a failed connect.
   std::atomic<int> pending_error{0};
+  // The connection's slot in the process's stats segment (stats/stats_writer.h), from its decision
+  // (decide_connection) until the socket goes; a forked child's inherited ones name nothing.
+  std::atomic<int32_t> stats_slot{-1};
 
   // SO_LINGER as the application last set it: -1 off, else the linger time in seconds. Followed by
   // the setsockopt wrapper, read at the last close (end_stream()).

@@ -9,6 +9,7 @@
 #include "own_descriptors.h"
 #include "registry/fd_table.h"
 #include "registry/tracked_socket.h"
+#include "stats/stats_writer.h"
 #include "util/log.h"
 
 namespace tcp2rdma::preload {
@@ -90,6 +91,8 @@ void settle_session(int fd) noexcept {
   if (UpgradeSession* session = socket->active_session(); session != nullptr && session->settle()) {
     log_line("%s: stays tcp (closed, or the process forked, ran another program or exited, before the upgrade)",
              session->label());
+    stats::slot_on_tcp(socket->stats_slot.load(std::memory_order_relaxed), stats::TcpReason::kClosedEarly,
+                       "closed, or the process forked, ran another program or exited, before the upgrade");
   }
 }
 

@@ -14,6 +14,7 @@
 #include "upgrade/request_watch.h"
 #include "upgrade/upgrade_steps.h"
 #include "upgrade/worker_pool.h"
+#include "stats/stats_writer.h"
 #include "util/log.h"
 
 namespace tcp2rdma::preload {
@@ -38,7 +39,11 @@ std::atomic<Pools*> g_pools{nullptr};
 // A background upgrade that cannot go on in a thread of its own (none could be had): the connection
 // stays TCP, saying why.
 void stays_without_thread(const Connection& c, UpgradeSession* session) {
-  if (session->end_on_tcp()) log_line("%s: stays tcp (cannot start a thread for the upgrade)", session->label());
+  if (session->end_on_tcp()) {
+    log_line("%s: stays tcp (cannot start a thread for the upgrade)", session->label());
+    stats::slot_on_tcp(c.socket->stats_slot.load(std::memory_order_relaxed), stats::TcpReason::kResources,
+                       "stays tcp (cannot start a thread for the upgrade)");
+  }
   epoll_move_pending(c.fd, false);
 }
 
@@ -74,7 +79,7 @@ void upgrade_beside(int fd, config::Role role, TrackedSocket* listener, const co
   char label[kConnectionLabelSize];
   describe_connection(fd, role, decision, label, sizeof label);
   session->set_label(label);
-  if (stays_for_want_of_descriptors(session)) return;
+  if (stays_for_want_of_descriptors(session, socket.get())) return;
   std::shared_ptr<Connection> c;
   std::function<void()> let_go, whole;
   Pools* pools = this_process_instance(g_pools);

@@ -155,7 +155,8 @@ UpgradeOutcome switch_onto(int fd, TrackedSocket* socket, UpgradeSession* sessio
   uint64_t received = 0;
   if (!session->freeze(&ours.tcp_bytes, &received, &ours.tcp_ended)) {
     stream->abort();
-    return {false, true, "closed, or the process forked or ran another program, before the switch"};
+    return {false, true, "closed, or the process forked or ran another program, before the switch",
+            stats::TcpReason::kClosedEarly};
   }
   auto deadline = Deadline::in(kSwitchTimeout);
   // From our ACK on, longer: a peer whose wait for our HELLO ran out on a stalled link must still be
@@ -186,7 +187,7 @@ UpgradeOutcome switch_onto(int fd, TrackedSocket* socket, UpgradeSession* sessio
     step = {Step::kBroken, "the RDMA connection failed at the end of our sending side"};
   }
   if (step.kind != Step::kGoOn) {
-    UpgradeOutcome failed{false, step.kind == Step::kStaysTcp, step.why};
+    UpgradeOutcome failed{false, step.kind == Step::kStaysTcp, step.why, stats::TcpReason::kSwitchFailed};
     // What failed, in words: the TCP side's account, or the stream's; a stream that did not fail but
     // did not bring the peer's HELLO or ACK either says where its bytes were, so that one that never
     // came reads differently from one that came unnoticed.

@@ -6,6 +6,8 @@
 #include <memory>
 #include <string>
 
+#include "stats/stats_segment.h"
+
 namespace tcp2rdma::transport {
 class RdmaStream;
 }
@@ -21,6 +23,7 @@ struct UpgradeOutcome {
   bool upgraded = false;
   bool connection_usable = true;
   const char* why = "";
+  stats::TcpReason reason = stats::TcpReason::kNoRdma;  // the category the stats count (docs/stats.md)
   std::string detail = {};  // the stream's own words on why it failed, when it did (rdma_stream.h)
   long setup_ms = 0;   // from the start until the RDMA connection was established
   long switch_ms = 0;  // the switch itself

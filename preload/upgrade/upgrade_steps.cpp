@@ -13,8 +13,10 @@
 #include "listener/rdma_listener.h"
 #include "readiness/epoll_sets.h"
 #include "registry/connection_policy.h"
+#include "registry/connection_stats.h"
 #include "registry/upgrade_session.h"
 #include "tuple_address.h"
+#include "stats/stats_writer.h"
 #include "upgrade/switch.h"
 #include "util/log.h"
 
@@ -98,7 +100,9 @@ transport::Status accept_stream(const Connection& c, UpgradeSession* session, An
 
 UpgradeOutcome run_upgrade_steps(const Connection& c, UpgradeSession* session, Answer* answer) {
   // Settled while it waited in a pool's queue (closed, fork, exec): no RDMA connection is made for it.
-  if (session->phase() == UpgradeSession::Phase::kOver) return {false, true, "the connection was settled"};
+  if (session->phase() == UpgradeSession::Phase::kOver) {
+    return {false, true, "the connection was settled", stats::TcpReason::kClosedEarly};
+  }
   if (!c.have_tuple) return {false, true, "no addresses for the connection"};
   if (!c.is_client && c.listener == nullptr) return {false, true, "no RDMA listener on this port"};
   std::unique_ptr<transport::RdmaStream> stream;
@@ -106,11 +110,15 @@ UpgradeOutcome run_upgrade_steps(const Connection& c, UpgradeSession* session, A
   transport::Status s = c.is_client ? connect_stream(c, &stream, &declined) : accept_stream(c, session, answer, &stream);
   // The wait ended without a request (the rule's upgrade timeout passed, or the connection was
   // settled): a client without tcp2rdma, or whose rules keep this connection on TCP, sends none.
-  if (s == transport::Status::kWouldBlock) return {false, true, "no RDMA request from the client in time"};
+  if (s == transport::Status::kWouldBlock) {
+    return {false, true, "no RDMA request from the client in time", stats::TcpReason::kPeerDeclined};
+  }
   if (s == transport::Status::kRejected && !c.is_client) return {false, true, "no RDMA listener on this port"};
   // The server's word on why, when it gave one (a Decline record); else "no tcp2rdma listener".
-  if (s == transport::Status::kRejected) return {false, true, transport::to_string(declined)};
-  if (s != transport::Status::kOk) return {false, true, why_not(s)};
+  if (s == transport::Status::kRejected) {
+    return {false, true, transport::to_string(declined), stats::TcpReason::kPeerDeclined};
+  }
+  if (s != transport::Status::kOk) return {false, true, why_not(s), reason_of(s)};
   // The peer is tcp2rdma (its listener answered with our nonce, or the client asked for this very
   // connection): now, and only now, the switch.
   auto established = Clock::now();
@@ -126,11 +134,30 @@ UpgradeOutcome run_upgrade(const Connection& c, UpgradeSession* session, Answer*
   try {
     return run_upgrade_steps(c, session, answer);
   } catch (const std::bad_alloc&) {
-    return {false, session->phase() == UpgradeSession::Phase::kOnTcp, "out of memory"};
+    return {false, session->phase() == UpgradeSession::Phase::kOnTcp, "out of memory", stats::TcpReason::kResources};
   } catch (...) {
-    return {false, session->phase() == UpgradeSession::Phase::kOnTcp, "an internal error"};
+    return {false, session->phase() == UpgradeSession::Phase::kOnTcp, "an internal error", stats::TcpReason::kOther};
   }
 }
+
+namespace {
+
+// The stats segment hears what the log line says, and the bytes the connection moved on TCP meanwhile.
+void note_in_stats(const Connection& c, const UpgradeSession& session, const UpgradeOutcome& outcome,
+                   const char* words) {
+  int32_t slot = c.socket->stats_slot.load(std::memory_order_relaxed);
+  stats::slot_add_tcp(slot, session.received(), session.sent());
+  const transport::RdmaStream* stream = c.socket->stream();
+  if (outcome.upgraded && stream != nullptr) {
+    stats::slot_on_rdma(slot, static_cast<uint32_t>(stream->ring_size() >> 10),
+                        static_cast<uint32_t>(stream->peer_ring_size() >> 10), static_cast<uint32_t>(outcome.setup_ms),
+                        static_cast<uint32_t>(outcome.switch_ms));
+  } else {
+    stats::slot_on_tcp(slot, outcome.reason, words);
+  }
+}
+
+}  // namespace
 
 bool conclude(const Connection& c, UpgradeSession* session, const UpgradeOutcome& outcome, bool background) {
   char path[256];
@@ -169,12 +196,14 @@ bool conclude(const Connection& c, UpgradeSession* session, const UpgradeOutcome
     // and a close forgot the registrations (the descriptor may name another socket by now).
     if (session->end_on_tcp()) {
       log_line("%s: %s", session->label(), path);
+      note_in_stats(c, *session, outcome, path);
       epoll_move_pending(c.fd, false);
     }
     return usable;
   }
   if (session->phase() == UpgradeSession::Phase::kOver) return usable;  // settled before the freeze
   log_line("%s: %s", session->label(), path);
+  note_in_stats(c, *session, outcome, path);
   epoll_move_pending(c.fd, stream != nullptr);
   if (!outcome.connection_usable && background) {
     // Reset, so the peer never reads a clean end; SO_ERROR says ECONNRESET.
@@ -185,9 +214,11 @@ bool conclude(const Connection& c, UpgradeSession* session, const UpgradeOutcome
   return usable;
 }
 
-bool stays_for_want_of_descriptors(UpgradeSession* session) {
+bool stays_for_want_of_descriptors(UpgradeSession* session, TrackedSocket* socket) {
   if (session->wake_fd() >= 0 || !session->end_on_tcp()) return false;
   log_line("%s: stays tcp (%s)", session->label(), why_not(transport::Status::kDescriptors));
+  stats::slot_on_tcp(socket->stats_slot.load(std::memory_order_relaxed), stats::TcpReason::kResources,
+                     why_not(transport::Status::kDescriptors));
   return true;
 }
 

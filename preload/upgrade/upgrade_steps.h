@@ -54,7 +54,7 @@ bool conclude(const Connection& c, UpgradeSession* session, const UpgradeOutcome
 
 // A session without its wake fd (no descriptor left above the application's limit, own_descriptors.h)
 // cannot tell the application's pollers that the connection moved: the connection stays TCP (true).
-bool stays_for_want_of_descriptors(UpgradeSession* session);
+bool stays_for_want_of_descriptors(UpgradeSession* session, TrackedSocket* socket);
 
 // A server connection that stays TCP: its client's RDMA request (held, or still to come) is answered
 // at once with why, instead of being left to expire while the client waits.

@@ -6,6 +6,8 @@
 #include <utility>
 #include <vector>
 
+#include "text_format.h"  // json_string, format_bytes: shared with the stats commands
+
 namespace tcp2rdma::tools::doctor {
 
 enum class Verdict { kOk, kWarn, kFail };
@@ -36,8 +38,5 @@ std::string format_json(const std::vector<Check>& checks);
 
 // The exit status the checks earn: a warning alone does not fail the machine.
 bool none_failed(const std::vector<Check>& checks);
-
-// A size as people read it: "64 KiB", "7.5 MiB", "512 B".
-std::string format_bytes(uint64_t bytes);
 
 }  // namespace tcp2rdma::tools::doctor
