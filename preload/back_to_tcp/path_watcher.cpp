@@ -25,6 +25,7 @@
 #include "registry/connection_path.h"
 #include "registry/fd_table.h"
 #include "registry/tracked_socket.h"
+#include "stats/stats_writer.h"
 #include "util/log.h"
 #include "util/quiet_thread.h"
 #include "util/signal_restart.h"
@@ -177,7 +178,12 @@ void look_at(Watcher* w, uint64_t serial, int fd, bool probe) {
   if (stream == nullptr) return forget(w, serial);
   transport::RdmaStream::PathCheck check = stream->check_path(probe);
   if (check.failover_due) return begin(w, std::move(socket), fd);
-  if (check.over) forget(w, serial);
+  if (check.over) return forget(w, serial);
+  // The stats segment's view of the stream (docs/stats.md): rings grow and shrink, stalls add up.
+  transport::StreamCounters counters = stream->counters();
+  stats::slot_refresh(socket->stats_slot.load(std::memory_order_relaxed), static_cast<uint32_t>(stream->ring_size() >> 10),
+                      static_cast<uint32_t>(stream->peer_ring_size() >> 10), counters.credit_stalls,
+                      counters.wakeups_received);
 }
 
 // The watch on a connection's TCP socket fired: while it is on RDMA, its TCP socket carries only the

@@ -97,6 +97,8 @@ bool copy_slot(const Slot& s, SlotCopy* c) {
     c->counts.rdma_bytes_in = s.rdma_bytes_in.load(std::memory_order_relaxed);
     c->counts.rdma_bytes_out = s.rdma_bytes_out.load(std::memory_order_relaxed);
     c->counts.zcopy_bytes_out = s.zcopy_bytes_out.load(std::memory_order_relaxed);
+    c->counts.credit_stalls = s.credit_stalls.load(std::memory_order_relaxed);
+    c->counts.wakeups = s.wakeups.load(std::memory_order_relaxed);
     copy_fence();
     if (s.seq.load(std::memory_order_relaxed) == before) return true;
   }

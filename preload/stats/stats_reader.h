@@ -29,6 +29,7 @@ struct ConnectionView {
   uint32_t ring_kib = 0, peer_ring_kib = 0;
   uint64_t tcp_bytes_in = 0, tcp_bytes_out = 0;
   uint64_t rdma_bytes_in = 0, rdma_bytes_out = 0, zcopy_bytes_out = 0;
+  uint32_t credit_stalls = 0, wakeups = 0;  // as of the path watcher's last look
 };
 
 struct TotalsView {

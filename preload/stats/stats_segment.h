@@ -96,6 +96,10 @@ struct alignas(64) Slot {
   std::atomic<uint32_t> ring_kib, peer_ring_kib;
   std::atomic<uint64_t> tcp_bytes_in, tcp_bytes_out;
   std::atomic<uint64_t> rdma_bytes_in, rdma_bytes_out, zcopy_bytes_out;
+  // The stream's own counts (transport's StreamCounters), refreshed with the rings at each of the
+  // path watcher's looks (every keepalive interval): writes that found no room or credit, and wakeups
+  // the peer sent us.
+  std::atomic<uint32_t> credit_stalls, wakeups;
 };
 static_assert(sizeof(Slot) <= kSlotSize);
 

@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
@@ -178,6 +179,8 @@ int32_t open_slot(const SlotIdentity& who) {
     for (auto* c : {&s->tcp_bytes_in, &s->tcp_bytes_out, &s->rdma_bytes_in, &s->rdma_bytes_out, &s->zcopy_bytes_out}) {
       c->store(0, std::memory_order_relaxed);
     }
+    s->credit_stalls.store(0, std::memory_order_relaxed);
+    s->wakeups.store(0, std::memory_order_relaxed);
     TcpReason reason = who.decided_rdma ? TcpReason::kNone : TcpReason::kRule;
     s->reason.store(static_cast<uint32_t>(reason), std::memory_order_relaxed);
     s->path.store(static_cast<uint32_t>(who.decided_rdma ? SlotPath::kSwitching : SlotPath::kTcp), std::memory_order_relaxed);
@@ -240,11 +243,13 @@ void slot_add_tcp(int32_t slot, uint64_t in, uint64_t out) {
   add(&s->tcp_bytes_out, &t.tcp_bytes_out, out);
 }
 
-void slot_set_rings(int32_t slot, uint32_t ring_kib, uint32_t peer_ring_kib) {
+void slot_refresh(int32_t slot, uint32_t ring_kib, uint32_t peer_ring_kib, uint64_t credit_stalls, uint64_t wakeups) {
   Slot* s = slot_of(slot);
   if (s == nullptr) return;
   s->ring_kib.store(ring_kib, std::memory_order_relaxed);
   s->peer_ring_kib.store(peer_ring_kib, std::memory_order_relaxed);
+  s->credit_stalls.store(static_cast<uint32_t>(std::min<uint64_t>(credit_stalls, UINT32_MAX)), std::memory_order_relaxed);
+  s->wakeups.store(static_cast<uint32_t>(std::min<uint64_t>(wakeups, UINT32_MAX)), std::memory_order_relaxed);
 }
 
 void close_slot(int32_t slot) {

@@ -36,7 +36,9 @@ void slot_on_tcp(int32_t slot, TcpReason reason, const char* why);
 // Bytes the application moved (plain relaxed atomics: the data path's only cost).
 void slot_add_rdma(int32_t slot, uint64_t in, uint64_t out, uint64_t zcopy_out);
 void slot_add_tcp(int32_t slot, uint64_t in, uint64_t out);
-void slot_set_rings(int32_t slot, uint32_t ring_kib, uint32_t peer_ring_kib);
+// What the stream says of itself now (rings grow and shrink; its stalls and wakeups), at the path
+// watcher's periodic look.
+void slot_refresh(int32_t slot, uint32_t ring_kib, uint32_t peer_ring_kib, uint64_t credit_stalls, uint64_t wakeups);
 // The connection is gone (its last descriptor closed): the slot is free again.
 void close_slot(int32_t slot);
 

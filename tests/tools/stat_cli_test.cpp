@@ -100,7 +100,7 @@ TEST_F(StatCli, JsonHasTheFixturesConnectionOnRdmaExactly) {
       << r.output;
   EXPECT_TRUE(contains(r.output, "\"setup_ms\":12,\"switch_ms\":3,\"ring_kib\":256,\"peer_ring_kib\":1024,"
                                  "\"rdma_bytes_in\":3000000,\"rdma_bytes_out\":5000000,\"zcopy_bytes_out\":4000000,"
-                                 "\"tcp_bytes_in\":100,\"tcp_bytes_out\":200}]}]}\n"))
+                                 "\"credit_stalls\":0,\"wakeups\":0,\"tcp_bytes_in\":100,\"tcp_bytes_out\":200}]}]}\n"))
       << r.output;
   EXPECT_EQ(count_of(r.output, "\"slot\":"), 1u);  // those on TCP only with -a
   EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << r.output;  // one line, nothing on stderr

@@ -6,6 +6,7 @@ over RDMA before connect() returns) serves port 5012 and port 5025 (no rule: TCP
     (run without the module) must show the client's connection on RDMA with exactly the bytes sent so
     far, by zero-copy, with its ring;
   - once the server has read all 8 MiB, the server's connection must show exactly that many bytes in;
+  - the client's credit stalls (its writes waited for room) show after the path watcher's next look;
   - a connection to 5025 must show path tcp, with the rules' reason.
 Exits non-zero at the first difference, printing what stat said.
 """
@@ -16,6 +17,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 
 MIB = 1 << 20
 tool, peer = sys.argv[1], sys.argv[2]
@@ -87,6 +89,12 @@ expect("the server read every byte, exact", rdma_server.received == 8 * MIB and
        rdma_server.digest.digest() == sent.digest(), {"received": rdma_server.received})
 s = slot(stat(), "server", 5012)
 expect("the server's connection shows 8 MiB in on rdma", s["path"] == "rdma" and s["rdma_bytes_in"] == 8 * MIB, s)
+# 8 MiB into a 256 KiB ring waits for room again and again; the path watcher copies the stream's own
+# counts into the slot at its next look (every keepalive interval, 10 s by default).
+deadline = time.monotonic() + 20
+while (c := slot(stat(), "client", 5012))["credit_stalls"] == 0 and time.monotonic() < deadline:
+    time.sleep(0.5)
+expect("the client's credit stalls show after the path watcher's look", c["credit_stalls"] > 0, c)
 
 plain = socket.create_connection((peer, 5025))
 plain.sendall(b"t" * 1000)

@@ -133,7 +133,7 @@ TEST(StatsReader, SeesExactlyWhatTheWriterWrote) {
   slot_add_tcp(up, 100, 200);
   slot_on_rdma(up, 256, 1024, 12, 3);
   slot_add_rdma(up, 3000, 5000, 4000);
-  slot_set_rings(up, 512, 1024);
+  slot_refresh(up, 512, 1024, 7, 3);
   sockaddr_in6 local6 = v6("fd77::2", 6379), remote6 = v6("fd77::1", 50000);
   int32_t kept = open_connection(6, false, local6, remote6, "", false);
   slot_add_tcp(kept, 7, 9);
@@ -162,6 +162,8 @@ TEST(StatsReader, SeesExactlyWhatTheWriterWrote) {
   EXPECT_EQ(c.switch_ms, 3u);
   EXPECT_EQ(c.ring_kib, 512u);
   EXPECT_EQ(c.peer_ring_kib, 1024u);
+  EXPECT_EQ(c.credit_stalls, 7u);
+  EXPECT_EQ(c.wakeups, 3u);
   EXPECT_EQ(c.tcp_bytes_in, 100u);
   EXPECT_EQ(c.tcp_bytes_out, 200u);
   EXPECT_EQ(c.rdma_bytes_in, 3000u);

@@ -41,6 +41,8 @@ ConnectionView on_rdma() {
   c.rdma_bytes_in = 3'000'000;
   c.rdma_bytes_out = 5'000'000;
   c.zcopy_bytes_out = 4'000'000;
+  c.credit_stalls = 9;
+  c.wakeups = 4;
   c.tcp_bytes_in = 100;
   c.tcp_bytes_out = 200;
   return c;
@@ -99,7 +101,8 @@ TEST(StatTable, JsonCarriesEveryFieldExactly) {
             "{\"slot\":0,\"fd\":7,\"role\":\"client\",\"local\":\"10.77.0.1:40000\",\"remote\":\"10.77.0.2:5201\","
             "\"rule\":\"lab\",\"path\":\"rdma\",\"reason\":\"none\",\"reason_text\":\"\",\"opened_ms\":1799999875000,"
             "\"age_ms\":125000,\"setup_ms\":12,\"switch_ms\":0,\"ring_kib\":256,\"peer_ring_kib\":1024,"
-            "\"rdma_bytes_in\":3000000,\"rdma_bytes_out\":5000000,\"zcopy_bytes_out\":4000000,\"tcp_bytes_in\":100,"
+            "\"rdma_bytes_in\":3000000,\"rdma_bytes_out\":5000000,\"zcopy_bytes_out\":4000000,\"credit_stalls\":9,"
+            "\"wakeups\":4,\"tcp_bytes_in\":100,"
             "\"tcp_bytes_out\":200}]}]}");
   std::string all = format_json(processes, {true, kNow});
   EXPECT_NE(all.find("\"reason\":\"peer-declined\",\"reason_text\":\"the peer declined:\\tno listener\""),

@@ -82,6 +82,8 @@ std::string connection_json(const ConnectionView& c, uint64_t now_ms) {
       field("rdma_bytes_in", c.rdma_bytes_in),
       field("rdma_bytes_out", c.rdma_bytes_out),
       field("zcopy_bytes_out", c.zcopy_bytes_out),
+      field("credit_stalls", c.credit_stalls),
+      field("wakeups", c.wakeups),
       field("tcp_bytes_in", c.tcp_bytes_in),
       field("tcp_bytes_out", c.tcp_bytes_out),
   };
