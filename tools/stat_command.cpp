@@ -17,6 +17,7 @@
 #include "commands.h"
 #include "stats/stats_writer.h"  // segment_directory()
 #include "stats_view/connection_table.h"
+#include "stats_view/kernel_tcp.h"
 #include "stats_view/segments.h"
 
 namespace tcp2rdma::tools {
@@ -103,6 +104,7 @@ int show(const Options& options) {
   } else {
     segments = stats_view::read_segments();
   }
+  stats_view::use_kernel_tcp_bytes(&segments.live);  // the kernel's counts for connections on TCP
   stats_view::TableOptions table{options.all, stats_view::now_ms()};
   std::string text = options.json ? stats_view::format_json(segments.live, table) + "\n"
                                    : stats_view::format_table(segments.live, table);

@@ -7,7 +7,8 @@ over RDMA before connect() returns) serves port 5012 and port 5025 (no rule: TCP
     far, by zero-copy, with its ring;
   - once the server has read all 8 MiB, the server's connection must show exactly that many bytes in;
   - the client's credit stalls (its writes waited for room) show after the path watcher's next look;
-  - a connection to 5025 must show path tcp, with the rules' reason.
+  - a connection to 5025 must show path tcp, with the rules' reason and the kernel's count of the 1000
+    bytes each side moved.
 Exits non-zero at the first difference, printing what stat said.
 """
 import hashlib
@@ -103,4 +104,7 @@ tcp_server.done.wait(30)
 t = slot(stat(), "client", 5025)
 expect("the connection no rule selects is on tcp, with the rules' reason", t["path"] == "tcp" and
        t["reason"] == "rule" and t["reason_text"] != "" and t["rdma_bytes_out"] == 0, t)
+expect("  and the kernel's count of its bytes: exactly the 1000 sent", t["tcp_bytes_out"] == 1000, t)
+u = slot(stat(), "server", 5025)
+expect("  and the 1000 its server read", u["tcp_bytes_in"] == 1000 and u["path"] == "tcp", u)
 print("stat_guest: stat showed every connection as it is", flush=True)
