@@ -18,8 +18,10 @@ trap 'rm -rf "$work"' EXIT
 envs="BENCH_ZCOPY_THRESHOLD=${BENCH_ZCOPY_THRESHOLD:-} BENCH_BUSY_POLL_US=${BENCH_BUSY_POLL_US:-}"
 envs=$(echo "$envs" | tr ' ' '\n' | grep -v '=$' | tr '\n' ' ' || true)
 
-# The guest script: every line of results it prints starts with "R ".
-cat > "$work/guest.sh" <<EOF
+# The guest script: every line of results it prints starts with "R ". Its directory is shared with the
+# guest: integration/vm covers the rest of this private (mode 700) directory.
+mkdir -p "$work/guest"
+cat > "$work/guest/guest.sh" <<EOF
 port=7800
 ib_bw() { # SIZE COUNT -> MB/s
   ib_write_bw -d rxe0 -p \$port -s \$1 -n \$2 >/dev/null 2>&1 & sleep 1
@@ -45,7 +47,7 @@ for round in \$(seq $rounds); do
   echo "R ours_lat \$(ours lat 64 3000 | sed -n 's/.*average \([0-9.]*\) us, median \([0-9.]*\) us.*/\2 \1/p')"
 done
 EOF
-"$root/integration/vm" loop --timeout $((rounds * 200 + 60)) --work "$work/vm" "sh $work/guest.sh" > "$work/out.log" 2>&1 || {
+"$root/integration/vm" loop --timeout $((rounds * 200 + 60)) --work "$work/vm" --share "$work/guest" "sh $work/guest/guest.sh" > "$work/out.log" 2>&1 || {
   cat "$work/out.log"; echo "bench-transport: the VM run failed" >&2; exit 1; }
 
 median() { sort -g | awk '{v[NR]=$1} END {if (NR == 0) print "nan"; else print v[int((NR + 1) / 2)]}'; }
