@@ -8,27 +8,14 @@
 
 #include <cstdio>
 
+#include "../config/test_endpoint.h"
 #include "stats/stats_writer.h"
 
 namespace {
 
 using namespace tcp2rdma::stats;
 
-sockaddr_in v4(const char* address, uint16_t port) {
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  inet_pton(AF_INET, address, &a.sin_addr);
-  return a;
-}
-
-sockaddr_in6 v6(const char* address, uint16_t port) {
-  sockaddr_in6 a{};
-  a.sin6_family = AF_INET6;
-  a.sin6_port = htons(port);
-  inet_pton(AF_INET6, address, &a.sin6_addr);
-  return a;
-}
+using tcp2rdma::config::endpoint;  // tests/config/test_endpoint.h
 
 }  // namespace
 
@@ -40,7 +27,7 @@ int main() {
 
   // On RDMA: a client of 10.77.0.2:5201 by rule "lab", 3000000 bytes in and 5000000 out on RDMA (4000000
   // of them zero-copy) after 100 in and 200 out on TCP.
-  sockaddr_in local = v4("10.77.0.1", 40000), remote = v4("10.77.0.2", 5201);
+  sockaddr_storage local = endpoint("10.77.0.1", 40000), remote = endpoint("10.77.0.2", 5201);
   int32_t rdma =
       open_slot({7, true, reinterpret_cast<sockaddr*>(&local), reinterpret_cast<sockaddr*>(&remote), "lab", true});
   slot_add_tcp(rdma, 100, 200);
@@ -48,14 +35,14 @@ int main() {
   slot_add_rdma(rdma, 3000000, 5000000, 4000000);
 
   // Decided for RDMA, on TCP: a server whose peer declined.
-  sockaddr_in6 local6 = v6("fd77::2", 6379), remote6 = v6("fd77::1", 50000);
+  sockaddr_storage local6 = endpoint("fd77::2", 6379), remote6 = endpoint("fd77::1", 50000);
   int32_t declined = open_slot({9, false, reinterpret_cast<sockaddr*>(&local6), reinterpret_cast<sockaddr*>(&remote6),
                                 "lab6", true});
   slot_on_tcp(declined, TcpReason::kPeerDeclined, "the peer declined: no tcp2rdma listener");
   slot_add_tcp(declined, 7, 9);
 
   // Kept on TCP by the rules (no rule matched), over a dual-stack socket.
-  sockaddr_in6 mapped = v6("::ffff:10.77.0.1", 8080), mapped_peer = v6("::ffff:10.77.0.3", 41000);
+  sockaddr_storage mapped = endpoint("::ffff:10.77.0.1", 8080), mapped_peer = endpoint("::ffff:10.77.0.3", 41000);
   open_slot({11, false, reinterpret_cast<sockaddr*>(&mapped), reinterpret_cast<sockaddr*>(&mapped_peer), "", false});
 
   std::puts("ready");

@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "../config/test_endpoint.h"
 #include "stats/stats_writer.h"
 
 namespace tcp2rdma::stats {
@@ -45,21 +46,7 @@ const SegmentDir g_dir;
 
 constexpr pid_t kNoSuchPid = 0x7ffffff0;  // above any pid_max (at most 2^22)
 
-sockaddr_in v4(const char* address, uint16_t port) {
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  inet_pton(AF_INET, address, &a.sin_addr);
-  return a;
-}
-
-sockaddr_in6 v6(const char* address, uint16_t port) {
-  sockaddr_in6 a{};
-  a.sin6_family = AF_INET6;
-  a.sin6_port = htons(port);
-  inet_pton(AF_INET6, address, &a.sin6_addr);
-  return a;
-}
+using tcp2rdma::config::endpoint;  // tests/config/test_endpoint.h
 
 template <typename Address>
 int32_t open_connection(int fd, bool client, const Address& local, const Address& remote, const char* rule, bool rdma) {
@@ -127,17 +114,17 @@ TEST(StatsReader, NoSegmentBeforeTheFirstConnection) {
 }
 
 TEST(StatsReader, SeesExactlyWhatTheWriterWrote) {
-  sockaddr_in local = v4("10.77.0.1", 40000), remote = v4("10.77.0.2", 5201);
+  sockaddr_storage local = endpoint("10.77.0.1", 40000), remote = endpoint("10.77.0.2", 5201);
   int32_t up = open_connection(5, true, local, remote, "iperf3-over-rdma", true);
   ASSERT_NE(up, kNoSlot);
   slot_add_tcp(up, 100, 200);
   slot_on_rdma(up, 256, 1024, 12, 3);
   slot_add_rdma(up, 3000, 5000, 4000);
   slot_refresh(up, 512, 1024, 7, 3);
-  sockaddr_in6 local6 = v6("fd77::2", 6379), remote6 = v6("fd77::1", 50000);
+  sockaddr_storage local6 = endpoint("fd77::2", 6379), remote6 = endpoint("fd77::1", 50000);
   int32_t kept = open_connection(6, false, local6, remote6, "", false);
   slot_add_tcp(kept, 7, 9);
-  sockaddr_in6 mapped = v6("::ffff:10.77.0.1", 8080), mapped_peer = v6("::ffff:10.77.0.3", 41000);
+  sockaddr_storage mapped = endpoint("::ffff:10.77.0.1", 8080), mapped_peer = endpoint("::ffff:10.77.0.3", 41000);
   open_connection(8, false, mapped, mapped_peer, "lab", true);
 
   ProcessView view = read_self();
@@ -210,7 +197,7 @@ TEST(StatsReader, SeesExactlyWhatTheWriterWrote) {
 }
 
 TEST(StatsReader, AClosedSlotIsGoneAndABackOnTcpOneSaysWhy) {
-  sockaddr_in local = v4("10.77.0.1", 40000), remote = v4("10.77.0.2", 5201);
+  sockaddr_storage local = endpoint("10.77.0.1", 40000), remote = endpoint("10.77.0.2", 5201);
   int32_t first = open_connection(5, true, local, remote, "lab", true);
   int32_t second = open_connection(6, true, local, remote, "lab", true);
   slot_on_rdma(second, 64, 64, 900, 15);
@@ -233,7 +220,7 @@ TEST(StatsReader, AClosedSlotIsGoneAndABackOnTcpOneSaysWhy) {
 }
 
 TEST(StatsReader, AReasonLongerThanItsFieldIsCut) {
-  sockaddr_in local = v4("10.0.0.1", 1), remote = v4("10.0.0.2", 2);
+  sockaddr_storage local = endpoint("10.0.0.1", 1), remote = endpoint("10.0.0.2", 2);
   int32_t slot = open_connection(5, true, local, remote, "a-rule-name-longer-than-thirty-two-bytes", true);
   std::string why(300, 'x');
   slot_on_tcp(slot, TcpReason::kNoRdma, why.c_str());
@@ -244,7 +231,7 @@ TEST(StatsReader, AReasonLongerThanItsFieldIsCut) {
 }
 
 TEST(StatsReader, FilesThatAreNotSegmentsAreSkippedWithAReason) {
-  sockaddr_in local = v4("10.0.0.1", 1), remote = v4("10.0.0.2", 2);
+  sockaddr_storage local = endpoint("10.0.0.1", 1), remote = endpoint("10.0.0.2", 2);
   open_connection(5, true, local, remote, "", true);
   std::string dir = g_dir.path;
   std::ofstream(dir + "/tcp2rdma.1000001") << "too short";
@@ -275,7 +262,7 @@ TEST(StatsReader, FilesThatAreNotSegmentsAreSkippedWithAReason) {
 }
 
 TEST(StatsReader, ASegmentWhoseProcessIsGoneOrWhosePidWasReusedIsStale) {
-  sockaddr_in local = v4("10.0.0.1", 1), remote = v4("10.0.0.2", 2);
+  sockaddr_storage local = endpoint("10.0.0.1", 1), remote = endpoint("10.0.0.2", 2);
   open_connection(5, true, local, remote, "", true);
   ASSERT_EQ(kill(kNoSuchPid, 0), -1);
   copy_segment_as(kNoSuchPid);
@@ -327,7 +314,7 @@ TEST(StatsReader, NamesEveryPathAndReason) {
 // alternates): a reader slower than one rewrite (a sanitizer's build) would otherwise never find the
 // slot still, and skip it every time.
 TEST(StatsReader, AReaderNeverSeesAHalfWrittenSlot) {
-  sockaddr_in local = v4("10.0.0.1", 1), remote = v4("10.0.0.2", 2);
+  sockaddr_storage local = endpoint("10.0.0.1", 1), remote = endpoint("10.0.0.2", 2);
   int32_t slot = open_connection(5, true, local, remote, "", true);
   const std::string a(kReasonSize - 1, 'a');
   const std::string b = "b: short";
