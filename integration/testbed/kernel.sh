@@ -15,7 +15,10 @@ mkdir -p "$cache"
 # Top-level modules; modprobe adds their dependencies in load order. crc32_generic is nobody's declared
 # dependency, yet without it rxe cannot compute its ICRC and `rdma link add` fails. tcp_diag (with
 # inet_diag): sock_diag for `ss -ti` and `tcp2rdma stat`, which read TCP connections' byte counts there.
-modules=(virtio_pci 9pnet_virtio 9p virtio_net crc32_generic rdma_rxe rdma_ucm ib_uverbs dummy veth sch_netem tcp_diag)
+# sch_prio and cls_u32: a fault that drops only some of a guest's frames (tests/preload/back_to_tcp/
+# fault_agent.sh, kill-after-record).
+modules=(virtio_pci 9pnet_virtio 9p virtio_net crc32_generic rdma_rxe rdma_ucm ib_uverbs dummy veth sch_netem tcp_diag
+         sch_prio cls_u32)
 
 fetch_kernel() {
   local pkg="$1" dir="$2"

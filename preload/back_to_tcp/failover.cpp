@@ -1,6 +1,8 @@
 #include "back_to_tcp/failover.h"
 
 #include <linux/sockios.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -47,7 +49,11 @@ short Failover::step() {
     short wanted = exchange();
     if (phase_ == Phase::kExchange) return wanted;
   }
-  if (phase_ == Phase::kResend) return resend();
+  if (phase_ == Phase::kResend) {
+    short wanted = resend();
+    if (phase_ == Phase::kResend) return wanted;
+  }
+  if (phase_ == Phase::kConfirm) return confirm();
   return 0;
 }
 
@@ -119,6 +125,30 @@ short Failover::resend() {
   if (resend_sent_ < resend_.size() || coming_ > 0) {
     return static_cast<short>((coming_ > 0 ? POLLIN : 0) | (resend_sent_ < resend_.size() ? POLLOUT : 0));
   }
+  phase_ = Phase::kConfirm;
+  return 0;
+}
+
+// A peer killed after it wrote its record, before ours came, has a record (and perhaps a resend) on
+// its way to us followed by its kernel's end: read alone, that is a connection that failed over and
+// then ended cleanly, while the dead side's application never read what its ring held (kernel TCP
+// resets a connection closed with unread bytes). Its kernel answers our record with a reset instead
+// of an acknowledgement, so the connection is the application's only once all of ours (record,
+// resend) is acknowledged: a live peer's module reads all of it.
+short Failover::confirm() {
+  tcp_info info{};
+  socklen_t len = sizeof info;
+  if (real().getsockopt(tcp_, IPPROTO_TCP, TCP_INFO, &info, &len) == 0 && info.tcpi_state == TCP_CLOSE) {
+    int error = 0;
+    len = sizeof error;
+    (void)real().getsockopt(tcp_, SOL_SOCKET, SO_ERROR, &error, &len);
+    give_up(error == ETIMEDOUT ? Status::kTimeout : Status::kReset,
+            std::string("the TCP connection failed before the peer took our record and resend: ") +
+                std::strerror(error != 0 ? error : ECONNRESET));
+    return 0;
+  }
+  int unacknowledged = 0;
+  if (real().ioctl(tcp_, SIOCOUTQ, &unacknowledged) == 0 && unacknowledged > 0) return POLLPRI;
   finish();
   return 0;
 }

@@ -37,8 +37,10 @@ class Failover {
 
   // Does whatever can be done now without waiting. Returns the poll(2) events the next step waits
   // for on tcp() (POLLIN, POLLOUT), or 0 once the failover is over: the connection is on TCP, or the
-  // stream was reset after all.
+  // stream was reset after all. POLLPRI: waiting for the peer's kernel to acknowledge all of ours,
+  // which no event announces; step again soon (a reset shows as an error event meanwhile).
   short step();
+  bool awaiting_acknowledgement() const { return phase_ == Phase::kConfirm; }
   int tcp() const { return tcp_; }
   // Everything of ours is out and acknowledged by the peer's kernel, and the peer's record or resend
   // is not all here: its module may never answer (gone, or not watching). received() counts what
@@ -49,9 +51,12 @@ class Failover {
   void give_up_unanswered();
 
  private:
-  enum class Phase { kExchange, kResend, kOver };
+  // kConfirm: both resends are done; the connection is handed to the application only once the
+  // peer's kernel has acknowledged all of ours (confirm()).
+  enum class Phase { kExchange, kResend, kConfirm, kOver };
   short exchange();
   short resend();
+  short confirm();
   // The peer's record is whole: checks it, takes the unread bytes and our resend (leave_path).
   bool take_peer_record();
   void finish();

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "back_to_tcp/failover.h"
+#include "back_to_tcp/watcher_state.h"
 #include "keep_forever.h"
 #include "libc/real_calls.h"
 #include "own_descriptors.h"
@@ -33,50 +34,8 @@
 namespace tcp2rdma::preload {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using namespace watcher;  // NOLINT: the state is this file's alone (watcher_state.h)
 
-// The watcher's epoll data: 0 is its wake-up eventfd, a socket's serial (never 0) its watch on the
-// application's descriptor, the serial with kJobBit its failover's own descriptor.
-constexpr uint64_t kWake = 0;
-constexpr uint64_t kJobBit = uint64_t{1} << 63;
-// A connection whose keepalive is off (0) is still looked at this often, to forget it once closed.
-constexpr auto kIdleLook = std::chrono::seconds(60);
-// How long the peer's kernel may hold all of our failover (record, resend) while nothing of the
-// peer's comes. Its watcher answers within a round trip of seeing our record and resends at once;
-// this only ends a failover whose peer can never answer (its module has no watcher, or lost the
-// connection), as TCP ends a connection whose peer is gone.
-constexpr auto kAnswerTimeout = std::chrono::seconds(60);
-
-struct Watched {
-  int fd;
-  std::chrono::milliseconds every;  // the stream's keepalive interval (0: none, looked at kIdleLook)
-  Clock::time_point next;
-};
-
-struct Request {  // a failover an application's call asked for
-  SocketHold socket;
-  int tcp;  // its own descriptor of the socket (claim)
-};
-
-struct Job {
-  std::unique_ptr<Failover> failover;
-  uint32_t registered = 0;  // its events in the epoll set (0: not in it)
-  bool waiting = false;     // all of ours is with the peer's kernel, and the peer's is still due
-  uint64_t received = 0;    // of the peer's, when we last looked
-  Clock::time_point waiting_since{};
-};
-
-struct Watcher {
-  std::mutex mutex;  // watched, requests and the start; a leaf: nothing is called under it
-  std::unordered_map<uint64_t, Watched> watched;  // by socket serial
-  std::vector<Request> requests;
-  bool running = false;
-  bool cannot_run = false;
-  Clock::time_point planned = Clock::time_point::max();  // when the thread wakes next by itself
-  int epfd = -1;
-  int wake_fd = -1;
-  std::unordered_map<uint64_t, Job> jobs;  // the watcher thread's alone
-};
 Watcher*& watcher_slot() {
   static Watcher* watcher = new Watcher;  // never destroyed: the thread runs until the process ends
   return watcher;
@@ -142,7 +101,10 @@ void advance(Watcher* w, uint64_t serial) {
   if (it == w->jobs.end()) return;
   Job& job = it->second;
   short wanted = job.failover->step();
-  uint32_t events = (wanted & POLLIN ? uint32_t{EPOLLIN} : 0u) | (wanted & POLLOUT ? uint32_t{EPOLLOUT} : 0u);
+  // EPOLLPRI (no urgent data on our connections): only an error or hang-up wakes the job; tick()
+  // steps it again soon, as nothing announces an acknowledgement.
+  uint32_t events = (wanted & POLLIN ? uint32_t{EPOLLIN} : 0u) | (wanted & POLLOUT ? uint32_t{EPOLLOUT} : 0u) |
+                    (wanted & POLLPRI ? uint32_t{EPOLLPRI} : 0u);
   int tcp = job.failover->tcp();
   if (events == 0) {
     if (job.registered != 0) real().epoll_ctl(w->epfd, EPOLL_CTL_DEL, tcp, nullptr);
@@ -249,8 +211,12 @@ int tick(Watcher* w) {
     }
   }
   for (auto& [serial, watched] : due) look_at(w, serial, watched.fd, watched.every.count() > 0);
-  std::vector<uint64_t> unanswered;
+  std::vector<uint64_t> unanswered, confirming;
   for (auto& [serial, job] : w->jobs) {
+    if (job.failover->awaiting_acknowledgement()) {
+      confirming.push_back(serial);
+      next = std::min(next, now + kConfirmLook);
+    }
     bool waiting = job.failover->waiting_for_answer();
     uint64_t received = job.failover->received();
     if (waiting && (!job.waiting || received != job.received)) job.waiting_since = now;  // slow is not silent
@@ -263,6 +229,7 @@ int tick(Watcher* w) {
     w->jobs[serial].failover->give_up_unanswered();
     advance(w, serial);
   }
+  for (uint64_t serial : confirming) advance(w, serial);
   {
     std::lock_guard lock(w->mutex);
     for (auto& [serial, watched] : w->watched) next = std::min(next, watched.next);  // added meanwhile

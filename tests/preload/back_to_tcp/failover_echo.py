@@ -12,8 +12,8 @@
       made: the guests' fault agents (fault_agent.sh) act on it.
       Every byte of every echo is checked in order, and the count at the end. Prints one line per
       connection and exits 0 when each got back exactly what it sent, then a clean end; with
-      --expect-reset, when each bulk connection instead ended with an error (never a clean end short
-      of what it sent, never a wrong byte): its peer was killed.
+      --expect-reset, when each connection instead ended with an error (never a clean end short of
+      what it sent, never a wrong byte): its peer was killed.
 """
 import os
 import random
@@ -188,7 +188,7 @@ def run_client(host, seconds, cut_after, marks, specs, expect_reset):
     for c in conns:
         print(f"client: connection {c.cid} (port {c.port}, {c.kind()}): {c.result}; {c.sent} bytes sent, "
               f"{c.got} back", flush=True)
-        if expect_reset and c.bulk:
+        if expect_reset:
             ok &= c.result.startswith("reset") or c.result.startswith("error")
         else:
             ok &= c.result == "ok"

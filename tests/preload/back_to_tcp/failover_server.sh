@@ -4,6 +4,7 @@
 # (rules/failover.yaml), and this guest's fault agent (fault_agent.sh KIND). It runs until the client
 # guest is done; then the server must still be alive (KIND kill: must have been killed), and the
 # shim's log must show a connection carried on over TCP after its RDMA path failed (kill: none).
+# KIND kill-after-record: see fault_agent.sh.
 set -u
 shim=$1 rules=$2 kind=$3
 here=$(cd "$(dirname "$0")" && pwd)
@@ -18,7 +19,7 @@ server=$!
 until [ -f "$T2R_WORK/exit-b" ]; do sleep 0.5; done
 status=0
 cat "$T2R_WORK/server.out"
-if [ "$kind" = kill ]; then
+if [ "${kind%%-*}" = kill ]; then
   if kill -0 $server 2>/dev/null; then echo "failover-server: the server was never killed"; status=1; fi
 elif kill -0 $server 2>/dev/null; then
   kill $server

@@ -1,0 +1,64 @@
+// The path watcher's state (path_watcher.cpp alone includes this): the connections it watches, the
+// failovers it runs, and the timings it keeps.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "back_to_tcp/failover.h"
+#include "registry/tracked_socket.h"
+
+namespace tcp2rdma::preload::watcher {
+
+using Clock = std::chrono::steady_clock;
+
+// The watcher's epoll data: 0 is its wake-up eventfd, a socket's serial (never 0) its watch on the
+// application's descriptor, the serial with kJobBit its failover's own descriptor.
+constexpr uint64_t kWake = 0;
+constexpr uint64_t kJobBit = uint64_t{1} << 63;
+// A connection whose keepalive is off (0) is still looked at this often, to forget it once closed.
+constexpr auto kIdleLook = std::chrono::seconds(60);
+// How long the peer's kernel may hold all of our failover (record, resend) while nothing of the
+// peer's comes. Its watcher answers within a round trip of seeing our record and resends at once;
+// this only ends a failover whose peer can never answer (its module has no watcher, or lost the
+// connection), as TCP ends a connection whose peer is gone.
+constexpr auto kAnswerTimeout = std::chrono::seconds(60);
+// How often a failover waiting for the peer's kernel to acknowledge the last of ours looks again.
+constexpr auto kConfirmLook = std::chrono::milliseconds(5);
+
+struct Watched {
+  int fd;
+  std::chrono::milliseconds every;  // the stream's keepalive interval (0: none, looked at kIdleLook)
+  Clock::time_point next;
+};
+
+struct Request {  // a failover an application's call asked for
+  SocketHold socket;
+  int tcp;  // its own descriptor of the socket (claim)
+};
+
+struct Job {
+  std::unique_ptr<Failover> failover;
+  uint32_t registered = 0;  // its events in the epoll set (0: not in it)
+  bool waiting = false;     // all of ours is with the peer's kernel, and the peer's is still due
+  uint64_t received = 0;    // of the peer's, when we last looked
+  Clock::time_point waiting_since{};
+};
+
+struct Watcher {
+  std::mutex mutex;  // watched, requests and the start; a leaf: nothing is called under it
+  std::unordered_map<uint64_t, Watched> watched;  // by socket serial
+  std::vector<Request> requests;
+  bool running = false;
+  bool cannot_run = false;
+  Clock::time_point planned = Clock::time_point::max();  // when the thread wakes next by itself
+  int epfd = -1;
+  int wake_fd = -1;
+  std::unordered_map<uint64_t, Job> jobs;  // the watcher thread's alone
+};
+
+}  // namespace tcp2rdma::preload::watcher
