@@ -43,9 +43,11 @@ class Remaining {
 
 // Sleeps until the socket may be ready for `events` or the connection moves. False when a signal
 // handler ran meanwhile and the call is to fail with EINTR (signal_restart.h).
+// Without a wake fd (no descriptor to be had) it sleeps in short slices and the caller looks again.
 bool wait_for(int fd, short events, const UpgradeSession& session) {
   pollfd p[2] = {{fd, events, 0}, {session.wake_fd(), POLLIN, 0}};
-  return real().poll(p, 2, -1) >= 0 || errno != EINTR || !interrupted_call_fails();
+  int slice = p[1].fd >= 0 ? -1 : UpgradeSession::kBlindSleepMs;
+  return real().poll(p, 2, slice) >= 0 || errno != EINTR || !interrupted_call_fails();
 }
 
 // A kernel call moved nothing, with `error`: what the application's call returns now (the bytes it

@@ -2,6 +2,7 @@
 // upgraded descriptor among them these calls go straight to libc. An upgraded one is ready when its
 // stream is (stream_poll_events); while none is, the call sleeps on the streams' readiness fds in
 // place of their sockets, next to every other descriptor, and looks again when one fires.
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <vector>
@@ -57,6 +58,10 @@ int poll_streams_once(pollfd* fds, nfds_t nfds, const timespec* timeout, const s
       streams[i] = route_for_call(fds[i].fd);
       if (auto* session = streams[i].session()) shadow.push_back({session->wake_fd(), POLLIN, 0});
     }
+    // A session without a wake fd (no descriptor to be had) cannot wake us when its connection moves:
+    // we sleep in short slices and look again.
+    bool blind = std::any_of(shadow.begin() + static_cast<std::ptrdiff_t>(nfds), shadow.end(),
+                             [](const pollfd& p) { return p.fd < 0; });
     bool moved = false;
     // Descriptors we answer for: a stream, or a socket back on TCP with a prefix (ready at once).
     auto ours = [&](nfds_t i) { return streams[i] != nullptr || streams[i].prefixed(); };
@@ -87,7 +92,11 @@ int poll_streams_once(pollfd* fds, nfds_t nfds, const timespec* timeout, const s
       }
       if (moved && ready == 0) break;
       timespec left = ready == 0 ? deadline.left_timespec() : timespec{0, 0};
-      bool forever = ready == 0 && deadline.never_ends();
+      bool forever = ready == 0 && deadline.never_ends() && !blind;
+      constexpr timespec kSlice{0, tcp2rdma::preload::UpgradeSession::kBlindSleepMs * 1000000L};
+      if (blind && ready == 0 && (deadline.never_ends() || left.tv_sec > 0 || left.tv_nsec > kSlice.tv_nsec)) {
+        left = kSlice;
+      }
       int rc = real().ppoll(shadow.data(), shadow.size(), forever ? nullptr : &left, sigmask);
       if (rc < 0) return -1;
       for (nfds_t i = 0; i < nfds; ++i) {
@@ -97,9 +106,8 @@ int poll_streams_once(pollfd* fds, nfds_t nfds, const timespec* timeout, const s
       }
       for (size_t i = nfds; i < shadow.size(); ++i) moved |= shadow[i].revents != 0;
       if (ready > 0) return ready;
-      if (rc == 0) return 0;  // timed out
-      if (deadline.passed()) return 0;
-      if (moved) break;
+      if (deadline.passed() || (rc == 0 && !blind)) return 0;  // timed out
+      if (moved || blind) break;
       // Only a stream's fd fired: look at the streams again.
       for (nfds_t i = 0; i < nfds; ++i) shadow[i] = ours(i) ? shadow[i] : fds[i];
     }

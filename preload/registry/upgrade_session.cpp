@@ -14,21 +14,35 @@
 
 namespace tcp2rdma::preload {
 
-// The wake fd is one of the module's own descriptors: above the application's limit
-// (own_descriptors.h); -1 when there is none, and the connection then stays TCP (upgrade.cpp).
-UpgradeSession::UpgradeSession() {
-  transport::OwnDescriptors window;
-  wake_fd_ = window.place(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-}
+UpgradeSession::UpgradeSession() = default;
 
 UpgradeSession::~UpgradeSession() {
-  if (wake_fd_ >= 0) real().close(wake_fd_);
+  int fd = wake_fd_.load(std::memory_order_acquire);
+  if (fd >= 0) real().close(fd);
+}
+
+// The wake fd is one of the module's own descriptors: above the application's limit
+// (own_descriptors.h). A poller holds the session (its route) for as long as it polls the fd, and the
+// fd lives as long as the session: its number is never another descriptor's while polled.
+int UpgradeSession::wake_fd() const noexcept {
+  int fd = wake_fd_.load(std::memory_order_acquire);
+  if (fd >= 0) return fd;
+  std::lock_guard lock(mu_);
+  fd = wake_fd_.load(std::memory_order_relaxed);
+  if (fd >= 0) return fd;
+  transport::OwnDescriptors window;
+  fd = window.place(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  // Made after the phase left kOnTcp: readable at once, as it would have been made readable then.
+  if (fd >= 0 && phase() != Phase::kOnTcp) (void)eventfd_write(fd, 1);
+  wake_fd_.store(fd, std::memory_order_release);
+  return fd;
 }
 
 void UpgradeSession::signal_locked() {
   // Written once and never read: it stays readable for every later poll.
   // eventfd_write is libc's own, never our write() wrapper.
-  if (wake_fd_ >= 0) (void)eventfd_write(wake_fd_, 1);
+  int fd = wake_fd_.load(std::memory_order_relaxed);
+  if (fd >= 0) (void)eventfd_write(fd, 1);
   cv_.notify_all();
 }
 

@@ -27,8 +27,13 @@ class UpgradeSession {
 
   Phase phase() const noexcept { return phase_.load(std::memory_order_acquire); }
   // Readable once the phase has left kOnTcp, and from then on: a poller that watches the socket
-  // during kOnTcp watches this beside it, so that it looks again when the connection moves.
-  int wake_fd() const noexcept { return wake_fd_; }
+  // during kOnTcp watches this beside it, so that it looks again when the connection moves. Made by
+  // the first caller (a poll(2) or a blocking call under way), so that a connection whose application
+  // never sleeps on it during the upgrade (an epoll loop: its registrations move with the upgrade)
+  // costs no descriptor; kept until the session ends. -1 when no descriptor can be had: the caller
+  // then sleeps in short slices (kBlindSleepMs) and looks again.
+  int wake_fd() const noexcept;
+  static constexpr int kBlindSleepMs = 10;
 
   // The application's side. `io(sent, received)` makes one kernel call that does not block and adds
   // what it moved to the counts, with the gate held; false, with nothing done, once the phase is no
@@ -86,7 +91,7 @@ class UpgradeSession {
   uint64_t sent_ = 0;
   uint64_t received_ = 0;
   bool sending_ended_ = false;
-  int wake_fd_ = -1;
+  mutable std::atomic<int> wake_fd_{-1};  // made under mu_, once
   char label_[256] = "";
 };
 

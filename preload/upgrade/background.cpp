@@ -79,7 +79,6 @@ void upgrade_beside(int fd, config::Role role, TrackedSocket* listener, const co
   char label[kConnectionLabelSize];
   describe_connection(fd, role, decision, label, sizeof label);
   session->set_label(label);
-  if (stays_for_want_of_descriptors(session, socket.get())) return;
   std::shared_ptr<Connection> c;
   std::function<void()> let_go, whole;
   Pools* pools = this_process_instance(g_pools);

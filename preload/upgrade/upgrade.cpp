@@ -23,7 +23,6 @@ bool upgrade_now(int fd, config::Role role, TrackedSocket* listener, const confi
   char label[kConnectionLabelSize];
   describe_connection(fd, role, decision, label, sizeof label);
   session->set_label(label);
-  if (stays_for_want_of_descriptors(session, socket.get())) return decision.options->upgrade != config::UpgradeMode::kRequired;
   Connection c = describe(fd, role, socket.get(), listener, decision);
   return conclude(c, session, run_upgrade(c, session), false);
 }

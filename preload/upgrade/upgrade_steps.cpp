@@ -214,12 +214,4 @@ bool conclude(const Connection& c, UpgradeSession* session, const UpgradeOutcome
   return usable;
 }
 
-bool stays_for_want_of_descriptors(UpgradeSession* session, TrackedSocket* socket) {
-  if (session->wake_fd() >= 0 || !session->end_on_tcp()) return false;
-  log_line("%s: stays tcp (%s)", session->label(), why_not(transport::Status::kDescriptors));
-  stats::slot_on_tcp(socket->stats_slot.load(std::memory_order_relaxed), stats::TcpReason::kResources,
-                     why_not(transport::Status::kDescriptors));
-  return true;
-}
-
 }  // namespace tcp2rdma::preload

@@ -52,10 +52,6 @@ UpgradeOutcome run_upgrade(const Connection& c, UpgradeSession* session, Answer*
 // is reset when it runs in the background (in the application's call, the caller reports it).
 bool conclude(const Connection& c, UpgradeSession* session, const UpgradeOutcome& outcome, bool background);
 
-// A session without its wake fd (no descriptor left above the application's limit, own_descriptors.h)
-// cannot tell the application's pollers that the connection moved: the connection stays TCP (true).
-bool stays_for_want_of_descriptors(UpgradeSession* session, TrackedSocket* socket);
-
 // A server connection that stays TCP: its client's RDMA request (held, or still to come) is answered
 // at once with why, instead of being left to expire while the client waits.
 void decline_request(int fd, TrackedSocket* listener, transport::DeclineReason why);

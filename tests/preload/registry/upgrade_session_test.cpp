@@ -21,6 +21,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <iterator>
 #include <thread>
 
 #include "registry/fd_table.h"
@@ -87,6 +89,34 @@ TEST(UpgradeSession, PhasesAndTheWakeFd) {
   EXPECT_FALSE(ran);
   s.finish();
   EXPECT_EQ(s.phase(), UpgradeSession::Phase::kOver);
+}
+
+// The module's descriptors lie above the application's limit, wherever that is: counted from /proc.
+size_t open_descriptors() {
+  auto entries = std::filesystem::directory_iterator("/proc/self/fd");
+  return static_cast<size_t>(std::distance(std::filesystem::begin(entries), std::filesystem::end(entries)));
+}
+
+// An epoll loop never sleeps on a session (its registrations move with the upgrade): such a session
+// costs no descriptor. One asked for after the phase left kOnTcp is readable at once.
+TEST(UpgradeSession, TheWakeFdIsMadeOnlyWhenAskedFor) {
+  size_t before = open_descriptors();
+  uint64_t sent = 0, received = 0;
+  bool ended = false;
+  {
+    UpgradeSession s;
+    ASSERT_TRUE(s.freeze(&sent, &received, &ended));
+    EXPECT_EQ(open_descriptors(), before);
+    s.finish();
+  }
+  UpgradeSession s;
+  ASSERT_TRUE(s.freeze(&sent, &received, &ended));
+  int fd = s.wake_fd();
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(open_descriptors(), before + 1);
+  EXPECT_TRUE(readable(fd));
+  EXPECT_EQ(s.wake_fd(), fd);  // made once
+  s.finish();
 }
 
 TEST(UpgradeSession, SettledBeforeTheFreezeStaysTcp) {
