@@ -121,6 +121,7 @@ uint32_t StreamLink::attach(RdmaStream* channel) {
   for (uint32_t i = kFirstChannel; i < channels_.size(); ++i) {
     if (channels_[i] == nullptr && !retired_[i].has_value()) {
       channels_[i] = channel;
+      ++live_channels_;
       return i;
     }
   }
@@ -128,17 +129,15 @@ uint32_t StreamLink::attach(RdmaStream* channel) {
   channels_.push_back(channel);
   retired_.emplace_back();
   sends_by_channel_.push_back(0);
+  ++live_channels_;
   return static_cast<uint32_t>(channels_.size() - 1);
 }
 
-size_t StreamLink::attached() const {
-  size_t n = 0;
-  for (RdmaStream* c : channels_) n += c != nullptr;
-  return n;
-}
+size_t StreamLink::attached() const { return live_channels_; }
 
 void StreamLink::retire(uint32_t index, const Retired& leftovers) {
   if (index == kLinkChannel || index >= channels_.size()) return;
+  if (channels_[index] != nullptr) --live_channels_;
   channels_[index] = nullptr;
   retired_[index] = leftovers;
   free_retired_if_done(index);

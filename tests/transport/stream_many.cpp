@@ -4,10 +4,14 @@
 //   stream_many server PORT N BYTES
 //   stream_many client ADDR PORT N BYTES
 // Environment: MANY_RING_LOG2 is the ring each side asks for (default 16: 64 KiB); what each got (a
-// memory lock limit may make it smaller, transport/pin_budget.h) is printed at the end.
+// memory lock limit may make it smaller, transport/pin_budget.h) is printed at the end. MANY_DEPTH is
+// each stream's receive queue depth (default 16), which decides how many share a link's receives.
 // Each stream's bytes are seeded by its client nonce (client to server) and nonce + 1 (back), so the
 // server needs no other way to tell the streams apart.
 #include <sys/epoll.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <string_view>
 #include <vector>
@@ -70,12 +74,23 @@ bool step(Peer& p, uint64_t bytes, std::vector<uint8_t>& buf, bool* progressed) 
 }
 
 int drive(std::vector<Peer>& peers, uint64_t bytes, const char* who) {
+  // The set the streams' readiness fds go into is itself in another set, as an application may nest
+  // them: every stream must be registrable (the kernel limits the wakeup paths to one file through
+  // three levels of epoll to 100; StreamLink::kMaxLiveChannels).
+  int outer = epoll_create1(EPOLL_CLOEXEC);
   int ep = epoll_create1(EPOLL_CLOEXEC);
+  epoll_event nest{};
+  nest.events = EPOLLIN;
+  if (epoll_ctl(outer, EPOLL_CTL_ADD, ep, &nest) != 0) return 1;
   for (size_t i = 0; i < peers.size(); ++i) {
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.u64 = i;
-    epoll_ctl(ep, EPOLL_CTL_ADD, peers[i].stream->readiness_fd(), &ev);
+    if (epoll_ctl(ep, EPOLL_CTL_ADD, peers[i].stream->readiness_fd(), &ev) != 0) {
+      std::fprintf(stderr, "%s: stream %zu of %zu cannot join an epoll set: %s\n", who, i + 1, peers.size(),
+                   std::strerror(errno));
+      return 1;
+    }
   }
   std::vector<uint8_t> buf(1 << 17);
   size_t finished = 0;
@@ -122,8 +137,9 @@ int main(int argc, char** argv) {
   StreamOptions options;
   const char* ring = std::getenv("MANY_RING_LOG2");
   options.ring_size_log2 = ring != nullptr ? static_cast<uint32_t>(std::atoi(ring)) : 16;
-  options.recv_queue_depth = 16;
-  options.send_queue_depth = 64;
+  const char* depth = std::getenv("MANY_DEPTH");
+  options.recv_queue_depth = static_cast<uint16_t>(depth != nullptr ? std::atoi(depth) : 16);
+  options.send_queue_depth = static_cast<uint16_t>(2 * options.recv_queue_depth + 32);
   std::string_view mode = argc > 1 ? argv[1] : "";
   std::vector<Peer> peers;
   if (argc == 5 && mode == "server") {
