@@ -187,7 +187,8 @@ void StreamLink::free_retired_if_done(uint32_t index) {
 }
 
 Status StreamLink::reserve_receives(int receives) {
-  if (!has_room_for(receives)) return Status::kResources;
+  // The channel is attached by now (counted): only its receives are asked for here.
+  if (!receives_fit(receives)) return Status::kResources;
   receives_reserved_ += receives;
   while (receives_posted_ < receives_reserved_) {
     if (Status s = post_receive(); s != Status::kOk) return s;

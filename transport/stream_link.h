@@ -132,9 +132,9 @@ class StreamLink {
   // Receives: the queue holds what every channel's quota (its depth and one for its release) and the
   // link's setup slots need; posted once, reposted as they are consumed. A new channel on the link
   // needs room for its quota (has_room_for); reserve_receives posts it.
-  bool has_room_for(int receives) const {
-    return live_channels_ < kMaxLiveChannels && receives_reserved_ + receives <= receive_capacity_;
-  }
+  // Asked before a new channel attaches: a channel more, and its quota.
+  bool has_room_for(int receives) const { return live_channels_ < kMaxLiveChannels && receives_fit(receives); }
+  bool receives_fit(int receives) const { return receives_reserved_ + receives <= receive_capacity_; }
   Status reserve_receives(int receives);
   void unreserve_receives(int receives) { receives_reserved_ -= receives; }
 

@@ -5,7 +5,8 @@
 //   stream_many client ADDR PORT N BYTES
 // Environment: MANY_RING_LOG2 is the ring each side asks for (default 16: 64 KiB); what each got (a
 // memory lock limit may make it smaller, transport/pin_budget.h) is printed at the end. MANY_DEPTH is
-// each stream's receive queue depth (default 16), which decides how many share a link's receives.
+// each stream's receive queue depth (default 16), which decides how many share a link's receives;
+// MANY_MIN_ON_LINKS, if set, the fewest streams that must have opened on a live link.
 // Each stream's bytes are seeded by its client nonce (client to server) and nonce + 1 (back), so the
 // server needs no other way to tell the streams apart.
 #include <sys/epoll.h>
@@ -127,6 +128,11 @@ int drive(std::vector<Peer>& peers, uint64_t bytes, const char* who) {
               "the peer's %llu-%llu KiB; %zu opened on a live link\n",
               who, peers.size(), ull(bytes), ull(sleeps), ull(smallest / 1024), ull(largest / 1024),
               ull(peer_smallest / 1024), ull(peer_largest / 1024), on_links);
+  const char* least = std::getenv("MANY_MIN_ON_LINKS");
+  if (least != nullptr && on_links < std::strtoull(least, nullptr, 10)) {
+    std::fprintf(stderr, "%s: fewer than %s streams opened on a live link\n", who, least);
+    return 1;
+  }
   return 0;
 }
 
