@@ -147,8 +147,7 @@ short Failover::confirm() {
                 std::strerror(error != 0 ? error : ECONNRESET));
     return 0;
   }
-  int unacknowledged = 0;
-  if (real().ioctl(tcp_, SIOCOUTQ, &unacknowledged) == 0 && unacknowledged > 0) return POLLPRI;
+  if (!all_acknowledged()) return POLLPRI;
   finish();
   return 0;
 }
@@ -176,7 +175,10 @@ void Failover::finish() {
 bool Failover::waiting_for_answer() const {
   bool ours_out = phase_ == Phase::kExchange ? ours_sent_ == ours_.size() : resend_sent_ == resend_.size();
   bool theirs_due = phase_ == Phase::kExchange ? theirs_got_ < theirs_.size() : coming_ > 0;
-  if (phase_ == Phase::kOver || !ours_out || !theirs_due) return false;
+  return phase_ != Phase::kOver && ours_out && theirs_due && all_acknowledged();
+}
+
+bool Failover::all_acknowledged() const {
   int unacknowledged = 0;
   return real().ioctl(tcp_, SIOCOUTQ, &unacknowledged) == 0 && unacknowledged == 0;
 }

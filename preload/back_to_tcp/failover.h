@@ -57,6 +57,8 @@ class Failover {
   short exchange();
   short resend();
   short confirm();
+  // Everything we wrote on tcp_ is acknowledged by the peer's kernel (SIOCOUTQ is 0).
+  bool all_acknowledged() const;
   // The peer's record is whole: checks it, takes the unread bytes and our resend (leave_path).
   bool take_peer_record();
   void finish();
