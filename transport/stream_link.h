@@ -47,7 +47,8 @@ class StreamLink {
   // read by the adapter is never overwritten by the next.
   static constexpr size_t kMailboxSlot = 96;  // a MailboxRecord (wire.h: 88 bytes), rounded up to 32
   // Receives a link's queue holds at most (the device may allow fewer): with the default depth of 128,
-  // 63 channels a link (each takes its depth and one more).
+  // 63 channels a link (each takes its depth and one more). A link of a smaller depth is made with
+  // room for kMaxLiveChannels channels of that depth only (create()).
   static constexpr int kLinkReceives = 8192;
   // Channels a link carries at most, whatever their receive quotas leave room for. Each channel's
   // readiness set holds the link's completion channel and connection-event descriptors, and the

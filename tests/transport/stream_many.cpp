@@ -6,14 +6,19 @@
 // Environment: MANY_RING_LOG2 is the ring each side asks for (default 16: 64 KiB); what each got (a
 // memory lock limit may make it smaller, transport/pin_budget.h) is printed at the end. MANY_DEPTH is
 // each stream's receive queue depth (default 16), which decides how many share a link's receives;
-// MANY_MIN_ON_LINKS, if set, the fewest streams that must have opened on a live link.
+// MANY_MIN_ON_LINKS, if set, the fewest streams that must have opened on a live link;
+// MANY_MAX_DEVICE_KB, if set, the most memory the device may map into the process (the links' queues,
+// read from /proc/self/smaps while every stream is open).
 // Each stream's bytes are seeded by its client nonce (client to server) and nonce + 1 (back), so the
 // server needs no other way to tell the streams apart.
 #include <sys/epoll.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 
+#include <fstream>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -74,6 +79,24 @@ bool step(Peer& p, uint64_t bytes, std::vector<uint8_t>& buf, bool* progressed) 
   return true;
 }
 
+// Resident kilobytes of the process's mappings of RDMA device files: the queues (send, receive,
+// completion) that rxe, like most providers, keeps in memory shared with the process.
+uint64_t device_memory_kb() {
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool device = false;
+  uint64_t kb = 0;
+  while (std::getline(smaps, line)) {
+    if (!line.empty() && std::isxdigit(static_cast<unsigned char>(line[0])) && line.find('-') != std::string::npos &&
+        line.find(' ') > line.find('-')) {
+      device = line.find("/dev/infiniband/") != std::string::npos;
+    } else if (device && line.rfind("Rss:", 0) == 0) {
+      kb += std::strtoull(line.c_str() + 4, nullptr, 10);
+    }
+  }
+  return kb;
+}
+
 int drive(std::vector<Peer>& peers, uint64_t bytes, const char* who) {
   // The set the streams' readiness fds go into is itself in another set, as an application may nest
   // them: every stream must be registrable (the kernel limits the wakeup paths to one file through
@@ -112,6 +135,7 @@ int drive(std::vector<Peer>& peers, uint64_t bytes, const char* who) {
       ++sleeps;
     }
   }
+  uint64_t device_kb = device_memory_kb();
   for (Peer& p : peers) {
     if (p.stream->close() != Status::kOk) return 1;
   }
@@ -125,12 +149,17 @@ int drive(std::vector<Peer>& peers, uint64_t bytes, const char* who) {
   size_t on_links = 0;
   for (Peer& p : peers) on_links += p.stream->opened_on_link();
   std::printf("%s: %zu streams, %llu bytes each way on each, all checked; slept %llu times; rings %llu-%llu KiB, "
-              "the peer's %llu-%llu KiB; %zu opened on a live link\n",
+              "the peer's %llu-%llu KiB; %zu opened on a live link; %llu KiB of device queues\n",
               who, peers.size(), ull(bytes), ull(sleeps), ull(smallest / 1024), ull(largest / 1024),
-              ull(peer_smallest / 1024), ull(peer_largest / 1024), on_links);
+              ull(peer_smallest / 1024), ull(peer_largest / 1024), on_links, ull(device_kb));
   const char* least = std::getenv("MANY_MIN_ON_LINKS");
   if (least != nullptr && on_links < std::strtoull(least, nullptr, 10)) {
     std::fprintf(stderr, "%s: fewer than %s streams opened on a live link\n", who, least);
+    return 1;
+  }
+  const char* most = std::getenv("MANY_MAX_DEVICE_KB");
+  if (most != nullptr && device_kb > std::strtoull(most, nullptr, 10)) {
+    std::fprintf(stderr, "%s: the device maps %llu KiB of queues, more than %s\n", who, ull(device_kb), most);
     return 1;
   }
   return 0;
