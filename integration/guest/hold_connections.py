@@ -7,7 +7,6 @@ RDMA. Then it closes them all. Prints one line of key=value pairs; exits non-zer
 """
 import asyncio
 import os
-import subprocess
 import sys
 import time
 
@@ -23,12 +22,25 @@ def status_kib(name):
 def queue_pairs():
     """The guest's RC queue pairs, from the rdma tool (run without the module): this process is the
     guest's only RDMA user. (Matching our pid would miss those made by the module's upgrade threads,
-    which the kernel records under the thread's own id.)"""
+    which the kernel records under the thread's own id.) Started with posix_spawn, not subprocess:
+    subprocess forks (vfork, which the module takes as fork), and a fork moves every connection on RDMA
+    back to TCP (the rule on_fork: tcp), which is not what this measures."""
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    rd, wr = os.pipe()
     try:
-        out = subprocess.run(["rdma", "resource", "show", "qp"], capture_output=True, text=True, env=env).stdout
+        pid = os.posix_spawnp("rdma", ["rdma", "resource", "show", "qp"], env,
+                              file_actions=[(os.POSIX_SPAWN_DUP2, wr, 1), (os.POSIX_SPAWN_CLOSE, rd)])
     except OSError:
+        os.close(rd)
+        os.close(wr)
         return -1
+    os.close(wr)
+    chunks = []
+    while chunk := os.read(rd, 65536):
+        chunks.append(chunk)
+    os.close(rd)
+    os.waitpid(pid, 0)
+    out = b"".join(chunks).decode(errors="replace")
     return sum(1 for line in out.splitlines() if " type RC " in line)
 
 
