@@ -4,6 +4,8 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 
+#include <cerrno>
+
 #include "os_calls.h"
 #include "own_descriptors.h"
 
@@ -16,18 +18,44 @@ bool watch_readable(int set, int fd) {
   return os().epoll_ctl(set, EPOLL_CTL_ADD, fd, &ev) == 0;
 }
 
-Status ChannelReadiness::create(int completions) {
-  {
-    OwnDescriptors window;
-    look_fd_ = window.place(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-    set_fd_ = window.place(os().epoll_create1(EPOLL_CLOEXEC));
-  }
-  if (look_fd_ < 0 || set_fd_ < 0) return Status::kDescriptors;
-  if (!watch_readable(set_fd_, completions) || !watch_readable(set_fd_, look_fd_)) return Status::kResources;
-  return Status::kOk;
+Status ChannelReadiness::watch(int fd) {
+  std::lock_guard lock(look_mu_);
+  cm_fd_ = fd;
+  if (set_fd_ < 0) return Status::kOk;  // the set, when made, watches it
+  return watch_readable(set_fd_, fd) ? Status::kOk : Status::kResources;
 }
 
-Status ChannelReadiness::watch(int fd) { return watch_readable(set_fd_, fd) ? Status::kOk : Status::kResources; }
+int ChannelReadiness::fd() {
+  std::lock_guard lock(look_mu_);
+  return set_fd_ >= 0 ? set_fd_ : make_locked();
+}
+
+bool ChannelReadiness::made() const {
+  std::lock_guard lock(look_mu_);
+  return set_fd_ >= 0;
+}
+
+int ChannelReadiness::make_locked() {
+  int look = -1, set = -1;
+  {
+    OwnDescriptors window;
+    look = window.place(::eventfd(look_pending_ ? 1 : 0, EFD_NONBLOCK | EFD_CLOEXEC));
+    set = window.place(os().epoll_create1(EPOLL_CLOEXEC));
+  }
+  bool watched = look >= 0 && set >= 0 && watch_readable(set, completions_fd_) && watch_readable(set, look) &&
+                 (cm_fd_ < 0 || watch_readable(set, cm_fd_));
+  if (!watched) {
+    int error = errno;
+    for (int fd : {look, set}) {
+      if (fd >= 0) os().close(fd);
+    }
+    errno = error;
+    return -1;
+  }
+  look_fd_ = look;
+  set_fd_ = set;
+  return set_fd_;
+}
 
 void ChannelReadiness::look_again() {
   // The flag and the eventfd change together under look_mu_: callers come with the link's lock and
@@ -39,7 +67,7 @@ void ChannelReadiness::look_again() {
   // Already readable and not yet taken: nothing to add (a link's progress may tell many channels).
   if (look_pending_) return;
   // eventfd_read and eventfd_write are libc's own calls, never the module's wrappers (own_calls.h).
-  (void)eventfd_write(look_fd_, 1);
+  if (look_fd_ >= 0) (void)eventfd_write(look_fd_, 1);
   look_pending_ = true;
 }
 
@@ -64,7 +92,7 @@ void ChannelReadiness::take_look_again(uint64_t* seen) {
   }
   if (!look_pending_ || unseen_ > 0) return;
   eventfd_t looks = 0;
-  (void)eventfd_read(look_fd_, &looks);
+  if (look_fd_ >= 0) (void)eventfd_read(look_fd_, &looks);
   look_pending_ = false;
 }
 

@@ -1,9 +1,10 @@
 // What an application's poller watches for one channel (stream) of a link: an epoll set of the
 // channel's own over the link's completion channel, the link's connection events and the channel's
-// "look again" eventfd (docs/links.md, "Readiness"). Two descriptors a channel; the link's sleep set
-// is the link's. The link's completion event wakes every channel's pollers, whose readiness() then
-// takes the link's completions to the channels they name; a channel that another thread handed news
-// is told by look_again().
+// "look again" eventfd (docs/links.md, "Readiness"). Two descriptors a channel, made only when a
+// poller first asks for them (fd()): a channel that nobody polls through a descriptor of its own
+// (blocking calls sleep on the link) costs none. The link's completion event wakes every channel's
+// pollers, whose readiness() then takes the link's completions to the channels they name; a channel
+// that another thread handed news is told by look_again().
 #pragma once
 
 #include <cstdint>
@@ -20,11 +21,14 @@ class ChannelReadiness {
   ChannelReadiness(const ChannelReadiness&) = delete;
   ChannelReadiness& operator=(const ChannelReadiness&) = delete;
 
-  // The set and the eventfd, with `completions` (the link's completion channel) in it.
-  Status create(int completions);
-  // Adds a descriptor of the link's (its connection events, once they are the link's own).
+  // The descriptors the set is to watch: the link's completion channel, and its connection events
+  // once they are the link's own (watch). Nothing is made yet.
+  void create(int completions) { completions_fd_ = completions; }
   Status watch(int fd);
-  int fd() const { return set_fd_; }
+  // The set, made at the first call (with the eventfd, readable at once if news came before): -1 when
+  // it cannot be made (descriptors or memory short), and errno says why.
+  int fd();
+  bool made() const;
   // Makes fd() readable until the news is taken.
   void look_again();
   // Pollers that sleep on fd() in a call of ours register for the call (poll, select, the switch's
@@ -38,10 +42,14 @@ class ChannelReadiness {
   void take_look_again(uint64_t* seen = nullptr);
 
  private:
+  int make_locked();
+
+  int completions_fd_ = -1;
+  int cm_fd_ = -1;
+  mutable std::mutex look_mu_;  // a leaf lock: what follows changes together
   int set_fd_ = -1;
-  int look_fd_ = -1;  // eventfd: "look again"; only take_look_again() drains it
-  std::mutex look_mu_;         // a leaf lock: what follows changes together
-  bool look_pending_ = false;  // look_fd_ holds a count (readable)
+  int look_fd_ = -1;           // eventfd: "look again"; only take_look_again() drains it
+  bool look_pending_ = false;  // news not yet taken (look_fd_, once made, holds a count)
   uint64_t news_ = 0;          // look_again() calls so far: the generation a poller has seen
   int sleepers_ = 0;           // registered pollers
   int unseen_ = 0;             // registered pollers that have not looked since the last news

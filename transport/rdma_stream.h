@@ -217,8 +217,9 @@ class RdmaStream {
   // Pollable (POLLIN) when the stream may have news: call readiness() then. When readiness() reports
   // less than readable and writable (writable: if asked for), or a call returned kWouldBlock, the fd
   // will fire on the next change, even when a blocking call of ours sleeps through that change and
-  // takes its events.
-  int readiness_fd() const { return readiness_.fd(); }
+  // takes its events. Made at the first call (two descriptors, channel_readiness.h): -1 with errno
+  // when it cannot be (EMFILE, ENOMEM), and the caller then looks again after a short sleep.
+  int readiness_fd() { return readiness_.fd(); }
   // `seen`: the caller's registration (poller_enter), if it sleeps on the fd in a call of ours.
   // `want_writable`: the caller waits for room to write; only then is the peer asked to say when
   // room comes back (an arm). A poller of bytes alone must not arm: besides the messages, the peer

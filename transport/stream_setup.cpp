@@ -82,7 +82,7 @@ Status RdmaStream::create_resources(rdma_cm_id* id, const StreamOptions& options
 }
 
 Status RdmaStream::create_channel_memory(bool first) {
-  if (Status s = readiness_.create(link_->completion_fd()); s != Status::kOk) return s;
+  readiness_.create(link_->completion_fd());
   if (link_->cm_watched()) {
     if (Status s = readiness_.watch(link_->cm_fd()); s != Status::kOk) return s;
   }

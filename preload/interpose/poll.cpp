@@ -87,8 +87,10 @@ int poll_streams_once(pollfd* fds, nfds_t nfds, const timespec* timeout, const s
           moved = true;
         }
         ready += fds[i].revents != 0;
-        // A ready stream is not slept on; one that is not wakes us through its readiness fd.
+        // A ready stream is not slept on; one that is not wakes us through its readiness fd. One whose
+        // readiness fd cannot be made (no descriptor to be had) is looked at again after a short sleep.
         shadow[i] = {fds[i].revents != 0 ? -1 : streams[i]->readiness_fd(), POLLIN, 0};
+        blind |= fds[i].revents == 0 && shadow[i].fd < 0;
       }
       if (moved && ready == 0) break;
       timespec left = ready == 0 ? deadline.left_timespec() : timespec{0, 0};

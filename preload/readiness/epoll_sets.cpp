@@ -190,7 +190,11 @@ int epoll_ctl_upgraded(int epfd, int op, int fd, epoll_event* event) noexcept {
     case EPOLL_CTL_ADD: {
       if (e != nullptr) return fail(EEXIST);
       if (event == nullptr) return fail(EFAULT);
-      e = new_entry_locked(Entry{epfd, fd, stream->readiness_fd(), event->events, event->data, false});
+      // No descriptor to be had for the stream's readiness: the kernel says ENOMEM when it cannot
+      // register a descriptor (EMFILE is not among epoll_ctl's errors).
+      int readiness_fd = stream->readiness_fd();
+      if (readiness_fd < 0) return fail(ENOMEM);
+      e = new_entry_locked(Entry{epfd, fd, readiness_fd, event->events, event->data, false});
       if (e == nullptr) return fail(ENOMEM);
       epoll_event ev = proxy_event(e);
       if (real().epoll_ctl(epfd, EPOLL_CTL_ADD, e->readiness_fd, &ev) != 0) {

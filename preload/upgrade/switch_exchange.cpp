@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "libc/real_calls.h"
+#include "registry/upgrade_session.h"
 #include "rdma_stream.h"
 
 namespace tcp2rdma::preload {
@@ -35,8 +36,11 @@ bool stream_read_exact(transport::RdmaStream& stream, uint8_t* buf, size_t n, De
     }
     if (s != transport::Status::kWouldBlock) return false;
     if (deadline.passed()) return false;
+    // Without a readiness fd (no descriptor to be had) the poll is a short sleep: we look again.
     pollfd p{stream.readiness_fd(), POLLIN, 0};
-    real().poll(&p, 1, deadline.poll_ms());
+    int ms = deadline.poll_ms();
+    if (p.fd < 0 && (ms < 0 || ms > UpgradeSession::kBlindSleepMs)) ms = UpgradeSession::kBlindSleepMs;
+    real().poll(&p, 1, ms);
     (void)stream.readiness(&poller.seen);  // takes the news the fd announced
   }
   return true;

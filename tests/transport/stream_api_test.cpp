@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 
 #include <future>
 #include <string>
@@ -174,6 +175,35 @@ TEST(StreamApi, WritesBlockOnCreditsAndReadinessReportsWritableAgain) {
   }
   EXPECT_TRUE(writable);
   EXPECT_GE(p.client->counters().credit_stalls, 1u);
+}
+
+size_t open_descriptors() {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
+  return n;
+}
+
+TEST(StreamApi, TheReadinessFdIsMadeOnlyWhenAPollerAsksForIt) {
+  Pair p = connect_pair(7630);
+  ASSERT_TRUE(p.client && p.server);
+  // Looks, writes and reads need no descriptor of the stream's own (blocking calls sleep on the link).
+  size_t before = open_descriptors();
+  EXPECT_FALSE(p.client->readiness().readable);
+  ASSERT_EQ(write_text(*p.server, "news"), Status::kOk);
+  EXPECT_EQ(open_descriptors(), before);
+  // Made when asked for, after the news came: it fires for what is already there, and stays the same.
+  int fd = p.client->readiness_fd();
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(open_descriptors(), before + 2);  // the set and its eventfd
+  pollfd pfd{fd, POLLIN, 0};
+  bool readable = false;
+  for (int i = 0; i < 50 && !readable; ++i) {
+    ::poll(&pfd, 1, 100);
+    readable = p.client->readiness().readable;
+  }
+  EXPECT_TRUE(readable);
+  EXPECT_EQ(p.client->readiness_fd(), fd);
+  EXPECT_EQ(open_descriptors(), before + 2);
 }
 
 // Writes `piece` bytes at a time (a message each) without blocking until nothing more fits; returns
