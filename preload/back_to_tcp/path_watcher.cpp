@@ -202,12 +202,15 @@ int tick(Watcher* w) {
   auto next = Clock::time_point::max();
   {
     std::lock_guard lock(w->mutex);
-    for (auto& [serial, watched] : w->watched) {
-      if (watched.next <= now) {
-        due.emplace_back(serial, watched);
-        watched.next = now + (watched.every.count() > 0 ? watched.every : kIdleLook);
-      }
-      next = std::min(next, watched.next);
+    while (!w->due.empty() && w->due.top().first <= now) {
+      auto [at, serial] = w->due.top();
+      w->due.pop();
+      auto it = w->watched.find(serial);
+      if (it == w->watched.end() || it->second.next != at) continue;  // forgotten, or due at another time
+      Watched& watched = it->second;
+      due.emplace_back(serial, watched);
+      watched.next = now + (watched.every.count() > 0 ? watched.every : kIdleLook);
+      w->due.emplace(watched.next, serial);
     }
   }
   for (auto& [serial, watched] : due) look_at(w, serial, watched.fd, watched.every.count() > 0);
@@ -232,7 +235,7 @@ int tick(Watcher* w) {
   for (uint64_t serial : confirming) advance(w, serial);
   {
     std::lock_guard lock(w->mutex);
-    for (auto& [serial, watched] : w->watched) next = std::min(next, watched.next);  // added meanwhile
+    if (!w->due.empty()) next = std::min(next, w->due.top().first);  // added meanwhile too
     w->planned = next;
   }
   if (next == Clock::time_point::max()) return -1;
@@ -270,6 +273,7 @@ void watch_path(TrackedSocket* socket, int fd) noexcept {
   auto every = std::chrono::milliseconds(std::max(stream->keepalive_ms(), 0));
   auto next = Clock::now() + (every.count() > 0 ? every : kIdleLook);
   w->watched[socket->serial()] = {fd, every, next};
+  w->due.emplace(next, socket->serial());
   epoll_event ev{EPOLLIN | EPOLLRDHUP | EPOLLONESHOT, {.u64 = socket->serial()}};
   if (real().epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) real().epoll_ctl(w->epfd, EPOLL_CTL_MOD, fd, &ev);
   if (next < w->planned) {

@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace tcp2rdma::preload {
@@ -24,6 +26,7 @@ struct Entry {
   uint32_t events;   // the application's
   epoll_data_t data; // the application's
   bool disabled;     // EPOLLONESHOT fired; waits for EPOLL_CTL_MOD
+  size_t slot;       // its place in g_entries while registered
 };
 
 // A registration of a socket whose upgrade is pending: the kernel set watches the socket itself
@@ -46,6 +49,13 @@ struct Prefixed {
 // The bookkeeping, under g_mutex. The counts let a set without any of them skip the lock entirely.
 extern std::mutex g_mutex;
 extern std::vector<Entry*> g_entries;
+// The registered entries by (set, descriptor), and every entry ever made (registered or retired):
+// lookups without walking g_entries, which holds every registration of the process (thousands for an
+// event loop with thousands of connections).
+extern std::unordered_map<uint64_t, Entry*> g_by_key;
+extern std::unordered_set<const void*> g_made;
+extern std::unordered_multimap<int, Entry*> g_by_fd;  // the registered entries of each descriptor
+inline uint64_t entry_key(int epfd, int fd) { return uint64_t{static_cast<uint32_t>(epfd)} << 32 | static_cast<uint32_t>(fd); }
 // Entries no longer registered, kept for reuse and never freed: a thread that was inside the real
 // epoll_wait when another thread erased an entry (a move back to TCP at fork, a close) may return
 // with that entry's readiness fd event, whose data is the entry's address. Such an event must be
@@ -59,6 +69,8 @@ extern std::vector<Prefixed> g_prefixed;
 extern std::atomic<int> g_prefixed_count;
 
 Entry* find_locked(int epfd, int fd);
+// The registered entry at `data` (any set), or null.
+Entry* live_locked(const void* data);
 // Whether e is still registered (another thread may have deleted it; e is not dereferenced).
 bool alive_locked(const Entry* e);
 void retire_locked(Entry* e);

@@ -39,15 +39,13 @@ void EpollReport::report_unfired(const epoll_event& event) noexcept {
   unfired_to_ = n_;
 }
 
-void EpollReport::translate_fired(int fired, const std::vector<Entry*>& mine, IsOurs ours) {
+void EpollReport::translate_fired(int fired, int epfd, FindLive live, IsOurs ours) {
   // The kernel's events are read from where ours are written: we write at most one per event read.
   const int end = n_ + fired;
   for (int i = n_; i < end; ++i) {
     epoll_event got = events_[i];
-    Entry* e = nullptr;
-    for (Entry* candidate : mine) {
-      if (candidate == got.data.ptr) e = candidate;
-    }
+    Entry* e = live(got.data.ptr);
+    if (e != nullptr && e->epfd != epfd) e = nullptr;  // reused for another set since it fired here
     if (e == nullptr && ours(got.data.ptr)) continue;  // a registration gone meanwhile (retired())
     if (e == nullptr) {
       // The application's own descriptor. One reported for its prefix already gets the kernel's

@@ -23,6 +23,9 @@ struct Look {
 using LookAt = Look (*)(const Entry& e);
 // Whether an event's data is the address of one of our entries, registered or retired.
 using IsOurs = bool (*)(const void* data);
+// The registered entry at an event's data (in any set), or null: found without walking the entries,
+// since a wait may bring back many events and a set may hold thousands of registrations.
+using FindLive = Entry* (*)(const void* data);
 
 // One pass of a wait, written into the application's array. Kept per thread and started afresh for
 // each pass, so that an event loop's wakeups do not allocate.
@@ -44,11 +47,12 @@ class EpollReport {
   // An event that has no readiness fd behind it (a prefix the kernel cannot see, epoll_sets.h).
   // The kernel may report the same registration's socket in this pass: its events are merged in.
   void report_unfired(const epoll_event& event) noexcept;
-  // The `fired` events the kernel wrote at events[count()...]: one whose data is an entry of `mine`
-  // becomes that registration's events and data, if its stream has any of them now (a readiness fd
-  // also fires for changes the application did not ask about); one for an entry no longer
-  // registered (`ours`, not in mine) is dropped; the application's own descriptors' pass as they are.
-  void translate_fired(int fired, const std::vector<Entry*>& mine, IsOurs ours);
+  // The `fired` events the kernel wrote at events[count()...]: one whose data is a registered entry
+  // of set `epfd` becomes that registration's events and data, if its stream has any of them now (a
+  // readiness fd also fires for changes the application did not ask about); one for an entry no
+  // longer registered in that set (`ours`) is dropped; the application's own descriptors' pass as
+  // they are.
+  void translate_fired(int fired, int epfd, FindLive live, IsOurs ours);
 
  private:
   // e's events now: reported (and a one-shot registration disabled, as the kernel disarms it), or

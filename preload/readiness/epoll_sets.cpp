@@ -33,20 +33,25 @@ std::atomic<int> g_pending_count{0};
 std::vector<Prefixed> g_prefixed;
 std::atomic<int> g_prefixed_count{0};
 
+std::unordered_map<uint64_t, Entry*> g_by_key;
+std::unordered_set<const void*> g_made;
+std::unordered_multimap<int, Entry*> g_by_fd;
+
 Entry* find_locked(int epfd, int fd) {
-  for (Entry* e : g_entries) {
-    if (e->epfd == epfd && e->fd == fd) return e;
-  }
-  return nullptr;
+  auto it = g_by_key.find(entry_key(epfd, fd));
+  return it == g_by_key.end() ? nullptr : it->second;
 }
 
-// Whether e is still registered (another thread may have deleted it; e is not dereferenced).
-bool alive_locked(const Entry* e) {
-  for (Entry* x : g_entries) {
-    if (x == e) return true;
-  }
-  return false;
+// Entries are never freed (retired ones are kept for reuse), so any address we made may be read.
+Entry* live_locked(const void* data) {
+  if (g_made.count(data) == 0) return nullptr;
+  auto* e = static_cast<Entry*>(const_cast<void*>(data));
+  return find_locked(e->epfd, e->fd) == e ? e : nullptr;
 }
+
+// Whether e is still registered (another thread may have deleted it, or reused it for another
+// registration: then it is that one).
+bool alive_locked(const Entry* e) { return live_locked(e) != nullptr; }
 
 void retire_locked(Entry* e) {
   try {
@@ -57,12 +62,17 @@ void retire_locked(Entry* e) {
 }
 
 void erase_locked(Entry* e) {
-  for (size_t i = 0; i < g_entries.size(); ++i) {
-    if (g_entries[i] == e) {
-      g_entries[i] = g_entries.back();
-      g_entries.pop_back();
+  g_by_key.erase(entry_key(e->epfd, e->fd));
+  for (auto [it, end] = g_by_fd.equal_range(e->fd); it != end; ++it) {
+    if (it->second == e) {
+      g_by_fd.erase(it);
       break;
     }
+  }
+  if (e->slot < g_entries.size() && g_entries[e->slot] == e) {
+    g_entries[e->slot] = g_entries.back();
+    g_entries[e->slot]->slot = e->slot;
+    g_entries.pop_back();
   }
   g_count.fetch_sub(1, std::memory_order_release);
   retire_locked(e);
@@ -70,7 +80,11 @@ void erase_locked(Entry* e) {
 
 // A registration's entry, from the retired ones when there are (their addresses stay ours).
 Entry* new_entry_locked(const Entry& value) {
-  if (retired().empty()) return new (std::nothrow) Entry(value);
+  if (retired().empty()) {
+    Entry* e = new (std::nothrow) Entry(value);
+    if (e != nullptr) g_made.insert(e);
+    return e;
+  }
   Entry* e = retired().back();
   retired().pop_back();
   *e = value;
@@ -78,15 +92,7 @@ Entry* new_entry_locked(const Entry& value) {
 }
 
 // Whether an event's data is the address of one of our entries, registered or retired (in any set).
-bool ours_locked(const void* data) {
-  for (const Entry* e : g_entries) {
-    if (e == data) return true;
-  }
-  for (const Entry* e : retired()) {
-    if (e == data) return true;
-  }
-  return false;
-}
+bool ours_locked(const void* data) { return g_made.count(data) != 0; }
 
 int fail(int error) {
   errno = error;
@@ -194,7 +200,7 @@ int epoll_ctl_upgraded(int epfd, int op, int fd, epoll_event* event) noexcept {
       // register a descriptor (EMFILE is not among epoll_ctl's errors).
       int readiness_fd = stream->readiness_fd();
       if (readiness_fd < 0) return fail(ENOMEM);
-      e = new_entry_locked(Entry{epfd, fd, readiness_fd, event->events, event->data, false});
+      e = new_entry_locked(Entry{epfd, fd, readiness_fd, event->events, event->data, false, g_entries.size()});
       if (e == nullptr) return fail(ENOMEM);
       epoll_event ev = proxy_event(e);
       if (real().epoll_ctl(epfd, EPOLL_CTL_ADD, e->readiness_fd, &ev) != 0) {
@@ -203,6 +209,8 @@ int epoll_ctl_upgraded(int epfd, int op, int fd, epoll_event* event) noexcept {
         return fail(error);
       }
       g_entries.push_back(e);
+      g_by_key[entry_key(epfd, fd)] = e;
+      g_by_fd.emplace(fd, e);
       g_count.fetch_add(1, std::memory_order_release);
       prime(*e);
       return 0;
@@ -300,9 +308,9 @@ void epoll_forget_fd(int fd) noexcept {
   }
   if (g_count.load(std::memory_order_acquire) == 0) return;
   std::lock_guard lock(g_mutex);
-  for (size_t i = g_entries.size(); i-- > 0;) {
-    Entry* e = g_entries[i];
-    if (e->fd != fd) continue;
+  std::vector<Entry*> closing;
+  for (auto [it, end] = g_by_fd.equal_range(fd); it != end; ++it) closing.push_back(it->second);
+  for (Entry* e : closing) {
     real().epoll_ctl(e->epfd, EPOLL_CTL_DEL, e->readiness_fd, nullptr);
     erase_locked(e);
   }

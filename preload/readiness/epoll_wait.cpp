@@ -132,7 +132,7 @@ bool epoll_wait_upgraded(int epfd, epoll_event* events, int maxevents, int timeo
       *result = report.count() > 0 ? report.count() : -1;
       return true;
     }
-    report.translate_fired(rc, mine, ours_locked);
+    report.translate_fired(rc, epfd, live_locked, ours_locked);
     // Their registrations are the sockets' again: the next real wait reports what the sockets have.
     move_gone_locked(report.take_gone(), &awaited_fd);
     if (report.count() > 0 || (wait_ms == 0 && awaited_fd < 0) || (awaited_fd >= 0 && deadline.passed())) {

@@ -35,6 +35,13 @@ bool ours(const void* data) {
   return false;
 }
 
+Entry* live_entry(const void* data) {
+  for (const auto& [e, l] : g_streams) {
+    if (e == data) return const_cast<Entry*>(e);
+  }
+  return nullptr;
+}
+
 Entry entry(int fd, uint32_t events, uint64_t data) {
   Entry e{};
   e.epfd = 100;
@@ -86,7 +93,7 @@ TEST_F(EpollReportTest, AFiredRegistrationIsReportedWithTheApplicationsEventsAnd
   report.report_level_triggered(mine);
   ASSERT_EQ(report.count(), 0);
   events[0] = fired(&edge);
-  report.translate_fired(1, mine, ours);
+  report.translate_fired(1, 100, live_entry, ours);
   ASSERT_EQ(report.count(), 1);
   EXPECT_EQ(events[0].events, static_cast<uint32_t>(EPOLLOUT));
   EXPECT_EQ(events[0].data.u64, 77u);
@@ -99,7 +106,7 @@ TEST_F(EpollReportTest, AFiringWithNothingTheApplicationAskedForIsNotReported) {
   std::vector<Entry*> mine{&e};
   report.start(events, 8, look);
   events[0] = fired(&e);
-  report.translate_fired(1, mine, ours);
+  report.translate_fired(1, 100, live_entry, ours);
   EXPECT_EQ(report.count(), 0);
 }
 
@@ -116,7 +123,7 @@ TEST_F(EpollReportTest, TheApplicationsOwnDescriptorsPassAndRetiredEntriesAreDro
   events[0] = fired(&retired);  // a thread woke with an entry erased meanwhile: never the application's
   events[1] = own;
   events[2] = fired(&live);
-  report.translate_fired(3, mine, ours);
+  report.translate_fired(3, 100, live_entry, ours);
   ASSERT_EQ(report.count(), 2);
   EXPECT_EQ(events[0].data.u64, 0xabcdefu);
   EXPECT_EQ(events[0].events, static_cast<uint32_t>(EPOLLOUT));
@@ -131,7 +138,7 @@ TEST_F(EpollReportTest, ARegistrationIsReportedOncePerWaitEvenWhenItAlsoFired) {
   report.report_level_triggered(mine);
   ASSERT_EQ(report.count(), 1);
   events[1] = fired(&e);
-  report.translate_fired(1, mine, ours);
+  report.translate_fired(1, 100, live_entry, ours);
   EXPECT_EQ(report.count(), 1);
 }
 
@@ -146,7 +153,7 @@ TEST_F(EpollReportTest, AOneShotRegistrationIsReportedOnceThenDisarmed) {
   report.start(events, 8, look);  // the next wait: disarmed until EPOLL_CTL_MOD
   report.report_level_triggered(mine);
   events[0] = fired(&e);
-  report.translate_fired(1, mine, ours);
+  report.translate_fired(1, 100, live_entry, ours);
   EXPECT_EQ(report.count(), 0);
 }
 
@@ -176,16 +183,27 @@ TEST_F(EpollReportTest, AConnectionGoneBackToTcpIsHandedBackNotReported) {
   EXPECT_EQ(report.take_gone()[0], &level);
   report.take_gone().clear();
   events[0] = fired(&edge);
-  report.translate_fired(1, mine, ours);
+  report.translate_fired(1, 100, live_entry, ours);
   EXPECT_EQ(report.count(), 0);
   ASSERT_EQ(report.take_gone().size(), 1u);
   EXPECT_EQ(report.take_gone()[0], &edge);
 }
 
+TEST_F(EpollReportTest, AnEntryReusedForAnotherSetIsDroppedWhereItFiredBefore) {
+  // Erased from set 100 and reused for set 200 while a thread of set 100 slept in the kernel, which
+  // then brought back the entry's old event: it is neither set 100's registration nor the application's.
+  Entry moved = entry(9, EPOLLIN, 99);
+  moved.epfd = 200;
+  g_streams[&moved] = {EPOLLIN, false};
+  report.start(events, 8, look);
+  events[0] = fired(&moved);
+  report.translate_fired(1, 100, live_entry, ours);
+  EXPECT_EQ(report.count(), 0);
+}
+
 TEST_F(EpollReportTest, AReportedPrefixTakesTheKernelsEventsForTheSameSocketIntoOneReport) {
   // A socket back on TCP with a prefix is readable for it; the kernel may report the socket's
   // writability in the same wait: one event, both.
-  std::vector<Entry*> mine;
   report.start(events, 8, look);
   epoll_event prefix{};
   prefix.events = EPOLLIN;
@@ -195,7 +213,7 @@ TEST_F(EpollReportTest, AReportedPrefixTakesTheKernelsEventsForTheSameSocketInto
   kernel.events = EPOLLOUT;
   kernel.data.u64 = 42;
   events[1] = kernel;
-  report.translate_fired(1, mine, ours);
+  report.translate_fired(1, 100, live_entry, ours);
   ASSERT_EQ(report.count(), 1);
   EXPECT_EQ(events[0].events, static_cast<uint32_t>(EPOLLIN | EPOLLOUT));
 }
