@@ -30,11 +30,6 @@ int ChannelReadiness::fd() {
   return set_fd_ >= 0 ? set_fd_ : make_locked();
 }
 
-bool ChannelReadiness::made() const {
-  std::lock_guard lock(look_mu_);
-  return set_fd_ >= 0;
-}
-
 int ChannelReadiness::make_locked() {
   int look = -1, set = -1;
   {

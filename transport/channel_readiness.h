@@ -28,7 +28,6 @@ class ChannelReadiness {
   // The set, made at the first call (with the eventfd, readable at once if news came before): -1 when
   // it cannot be made (descriptors or memory short), and errno says why.
   int fd();
-  bool made() const;
   // Makes fd() readable until the news is taken.
   void look_again();
   // Pollers that sleep on fd() in a call of ours register for the call (poll, select, the switch's
@@ -46,7 +45,7 @@ class ChannelReadiness {
 
   int completions_fd_ = -1;
   int cm_fd_ = -1;
-  mutable std::mutex look_mu_;  // a leaf lock: what follows changes together
+  std::mutex look_mu_;          // a leaf lock: what follows changes together
   int set_fd_ = -1;
   int look_fd_ = -1;           // eventfd: "look again"; only take_look_again() drains it
   bool look_pending_ = false;  // news not yet taken (look_fd_, once made, holds a count)

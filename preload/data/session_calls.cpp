@@ -46,8 +46,8 @@ class Remaining {
 // Without a wake fd (no descriptor to be had) it sleeps in short slices and the caller looks again.
 bool wait_for(int fd, short events, const UpgradeSession& session) {
   pollfd p[2] = {{fd, events, 0}, {session.wake_fd(), POLLIN, 0}};
-  int slice = p[1].fd >= 0 ? -1 : UpgradeSession::kBlindSleepMs;
-  return real().poll(p, 2, slice) >= 0 || errno != EINTR || !interrupted_call_fails();
+  int ms = UpgradeSession::poll_ms_for(p[1].fd, -1);
+  return real().poll(p, 2, ms) >= 0 || errno != EINTR || !interrupted_call_fails();
 }
 
 // A kernel call moved nothing, with `error`: what the application's call returns now (the bytes it

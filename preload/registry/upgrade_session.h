@@ -34,6 +34,11 @@ class UpgradeSession {
   // then sleeps in short slices (kBlindSleepMs) and looks again.
   int wake_fd() const noexcept;
   static constexpr int kBlindSleepMs = 10;
+  // The timeout (ms, -1: none) of a poll that `fd` is to end when something changes: `ms` itself, or
+  // at most kBlindSleepMs when there is no such descriptor (-1), after which the caller looks again.
+  static int poll_ms_for(int fd, int ms) noexcept {
+    return fd >= 0 || (ms >= 0 && ms <= kBlindSleepMs) ? ms : kBlindSleepMs;
+  }
 
   // The application's side. `io(sent, received)` makes one kernel call that does not block and adds
   // what it moved to the counts, with the gate held; false, with nothing done, once the phase is no

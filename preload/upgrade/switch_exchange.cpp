@@ -38,9 +38,7 @@ bool stream_read_exact(transport::RdmaStream& stream, uint8_t* buf, size_t n, De
     if (deadline.passed()) return false;
     // Without a readiness fd (no descriptor to be had) the poll is a short sleep: we look again.
     pollfd p{stream.readiness_fd(), POLLIN, 0};
-    int ms = deadline.poll_ms();
-    if (p.fd < 0 && (ms < 0 || ms > UpgradeSession::kBlindSleepMs)) ms = UpgradeSession::kBlindSleepMs;
-    real().poll(&p, 1, ms);
+    real().poll(&p, 1, UpgradeSession::poll_ms_for(p.fd, deadline.poll_ms()));
     (void)stream.readiness(&poller.seen);  // takes the news the fd announced
   }
   return true;
