@@ -136,6 +136,18 @@ TEST_F(Cli, RunRefusesABrokenRuleFileAndReportsCommandsItCannotRun) {
   EXPECT_EQ(run("run echo no-separator").status, 2);
 }
 
+TEST_F(Cli, RunRefusesAModulePathThatLdPreloadCannotCarry) {
+  // ld.so would split the path at the space, skip the module with a warning and run the command on
+  // kernel TCP: refused instead, before the command runs.
+  ASSERT_EQ(std::system(("mkdir -p '" + dir_ + "/a b'").c_str()), 0);
+  std::string module = file("a b/libtcp2rdma.so", "");
+  CliResult r = tcp2rdma::testing::run_cli(TCP2RDMA_CLI, "run -- echo should-not-run",
+                                           "export TCP2RDMA_MODULE='" + module + "';");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.output.find("should-not-run"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("which LD_PRELOAD cannot carry"), std::string::npos) << r.output;
+}
+
 TEST_F(Cli, HelpVersionAndUnknownCommands) {
   CliResult r = run("--help");
   EXPECT_EQ(r.status, 0);
