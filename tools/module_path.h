@@ -10,4 +10,9 @@ namespace tcp2rdma::tools {
 // installed one. Not checked for existence: each caller says in its own words what is missing.
 std::string find_module();
 
+// Whether LD_PRELOAD can carry `path`: the dynamic loader splits it at spaces and colons, with no way
+// to escape one, and skips (with a warning) what it cannot open, so a module under such a path would
+// never be loaded into the command.
+inline bool preloadable(const std::string& path) { return path.find_first_of(" \t\n:") == std::string::npos; }
+
 }  // namespace tcp2rdma::tools

@@ -64,9 +64,8 @@ int run_command(std::span<char*> args) {
     std::fprintf(stderr, "tcp2rdma run: cannot find the module at %s (set TCP2RDMA_MODULE)\n", module.c_str());
     return 1;
   }
-  // The dynamic loader splits LD_PRELOAD at spaces and colons, with no way to escape one: a module
-  // whose path has either would not be loaded, and the command would run on kernel TCP alone, silently.
-  if (module.find_first_of(" \t\n:") != std::string::npos) {
+  // A module LD_PRELOAD cannot carry would be skipped: the command would run on kernel TCP, silently.
+  if (!preloadable(module)) {
     std::fprintf(stderr,
                  "tcp2rdma run: the module's path '%s' has a space or colon, which LD_PRELOAD cannot carry: "
                  "set TCP2RDMA_MODULE to a path without them (a symlink to the module will do)\n",

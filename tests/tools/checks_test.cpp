@@ -239,5 +239,12 @@ TEST(DoctorChecks, AModuleThatCannotLoadFailsWithTheLoadersWords) {
   EXPECT_NE(c.fix.find("TCP2RDMA_MODULE"), std::string::npos);
 }
 
+TEST(DoctorChecks, AModulePathThatLdPreloadCannotCarryFails) {
+  // dlopen would load it; LD_PRELOAD would split the path and skip it.
+  Check c = check_module("/opt/my tools/libtcp2rdma.so");
+  EXPECT_EQ(c.verdict, Verdict::kFail);
+  EXPECT_NE(c.finding.find("which LD_PRELOAD cannot carry"), std::string::npos) << c.finding;
+}
+
 }  // namespace
 }  // namespace tcp2rdma::tools::doctor

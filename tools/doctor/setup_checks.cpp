@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "checks.h"
+#include "module_path.h"
 
 namespace tcp2rdma::tools::doctor {
 namespace {
@@ -37,6 +38,10 @@ Check check_module(const std::string& path) {
   // RTLD_LOCAL: its wrappers stay out of this process's symbol lookups, so loading it proves it loads
   // without putting doctor's own calls through it. Its constructor runs, as in every program it is
   // preloaded into. It stays loaded: its exit hook is registered and must find its code at exit.
+  if (!preloadable(path)) {
+    return failed("module", path + " has a space or colon, which LD_PRELOAD cannot carry",
+                  "point TCP2RDMA_MODULE at a path without them (a symlink to the module will do)");
+  }
   if (dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL) == nullptr) {
     const char* why = dlerror();
     return failed("module", "cannot load " + path + ": " + (why != nullptr ? why : "unknown error"),
