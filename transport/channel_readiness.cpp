@@ -5,6 +5,7 @@
 #include <sys/eventfd.h>
 
 #include <cerrno>
+#include <new>
 
 #include "os_calls.h"
 #include "own_descriptors.h"
@@ -57,6 +58,7 @@ void ChannelReadiness::look_again() {
   // without it (the preload's epoll code), and a take that drained a write whose flag it did not see
   // would leave the flag set over an empty eventfd, so that every later look_again() said nothing.
   std::lock_guard lock(look_mu_);
+  for (const Sink& sink : sinks_) sink.list->push(sink.tag);
   ++news_;
   unseen_ = sleepers_;  // each registered poller must look once more before the news may go
   // Already readable and not yet taken: nothing to add (a link's progress may tell many channels).
@@ -64,6 +66,32 @@ void ChannelReadiness::look_again() {
   // eventfd_read and eventfd_write are libc's own calls, never the module's wrappers (own_calls.h).
   if (look_fd_ >= 0) (void)eventfd_write(look_fd_, 1);
   look_pending_ = true;
+}
+
+bool ChannelReadiness::subscribe(NewsList* list, void* tag) {
+  std::lock_guard lock(look_mu_);
+  for (Sink& sink : sinks_) {
+    if (sink.tag == tag) {
+      sink = {list, tag};
+      return true;
+    }
+  }
+  try {
+    sinks_.push_back({list, tag});
+  } catch (const std::bad_alloc&) {
+    return false;
+  }
+  return true;
+}
+
+void ChannelReadiness::unsubscribe(const void* tag) {
+  std::lock_guard lock(look_mu_);
+  for (size_t i = 0; i < sinks_.size(); ++i) {
+    if (sinks_[i].tag != tag) continue;
+    sinks_[i] = sinks_.back();
+    sinks_.pop_back();
+    return;
+  }
 }
 
 uint64_t ChannelReadiness::enter() {

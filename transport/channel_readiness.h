@@ -5,11 +5,16 @@
 // (blocking calls sleep on the link) costs none. The link's completion event wakes every channel's
 // pollers, whose readiness() then takes the link's completions to the channels they name; a channel
 // that another thread handed news is told by look_again().
+// An event loop's epoll sets need none of that: each (set, link) pair has one LinkWatch
+// (link_watch.h), and look_again() pushes the channel onto the news list of every watch that holds
+// it (a "sink"), so that the loop looks at the channels that changed only.
 #pragma once
 
 #include <cstdint>
 #include <mutex>
+#include <vector>
 
+#include "news_list.h"
 #include "status.h"
 
 namespace tcp2rdma::transport {
@@ -28,8 +33,12 @@ class ChannelReadiness {
   // The set, made at the first call (with the eventfd, readable at once if news came before): -1 when
   // it cannot be made (descriptors or memory short), and errno says why.
   int fd();
-  // Makes fd() readable until the news is taken.
+  // Makes fd() readable until the news is taken, and pushes the channel onto every sink.
   void look_again();
+  // A poller's news list that is to be told of this channel's news, as `tag` (the poller's record of
+  // the channel). One sink a tag: subscribing a tag again replaces its list. False: no memory.
+  bool subscribe(NewsList* list, void* tag);
+  void unsubscribe(const void* tag);
   // Pollers that sleep on fd() in a call of ours register for the call (poll, select, the switch's
   // wait: enter() before they first look, leave() at the end) and say what they saw (*seen). News is
   // taken (fd() made quiet) only once every registered poller has looked since it came: another
@@ -52,6 +61,11 @@ class ChannelReadiness {
   uint64_t news_ = 0;          // look_again() calls so far: the generation a poller has seen
   int sleepers_ = 0;           // registered pollers
   int unseen_ = 0;             // registered pollers that have not looked since the last news
+  struct Sink {
+    NewsList* list;
+    void* tag;
+  };
+  std::vector<Sink> sinks_;  // usually none or one (a channel in one epoll set)
 };
 
 // fd joins the epoll set `set`, readable when fd is.

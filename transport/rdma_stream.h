@@ -270,6 +270,7 @@ class RdmaStream {
 
  private:
   friend class StreamListener;
+  friend class LinkWatch;
   RdmaStream() : link_(std::make_shared<StreamLink>()) {}
   // A channel on a live link: constructed with the link's lock held (it attaches itself).
   explicit RdmaStream(std::shared_ptr<StreamLink> link) : link_(std::move(link)) {}
@@ -380,6 +381,16 @@ class RdmaStream {
   // Takes every completion of a link for a thread that is none of its channels' (the listener's, which
   // collects the opens): returns kReset when the link failed.
   static Status progress_link(StreamLink& link);
+  // For an application's poller that watches the link as a whole (link_watch.h): takes the link's
+  // connection events and completion event, hands every completion to its channel and arms the queue
+  // again; every channel with news is told (its pollers woken, its sinks pushed). Link lock held.
+  static void drain_link(StreamLink& link);
+  // The link's connection events, taken and told to every channel (once they are the link's own).
+  static void tell_cm_news(StreamLink& link);
+  // Channels whose writability waits for room in the link's send queue (shared by all its channels,
+  // so a send completion of one channel may be what another's poller waits for) are told once there
+  // is room again.
+  static void touch_room_waiters(StreamLink& link);
   // A message of the link itself (an open or an answer in a setup slot; stream_channels.cpp).
   static Status on_link_message(StreamLink& link, uint32_t arg);
   // The client's answer to its open arrived (or the open cannot be answered: `answer` null).
@@ -488,6 +499,7 @@ class RdmaStream {
   uint16_t redirect_port_ = 0;
   ChannelReadiness readiness_;  // what the application's pollers watch (readiness_fd)
   bool polled_ = false;  // readiness() was called: someone polls, and our sleeps must pass news on
+  bool waits_for_send_room_ = false;  // readiness() found no room in the link's send queue
   uint8_t* ring_ = nullptr;  // our receive ring, then our mailbox; registered at iova 0
   ibv_mr* ring_mr_ = nullptr;
   uint8_t* bounce_ = nullptr;  // staging for our outgoing bytes, mirrors the peer's ring offsets

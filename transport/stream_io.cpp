@@ -331,6 +331,9 @@ Status RdmaStream::shutdown_write() {
   close_owed_ = true;
   send_owed_close();
   kick();  // a writer asleep on credits stops now
+  // Writable from here (writes fail at once), as a socket after shutdown(SHUT_WR): its pollers are
+  // told, as the kernel wakes a socket's on a change of its state.
+  if (polled_) wake_pollers();
   return failed() ? outward(failure_) : Status::kOk;
 }
 

@@ -266,7 +266,10 @@ void RdmaStream::handle_cm_events() {
   for (RdmaStream* c : link_->channels()) {
     if (c != nullptr) c->on_cm_news(news);
   }
-  if (news.disconnected || news.device_removed) serve_others();
+  if (!news.disconnected && !news.device_removed) return;
+  serve_others();
+  // Our own pollers too: whoever watches the link's events may not see them now that we took them.
+  if (polled_) wake_pollers();
 }
 
 void RdmaStream::on_cm_news(const StreamLink::CmNews& news) {
@@ -377,7 +380,18 @@ Status RdmaStream::dispatch(StreamLink& link, const ibv_wc& wc, RdmaStream* call
   return Status::kOk;
 }
 
+void RdmaStream::touch_room_waiters(StreamLink& link) {
+  if (!link.send_room_wanted || !link.send_queue_has_room(2)) return;
+  link.send_room_wanted = false;
+  for (RdmaStream* c : link.channels()) {
+    if (c == nullptr || !c->waits_for_send_room_) continue;
+    c->waits_for_send_room_ = false;
+    c->touched_ = true;
+  }
+}
+
 void RdmaStream::serve_touched(StreamLink& link, RdmaStream* except) {
+  touch_room_waiters(link);
   bool any = false;
   for (RdmaStream* c : link.channels()) {
     if (c == nullptr || c == except || !c->touched_) continue;
@@ -394,14 +408,17 @@ void RdmaStream::serve_touched(StreamLink& link, RdmaStream* except) {
   if (any) link.cv().notify_all();
 }
 
+void RdmaStream::tell_cm_news(StreamLink& link) {
+  if (!link.cm_watched()) return;  // a server's link before its accept: the listener's events
+  StreamLink::CmNews news = link.take_cm_events();
+  for (RdmaStream* c : link.channels()) {
+    if (c != nullptr) c->on_cm_news(news);
+  }
+}
+
 Status RdmaStream::progress_link(StreamLink& link) {
   OwnCalls own;  // own_calls.h
-  if (link.cm_watched()) {
-    StreamLink::CmNews news = link.take_cm_events();
-    for (RdmaStream* c : link.channels()) {
-      if (c != nullptr) c->on_cm_news(news);
-    }
-  }
+  tell_cm_news(link);
   ibv_wc wcs[16];
   int n = 0;
   while ((n = link.poll(wcs, 16)) > 0) {
@@ -411,6 +428,29 @@ Status RdmaStream::progress_link(StreamLink& link) {
   serve_touched(link, nullptr);
   link.cv().notify_all();
   return n < 0 || link.stopped() ? Status::kReset : Status::kOk;
+}
+
+void RdmaStream::drain_link(StreamLink& link) {
+  OwnCalls own;  // own_calls.h
+  tell_cm_news(link);
+  // As rearm_link, for no channel of its own: the event taken, the queue is armed again before the
+  // lock goes, with what came before the arming handed out.
+  if (link.take_channel_events()) {
+    for (;;) {
+      bool got = false;
+      ibv_wc wc;
+      if (link.arm_and_poll(&wc, &got) != Status::kOk) {
+        fail_link(link, "the completion queue", "failed", Status::kReset);
+        break;
+      }
+      if (!got) break;
+      dispatch(link, wc, nullptr);
+    }
+  }
+  serve_touched(link, nullptr);
+  // A channel's thread asleep on the link may have been waiting for the event taken here.
+  if (link.poller) link.kick();
+  link.cv().notify_all();
 }
 
 void RdmaStream::serve_others() { serve_touched(*link_, this); }
@@ -728,6 +768,12 @@ Readiness RdmaStream::readiness(uint64_t* seen, bool want_writable) {
     // Not writable: ask the peer to tell us when it is. Either way, arm the channel so that the fd
     // fires on the next change; a completion caught while arming is news to look at first.
     if (!r.writable && !r.failed && want_writable) {
+      if (flow_->data_room(1) > 0) {
+        // Room in the peer's ring but none in the link's send queue: only another channel's send
+        // completion brings it, which tells nobody of this channel unless asked (touch_room_waiters).
+        waits_for_send_room_ = true;
+        link_->send_room_wanted = true;
+      }
       request_wakeup();
       spill_when_stuck();  // a caller waiting to write may be what the peer's writer waits for
     }

@@ -12,21 +12,37 @@
 #include <unordered_set>
 #include <vector>
 
+#include "link_watch.h"
+
 namespace tcp2rdma::preload {
 
 class TrackedSocket;
 
 namespace epoll_detail {
 
+struct Record;
+
 // One upgraded descriptor in one epoll set, as the application registered it.
 struct Entry {
   int epfd;
   int fd;
-  int readiness_fd;  // what is registered in the kernel's set instead of the socket
-  uint32_t events;   // the application's
-  epoll_data_t data; // the application's
-  bool disabled;     // EPOLLONESHOT fired; waits for EPOLL_CTL_MOD
-  size_t slot;       // its place in g_entries while registered
+  Record* record;      // the watch of the stream's link in this set, which tells of the stream's news
+  const void* stream;  // the stream subscribed to the record's news (compared, never followed)
+  uint32_t events;     // the application's
+  epoll_data_t data;   // the application's
+  bool disabled;       // EPOLLONESHOT fired; waits for EPOLL_CTL_MOD
+  size_t slot;         // its place in g_entries while registered
+};
+
+// One link's channels in one epoll set (docs/links.md, "Readiness per link"): what is registered in
+// the kernel's set in their place, once, with the record's address as its data. Its news list holds
+// the entries whose streams had news since the set last looked. Records are never freed (a waiter
+// may come back with a record's event after it went; a lingering stream may still push into its
+// list): retired ones are reused.
+struct Record {
+  int epfd = -1;
+  transport::LinkWatch watch;
+  size_t entries = 0;  // registered entries told through it
 };
 
 // A registration of a socket whose upgrade is pending: the kernel set watches the socket itself
@@ -56,17 +72,29 @@ extern std::unordered_map<uint64_t, Entry*> g_by_key;
 extern std::unordered_set<const void*> g_made;
 extern std::unordered_multimap<int, Entry*> g_by_fd;  // the registered entries of each descriptor
 inline uint64_t entry_key(int epfd, int fd) { return uint64_t{static_cast<uint32_t>(epfd)} << 32 | static_cast<uint32_t>(fd); }
-// Entries no longer registered, kept for reuse and never freed: a thread that was inside the real
-// epoll_wait when another thread erased an entry (a move back to TCP at fork, a close) may return
-// with that entry's readiness fd event, whose data is the entry's address. Such an event must be
-// recognised as ours and dropped, never handed to the application as one of its own registrations
-// (seen: a sleeper in epoll_wait got the old entry's address as its data after a fork).
+// Entries no longer registered, kept for reuse and never freed: an entry's address is its tag in its
+// stream's news (link_watch.h), and a stream that lingers after the registration went (a move back
+// to TCP, a close) may still push it; epoll_wait must recognise such a tag as no registration of the
+// record it came through, which needs the address to stay ours.
 std::vector<Entry*>& retired();
 extern std::atomic<int> g_count;
 extern std::vector<Pending> g_pending;
 extern std::atomic<int> g_pending_count;
 extern std::vector<Prefixed> g_prefixed;
 extern std::atomic<int> g_prefixed_count;
+
+// The record of the link `stream` is on, in set epfd: found, or made and registered in the kernel's
+// set (null, errno set, when that fails). Counted as one more entry's.
+Record* join_record_locked(int epfd, transport::RdmaStream& stream);
+// An entry of r's went: the last one takes r out of the kernel's set.
+void leave_record_locked(Record* r);
+// The record at an event's data when it is one of ours registered in set epfd; *ours says whether
+// the data is a record of ours at all (registered or retired).
+Record* live_record_locked(const void* data, int epfd, bool* ours);
+// The set epfd is being closed: its records go (the kernel drops their registrations).
+void forget_records_locked(int epfd);
+// Entries registered in set epfd (a wait on a set without any takes the real call alone).
+size_t entries_in_set_locked(int epfd);
 
 Entry* find_locked(int epfd, int fd);
 // The registered entry at `data` (any set), or null.
@@ -77,23 +105,18 @@ void retire_locked(Entry* e);
 void erase_locked(Entry* e);
 // A registration's entry, from the retired ones when there are (their addresses stay ours).
 Entry* new_entry_locked(const Entry& value);
-// Whether an event's data is the address of one of our entries, registered or retired (in any set).
-bool ours_locked(const void* data);
 int fail(int error);
-// What the readiness fd is registered with: it only says "look again"; edge-triggering is kept so
-// that an edge-triggered application is woken per change, not continuously.
-epoll_event proxy_event(Entry* e);
 // The application's events for e now, or 0. *moved: e's stream has gone back to TCP (the entry is
 // to leave the readiness fd for the socket).
 uint32_t ready_events(const Entry& e, bool* moved = nullptr);
-// After (re)registration: arm the stream so its fd fires on the next change, and if it is ready
-// already, make it fire now: epoll reports a descriptor that is ready when it is added.
-void prime(const Entry& e);
-// A level-triggered entry was just reported ready: keep its readiness fd readable until the stream is
-// looked at again. The application's own epoll_wait would report it anyway, but a set that is itself
-// watched (epoll inside epoll, or poll on the epoll fd) is readable only while a registered fd is: the
-// kernel must see the still-ready stream too, as it sees a socket with unread bytes.
-void keep_signalled(const Entry& e);
+// After (re)registration: arm the stream so that its news comes on the next change, and if it is
+// ready already, put it on its record's list now: epoll reports a descriptor that is ready when it is added.
+void prime(Entry& e);
+// A level-triggered entry was just reported ready: it goes on its record's list again, to be looked
+// at on the next wait (as the kernel keeps a ready level-triggered socket on its ready list), which
+// also keeps the record readable for a poller of the set itself (epoll inside epoll, or poll on the
+// epoll fd): the kernel must see the still-ready stream too, as it sees a socket with unread bytes.
+void keep_signalled(Entry& e);
 void erase_pending_locked(size_t i);
 void erase_prefixed_locked(size_t i);
 void note_prefixed_locked(int epfd, int fd, const epoll_event& event);

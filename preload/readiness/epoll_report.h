@@ -1,8 +1,9 @@
 // The translation at the heart of epoll_wait over upgraded descriptors (epoll_sets.h): given a set's
 // registrations, what each one's stream has now and what the kernel reported for the readiness fds,
 // which of the application's registrations to report, with which events and data. It takes no lock
-// and makes no call: epoll_wait.cpp holds the lock around it, sleeps in the kernel, and moves back to
-// TCP the connections it hands back as gone. Host tests: tests/preload/readiness/epoll_report_test.cpp.
+// and makes no call of its own: epoll_wait.cpp holds the lock around it, sleeps in the kernel, says
+// which entries a fired record stands for (its news), and moves back to TCP the connections it hands
+// back as gone. Host tests: tests/preload/readiness/epoll_report_test.cpp.
 #pragma once
 
 #include <sys/epoll.h>
@@ -21,11 +22,10 @@ struct Look {
   bool moved = false;
 };
 using LookAt = Look (*)(const Entry& e);
-// Whether an event's data is the address of one of our entries, registered or retired.
-using IsOurs = bool (*)(const void* data);
-// The registered entry at an event's data (in any set), or null: found without walking the entries,
-// since a wait may bring back many events and a set may hold thousands of registrations.
-using FindLive = Entry* (*)(const void* data);
+// What a fired event stands for: false when its data is none of ours (the application's own
+// descriptor); else the registrations of set epfd to look at are appended to *looks (a record's news:
+// none when the record is retired, or registered in another set).
+using Expand = bool (*)(const void* data, int epfd, std::vector<Entry*>* looks);
 
 // One pass of a wait, written into the application's array. Kept per thread and started afresh for
 // each pass, so that an event loop's wakeups do not allocate.
@@ -39,20 +39,19 @@ class EpollReport {
   const std::vector<Entry*>& reported() const noexcept { return reported_; }
   // The entries found gone back to TCP since the last call, for the caller to move; it also forgets them.
   std::vector<Entry*>& take_gone() noexcept { return gone_; }
-
-  // The level-triggered entries of `mine` whose stream is ready, whether their readiness fd fired
-  // or not: it only signals changes, and the application expects a still-ready socket again and
-  // again. Edge-triggered ones wait for their fd to fire (a look now would take their event).
-  void report_level_triggered(const std::vector<Entry*>& mine);
+  // The entries with news that found no room in the application's array: the caller puts them back
+  // on their records' lists, to be looked at on the next wait.
+  const std::vector<Entry*>& unlooked() const noexcept { return unlooked_; }
   // An event that has no readiness fd behind it (a prefix the kernel cannot see, epoll_sets.h).
   // The kernel may report the same registration's socket in this pass: its events are merged in.
   void report_unfired(const epoll_event& event) noexcept;
-  // The `fired` events the kernel wrote at events[count()...]: one whose data is a registered entry
-  // of set `epfd` becomes that registration's events and data, if its stream has any of them now (a
-  // readiness fd also fires for changes the application did not ask about); one for an entry no
-  // longer registered in that set (`ours`) is dropped; the application's own descriptors' pass as
-  // they are.
-  void translate_fired(int fired, int epfd, FindLive live, IsOurs ours);
+  // The `fired` events the kernel wrote at events[count()...]. The application's own descriptors'
+  // pass as they are, first: each takes the slot it came in, so none is ever dropped for want of
+  // room (an edge-triggered one would be lost). Then each entry a record of ours stands for is
+  // reported with the application's events and data, if its stream has any of them now (news also
+  // comes for changes the application did not ask about), while there is room; the others are left
+  // in unlooked().
+  void translate_fired(int fired, int epfd, Expand expand);
 
  private:
   // e's events now: reported (and a one-shot registration disabled, as the kernel disarms it), or
@@ -66,6 +65,9 @@ class EpollReport {
   LookAt look_ = nullptr;
   std::vector<Entry*> reported_;
   std::vector<Entry*> gone_;
+  std::vector<Entry*> unlooked_;
+  std::vector<epoll_event> fired_;  // the kernel's events, copied before ours are written over them
+  std::vector<Entry*> looks_;
 };
 
 }  // namespace tcp2rdma::preload::epoll_detail

@@ -62,6 +62,11 @@ void retire_locked(Entry* e) {
 }
 
 void erase_locked(Entry* e) {
+  // Its stream tells the record no more. A stream that is no longer the descriptor's (moved back,
+  // closed) keeps telling a tag that its record then finds retired or reused, and ignores.
+  StreamRef stream = current_stream(e->fd);
+  if (stream != nullptr && static_cast<const void*>(stream) == e->stream) transport::LinkWatch::unsubscribe(*stream, e);
+  leave_record_locked(e->record);
   g_by_key.erase(entry_key(e->epfd, e->fd));
   for (auto [it, end] = g_by_fd.equal_range(e->fd); it != end; ++it) {
     if (it->second == e) {
@@ -91,21 +96,10 @@ Entry* new_entry_locked(const Entry& value) {
   return e;
 }
 
-// Whether an event's data is the address of one of our entries, registered or retired (in any set).
-bool ours_locked(const void* data) { return g_made.count(data) != 0; }
 
 int fail(int error) {
   errno = error;
   return -1;
-}
-
-// What the readiness fd is registered with: it only says "look again"; edge-triggering is kept so
-// that an edge-triggered application is woken per change, not continuously.
-epoll_event proxy_event(Entry* e) {
-  epoll_event ev{};
-  ev.events = EPOLLIN | (e->events & EPOLLET);
-  ev.data.ptr = e;
-  return ev;
 }
 
 // The application's events for e now, or 0. *moved: e's stream has gone back to TCP (the entry is
@@ -121,20 +115,13 @@ uint32_t ready_events(const Entry& e, bool* moved) {
   return gone ? 0 : events;
 }
 
-// After (re)registration: arm the stream so its fd fires on the next change, and if it is ready
-// already, make it fire now: epoll reports a descriptor that is ready when it is added.
-void prime(const Entry& e) {
-  StreamRef stream = current_stream(e.fd);
-  if (stream != nullptr && ready_events(e) != 0) stream->wake_pollers();
+void prime(Entry& e) {
+  if (ready_events(e) != 0) e.record->watch.push(&e);
 }
 
-// A level-triggered entry was just reported ready: keep its readiness fd readable until the stream is
-// looked at again. The application's own epoll_wait would report it anyway, but a set that is itself
-// watched (epoll inside epoll, or poll on the epoll fd) is readable only while a registered fd is: the
-// kernel must see the still-ready stream too, as it sees a socket with unread bytes.
-void keep_signalled(const Entry& e) {
+void keep_signalled(Entry& e) {
   if (e.events & (EPOLLET | EPOLLONESHOT)) return;
-  if (StreamRef stream = current_stream(e.fd)) stream->wake_pollers();
+  e.record->watch.push(&e);
 }
 
 void erase_pending_locked(size_t i) {
@@ -160,7 +147,6 @@ void move_back_locked(TrackedSocket* socket) {
   for (size_t i = g_entries.size(); i-- > 0;) {
     Entry* e = g_entries[i];
     if (fd_table().find(e->fd) != socket) continue;
-    real().epoll_ctl(e->epfd, EPOLL_CTL_DEL, e->readiness_fd, nullptr);
     // A one-shot registration that fired stays disarmed until the application's EPOLL_CTL_MOD.
     epoll_event ev{e->disabled ? static_cast<uint32_t>(EPOLLONESHOT) : e->events, e->data};
     if (real().epoll_ctl(e->epfd, EPOLL_CTL_ADD, e->fd, &ev) == 0 && !e->disabled && socket->prefix.present()) {
@@ -196,17 +182,16 @@ int epoll_ctl_upgraded(int epfd, int op, int fd, epoll_event* event) noexcept {
     case EPOLL_CTL_ADD: {
       if (e != nullptr) return fail(EEXIST);
       if (event == nullptr) return fail(EFAULT);
-      // No descriptor to be had for the stream's readiness: the kernel says ENOMEM when it cannot
-      // register a descriptor (EMFILE is not among epoll_ctl's errors).
-      int readiness_fd = stream->readiness_fd();
-      if (readiness_fd < 0) return fail(ENOMEM);
-      e = new_entry_locked(Entry{epfd, fd, readiness_fd, event->events, event->data, false, g_entries.size()});
-      if (e == nullptr) return fail(ENOMEM);
-      epoll_event ev = proxy_event(e);
-      if (real().epoll_ctl(epfd, EPOLL_CTL_ADD, e->readiness_fd, &ev) != 0) {
-        int error = errno;
-        retire_locked(e);
-        return fail(error);
+      // The link's record in this set: made and registered with the first of its channels here (a
+      // bad epfd fails there, with the kernel's error; a descriptor not to be had, with ENOMEM).
+      Record* record = join_record_locked(epfd, *stream);
+      if (record == nullptr) return -1;
+      e = new_entry_locked(Entry{epfd, fd, record, static_cast<transport::RdmaStream*>(stream), event->events,
+                                 event->data, false, g_entries.size()});
+      if (e == nullptr || !record->watch.subscribe(*stream, e)) {
+        if (e != nullptr) retire_locked(e);
+        leave_record_locked(record);
+        return fail(ENOMEM);
       }
       g_entries.push_back(e);
       g_by_key[entry_key(epfd, fd)] = e;
@@ -221,16 +206,13 @@ int epoll_ctl_upgraded(int epfd, int op, int fd, epoll_event* event) noexcept {
       e->events = event->events;
       e->data = event->data;
       e->disabled = false;
-      epoll_event ev = proxy_event(e);
-      int rc = real().epoll_ctl(epfd, EPOLL_CTL_MOD, e->readiness_fd, &ev);
-      if (rc == 0) prime(*e);
-      return rc;
+      prime(*e);
+      return 0;
     }
     case EPOLL_CTL_DEL: {
       if (e == nullptr) return fail(ENOENT);
-      int rc = real().epoll_ctl(epfd, EPOLL_CTL_DEL, e->readiness_fd, nullptr);
       erase_locked(e);
-      return rc;
+      return 0;
     }
     default:
       return fail(EINVAL);
@@ -310,10 +292,7 @@ void epoll_forget_fd(int fd) noexcept {
   std::lock_guard lock(g_mutex);
   std::vector<Entry*> closing;
   for (auto [it, end] = g_by_fd.equal_range(fd); it != end; ++it) closing.push_back(it->second);
-  for (Entry* e : closing) {
-    real().epoll_ctl(e->epfd, EPOLL_CTL_DEL, e->readiness_fd, nullptr);
-    erase_locked(e);
-  }
+  for (Entry* e : closing) erase_locked(e);
 }
 
 void epoll_hold_for_fork() noexcept { g_mutex.lock(); }
@@ -337,6 +316,7 @@ void epoll_forget_set(int epfd) noexcept {
   for (size_t i = g_entries.size(); i-- > 0;) {
     if (g_entries[i]->epfd == epfd) erase_locked(g_entries[i]);
   }
+  forget_records_locked(epfd);
 }
 
 }  // namespace tcp2rdma::preload

@@ -64,6 +64,29 @@ void report_prefixed_locked(int epfd, EpollReport& report) {
   }
 }
 
+// A fired event's registrations (epoll_report.h, Expand): for a record of ours registered in epfd,
+// the entries its news names: the link's events taken first (they tell its channels), then the news
+// list, each entry that is still registered through this record once. A stale name (an entry that
+// went, or was reused elsewhere: a stream that lingers may still tell it) is dropped.
+bool expand_record(const void* data, int epfd, std::vector<Entry*>* looks) {
+  bool ours = false;
+  Record* r = live_record_locked(data, epfd, &ours);
+  if (r == nullptr) return ours;
+  static thread_local std::vector<void*> news;
+  if (!r->watch.take(&news)) {
+    // Some news was lost to a lack of memory: every entry of the record is looked at.
+    for (Entry* e : g_entries) {
+      if (e->record == r) looks->push_back(e);
+    }
+    return true;
+  }
+  for (void* tag : news) {
+    Entry* e = live_locked(tag);
+    if (e != nullptr && e->record == r) looks->push_back(e);
+  }
+  return true;
+}
+
 // The entries the report found gone back to TCP leave their readiness fds for their sockets; one
 // whose connection another thread is moving (a fork) is awaited. True when the set's entries changed.
 bool move_gone_locked(std::vector<Entry*>& gone, int* awaited_fd) {
@@ -87,23 +110,15 @@ bool epoll_wait_upgraded(int epfd, epoll_event* events, int maxevents, int timeo
     return false;
   }
   // Scratch kept per thread: an event loop calls this for every wakeup, and it should not allocate.
-  static thread_local std::vector<Entry*> mine;
   static thread_local EpollReport report;
   // A set that holds a socket whose upgrade is pending takes this path too: the upgrade may move that
-  // registration onto its stream while we wait, and the event that then comes carries our Entry.
-  auto take_mine = [&] {
-    mine.clear();
-    bool pending = false;
-    for (Entry* e : g_entries) {
-      if (e->epfd == epfd) mine.push_back(e);
-    }
-    for (const Pending& p : g_pending) pending |= p.epfd == epfd;
-    for (const Prefixed& p : g_prefixed) pending |= p.epfd == epfd;
-    return pending || !mine.empty();
-  };
+  // registration onto its stream while we wait, and the event that then comes carries our record.
   {
     std::lock_guard lock(g_mutex);
-    if (!take_mine()) return false;
+    bool mine = entries_in_set_locked(epfd) > 0;
+    for (size_t i = 0; i < g_pending.size() && !mine; ++i) mine = g_pending[i].epfd == epfd;
+    for (size_t i = 0; i < g_prefixed.size() && !mine; ++i) mine = g_prefixed[i].epfd == epfd;
+    if (!mine) return false;
   }
   const int saved_errno = errno;
   auto deadline = Deadline::in_ms(timeout_ms);
@@ -113,11 +128,8 @@ bool epoll_wait_upgraded(int epfd, epoll_event* events, int maxevents, int timeo
   int awaited_fd = -1;
   for (;;) {
     std::lock_guard lock(g_mutex);  // entries may not go away while we look at them
-    take_mine();
     if (awaited_fd >= 0 && !moving_back(awaited_fd)) awaited_fd = -1;
     report.start(events, maxevents, look_now);
-    report.report_level_triggered(mine);
-    if (move_gone_locked(report.take_gone(), &awaited_fd)) take_mine();
     report_prefixed_locked(epfd, report);
     int wait_ms = report.count() > 0 ? 0 : deadline.poll_ms();
     if (awaited_fd >= 0 && wait_ms != 0) wait_ms = 1;
@@ -126,13 +138,14 @@ bool epoll_wait_upgraded(int epfd, epoll_event* events, int maxevents, int timeo
       g_mutex.unlock();
       rc = wait(epfd, events + report.count(), maxevents - report.count(), wait_ms, context);
       g_mutex.lock();
-      take_mine();  // an upgrade may have moved a registration meanwhile
     }
     if (rc < 0) {
       *result = report.count() > 0 ? report.count() : -1;
       return true;
     }
-    report.translate_fired(rc, epfd, live_locked, ours_locked);
+    report.translate_fired(rc, epfd, expand_record);
+    // News that found no room is looked at next time (the record stays readable meanwhile).
+    for (Entry* e : report.unlooked()) e->record->watch.push(e);
     // Their registrations are the sockets' again: the next real wait reports what the sockets have.
     move_gone_locked(report.take_gone(), &awaited_fd);
     if (report.count() > 0 || (wait_ms == 0 && awaited_fd < 0) || (awaited_fd >= 0 && deadline.passed())) {

@@ -12,6 +12,7 @@
 #include <thread>
 #include <tuple>
 
+#include "link_watch.h"
 #include "peer_util.h"
 
 namespace tcp2rdma::transport {
@@ -204,6 +205,81 @@ TEST(StreamApi, TheReadinessFdIsMadeOnlyWhenAPollerAsksForIt) {
   EXPECT_TRUE(readable);
   EXPECT_EQ(p.client->readiness_fd(), fd);
   EXPECT_EQ(open_descriptors(), before + 2);
+}
+
+// Many channels of one link, watched as an event loop's epoll set watches them (link_watch.h): the
+// watch names the channels that had news, not every channel of the link; and two watches holding the
+// same channel (two epoll sets) are both told.
+TEST(StreamApi, ALinkWatchNamesOnlyTheChannelsWithNewsAndEveryWatchOfAChannelIsTold) {
+  constexpr size_t kChannels = 40;
+  StreamOptions options = small_options();
+  options.recv_queue_depth = 4;
+  std::unique_ptr<StreamListener> listener = peer_util::listen_on("7632", options);
+  ASSERT_TRUE(listener);
+  auto connecting = std::async(std::launch::async, [&] {
+    std::vector<std::unique_ptr<RdmaStream>> made;
+    for (size_t i = 0; i < kChannels; ++i) made.push_back(peer_util::connect_to(self_address(), "7632", options));
+    return made;
+  });
+  std::vector<std::unique_ptr<RdmaStream>> servers;
+  for (size_t i = 0; i < kChannels; ++i) servers.push_back(peer_util::accept_one(*listener, 20));
+  std::vector<std::unique_ptr<RdmaStream>> clients = connecting.get();
+  for (size_t i = 0; i < kChannels; ++i) ASSERT_TRUE(clients[i] && servers[i]) << i;
+  // The server accepts in its own order: pair each client with its server by the client's nonce.
+  std::vector<RdmaStream*> server_of(kChannels);
+  for (size_t i = 0; i < kChannels; ++i) {
+    for (auto& s : servers) {
+      if (s->client_nonce() == clients[i]->client_nonce()) server_of[i] = s.get();
+    }
+    ASSERT_NE(server_of[i], nullptr);
+  }
+  size_t before = open_descriptors();
+  LinkWatch watch, second;
+  ASSERT_EQ(watch.bind(*clients[0]), Status::kOk);
+  ASSERT_EQ(second.bind(*clients[0]), Status::kOk);
+  EXPECT_EQ(open_descriptors(), before + 4);  // each watch: its set and its list's eventfd, whatever the channels
+  std::vector<int> tags(kChannels);
+  for (size_t i = 0; i < kChannels; ++i) {
+    ASSERT_TRUE(watch.watches_link_of(*clients[i])) << "channel " << i << " is on another link";
+    ASSERT_TRUE(watch.subscribe(*clients[i], &tags[i]));
+    EXPECT_FALSE(clients[i]->readiness(nullptr, false).readable);  // looked at: news comes on the next change
+  }
+  constexpr size_t kNewsy = 17;
+  int second_tag = 0;  // a tag is one sink's (its record's): the other set's record has its own
+  ASSERT_TRUE(second.subscribe(*clients[kNewsy], &second_tag));
+  std::vector<void*> news;
+  watch.take(&news);
+  second.take(&news);
+  EXPECT_EQ(open_descriptors(), before + 4);
+
+  ASSERT_EQ(write_text(*server_of[kNewsy], "news"), Status::kOk);
+  for (LinkWatch* w : {&watch, &second}) {
+    pollfd pfd{w->fd(), POLLIN, 0};
+    ASSERT_EQ(::poll(&pfd, 1, 5000), 1);
+    // What the link's progress or another watch's take did first makes no difference: the news
+    // names channel 17 alone (a channel's news may come more than once, never another's).
+    std::vector<void*> named;
+    for (int round = 0; round < 50 && named.empty(); ++round) {
+      ASSERT_TRUE(w->take(&named));
+      if (named.empty()) ::poll(&pfd, 1, 100);
+    }
+    ASSERT_FALSE(named.empty()) << (w == &watch ? "the first watch" : "the second watch");
+    for (void* tag : named) EXPECT_EQ(tag, w == &watch ? static_cast<void*>(&tags[kNewsy]) : &second_tag);
+  }
+  Status st = Status::kOk;
+  EXPECT_EQ(read_text(*clients[kNewsy], 16, kNonBlocking, &st), "news");
+  for (size_t i = 0; i < kChannels; ++i) {
+    if (i == kNewsy) continue;
+    EXPECT_FALSE(clients[i]->readiness(nullptr, false).readable) << i;
+  }
+  // Unsubscribed, a channel's news names it no more (what its read pushed before is taken first).
+  watch.take(&news);
+  LinkWatch::unsubscribe(*clients[kNewsy], &tags[kNewsy]);
+  ASSERT_EQ(write_text(*server_of[kNewsy], "more"), Status::kOk);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::vector<void*> named;
+  watch.take(&named);
+  for (void* tag : named) EXPECT_NE(tag, &tags[kNewsy]);
 }
 
 // Writes `piece` bytes at a time (a message each) without blocking until nothing more fits; returns

@@ -1,0 +1,77 @@
+// A poller's watch over one link (link_watch.h).
+#include "link_watch.h"
+
+#include <sys/epoll.h>
+
+#include <cerrno>
+#include <mutex>
+
+#include "channel_readiness.h"
+#include "os_calls.h"
+#include "own_calls.h"
+#include "own_descriptors.h"
+#include "rdma_stream.h"
+#include "stream_link.h"
+
+namespace tcp2rdma::transport {
+
+Status LinkWatch::bind(RdmaStream& stream) {
+  OwnCalls own;  // own_calls.h
+  unbind();
+  if (!news_.make()) return Status::kResources;
+  std::shared_ptr<StreamLink> link = stream.link_;
+  int set = -1;
+  {
+    OwnDescriptors window;
+    set = window.place(os().epoll_create1(EPOLL_CLOEXEC));
+  }
+  if (set < 0) return Status::kResources;
+  std::lock_guard lock(link->mu());
+  bool cm = link->cm_watched();
+  if (!watch_readable(set, link->completion_fd()) || !watch_readable(set, news_.fd()) ||
+      (cm && !watch_readable(set, link->cm_fd()))) {
+    int error = errno;
+    os().close(set);
+    errno = error;
+    return Status::kResources;
+  }
+  set_fd_ = set;
+  cm_watched_ = cm;
+  link_ = link;
+  return Status::kOk;
+}
+
+bool LinkWatch::watches_link_of(const RdmaStream& stream) const {
+  std::shared_ptr<StreamLink> link = link_.lock();
+  return link != nullptr && link == stream.link_;
+}
+
+void LinkWatch::unbind() {
+  if (set_fd_ >= 0) {
+    OwnCalls own;  // own_calls.h
+    os().close(set_fd_);
+  }
+  set_fd_ = -1;
+  cm_watched_ = false;
+  link_.reset();
+}
+
+bool LinkWatch::subscribe(RdmaStream& stream, void* tag) {
+  return stream.readiness_.subscribe(&news_, tag);
+}
+
+void LinkWatch::unsubscribe(RdmaStream& stream, const void* tag) { stream.readiness_.unsubscribe(tag); }
+
+bool LinkWatch::take(std::vector<void*>* tags) {
+  if (std::shared_ptr<StreamLink> link = link_.lock()) {
+    std::lock_guard lock(link->mu());
+    // A server's link watches its own connection events only once the accept is done (stream_link.h).
+    if (!cm_watched_ && link->cm_watched() && set_fd_ >= 0) cm_watched_ = watch_readable(set_fd_, link->cm_fd());
+    RdmaStream::drain_link(*link);
+  }
+  return news_.take(tags);
+}
+
+LinkWatch::~LinkWatch() { unbind(); }
+
+}  // namespace tcp2rdma::transport

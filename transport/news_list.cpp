@@ -1,0 +1,50 @@
+// A poller's list of channels with news (news_list.h).
+#include "news_list.h"
+
+#include <sys/eventfd.h>
+
+#include <new>
+
+#include "os_calls.h"
+#include "own_descriptors.h"
+
+namespace tcp2rdma::transport {
+
+bool NewsList::make() {
+  std::lock_guard lock(mu_);
+  if (fd_ >= 0) return true;
+  OwnDescriptors window;
+  fd_ = window.place(::eventfd(tags_.empty() && !lost_ ? 0 : 1, EFD_NONBLOCK | EFD_CLOEXEC));
+  return fd_ >= 0;
+}
+
+void NewsList::push(void* tag) {
+  std::lock_guard lock(mu_);
+  bool was_quiet = tags_.empty() && !lost_;
+  try {
+    if (!listed_.insert(tag).second) return;
+    tags_.push_back(tag);
+  } catch (const std::bad_alloc&) {
+    lost_ = true;  // the taker looks at everything instead
+  }
+  // eventfd_write is libc's own call, never the module's wrapper (own_calls.h).
+  if (was_quiet && fd_ >= 0) (void)eventfd_write(fd_, 1);
+}
+
+bool NewsList::take(std::vector<void*>* tags) {
+  std::lock_guard lock(mu_);
+  tags->clear();
+  tags->swap(tags_);
+  listed_.clear();
+  bool whole = !lost_;
+  lost_ = false;
+  eventfd_t count = 0;
+  if (fd_ >= 0) (void)eventfd_read(fd_, &count);
+  return whole;
+}
+
+NewsList::~NewsList() {
+  if (fd_ >= 0) os().close(fd_);
+}
+
+}  // namespace tcp2rdma::transport

@@ -1,0 +1,42 @@
+// Which channels have news for one poller: a list of tags (what the poller registered each channel
+// under), and an eventfd that is readable while the list is not empty, for the poller to sleep on.
+// Channels push into it from any thread (ChannelReadiness::look_again, under their leaf lock); the
+// poller takes the whole list at once. It is how an event loop holding thousands of channels of a
+// link looks, per wakeup, at the channels that changed rather than at all of them (docs/links.md,
+// "Readiness per link").
+#pragma once
+
+#include <mutex>
+#include <unordered_set>
+#include <vector>
+
+namespace tcp2rdma::transport {
+
+class NewsList {
+ public:
+  NewsList() = default;
+  ~NewsList();
+  NewsList(const NewsList&) = delete;
+  NewsList& operator=(const NewsList&) = delete;
+
+  // Makes the eventfd (above the application's range). False, errno set, when it cannot be had.
+  bool make();
+  int fd() const { return fd_; }
+
+  // Adds `tag` unless it is in the list already (a link's progress may tell the same channel many
+  // times before the poller looks).
+  void push(void* tag);
+  // Everything pushed so far, each once, in order, and the eventfd made quiet; news during the
+  // taker's look is pushed again. Returns false when a push found no memory: the taker must look at
+  // every channel it holds.
+  bool take(std::vector<void*>* tags);
+
+ private:
+  std::mutex mu_;  // a leaf lock
+  std::vector<void*> tags_;
+  std::unordered_set<void*> listed_;  // what tags_ holds
+  bool lost_ = false;  // a push found no memory since the last take
+  int fd_ = -1;
+};
+
+}  // namespace tcp2rdma::transport
