@@ -214,30 +214,28 @@ class RdmaStream {
   // them first. Called once, before the stream is handed to anyone else.
   void set_unread_prefix(std::vector<uint8_t> bytes);
 
-  // Pollable (POLLIN) when the stream may have news: call readiness() then. When readiness() reports
-  // less than readable and writable (writable: if asked for), or a call returned kWouldBlock, the fd
-  // will fire on the next change, even when a blocking call of ours sleeps through that change and
-  // takes its events. Made at the first call (two descriptors, channel_readiness.h): -1 with errno
-  // when it cannot be (EMFILE, ENOMEM), and the caller then looks again after a short sleep.
-  int readiness_fd() { return readiness_.fd(); }
-  // `seen`: the caller's registration (poller_enter), if it sleeps on the fd in a call of ours.
+  // Waiting for the stream's readiness (channel_readiness.h): a poller subscribes a news list of its
+  // own, under `tag` (one subscription a tag), and sleeps on that list's eventfd and on the link's
+  // descriptors. When readiness() reports less than readable and writable (writable: if asked for),
+  // or a call returned kWouldBlock, one of them fires on the next change, even when a blocking call
+  // of ours sleeps through that change and takes its events: a completion raises the link's event,
+  // and whoever takes it (any look at a channel of the link) pushes the news to the subscribers.
+  bool subscribe_news(NewsList* list, void* tag) { return readiness_.subscribe(list, tag); }
+  void unsubscribe_news(const void* tag) { readiness_.unsubscribe(tag); }
+  // The link's descriptors to sleep on: its completion channel, and its connection events once they
+  // are the link's own (else -1).
+  void link_descriptors(int* completions, int* cm_events) const;
   // `want_writable`: the caller waits for room to write; only then is the peer asked to say when
   // room comes back (an arm). A poller of bytes alone must not arm: besides the messages, the peer
   // takes an arm with its ring full for a writer waiting for room, and grows the ring (a 64 KiB echo
   // exactly fills a 64 KiB ring, and its reader's poll for the answer armed: every connection of
   // bench-links grew a 1 MiB ring on both sides).
-  Readiness readiness(uint64_t* seen = nullptr, bool want_writable = true);
+  Readiness readiness(bool want_writable = true);
   // A caller that looked without wanting to write and now does (a second poll entry for the same
   // descriptor): asks the peer to say when room comes back, if there is none now.
   void want_writable();
-  // A caller that sleeps on readiness_fd() between its looks (poll, select, the switch's wait)
-  // registers for its call, so that another caller's readiness() leaves it the news it has not looked
-  // at yet (channel_readiness.h): several pollers of one stream, each asking about its own events.
-  uint64_t poller_enter() { return readiness_.enter(); }
-  void poller_leave(uint64_t seen) { readiness_.leave(seen); }
-  // Makes readiness_fd readable now and until the next readiness(), whatever our own calls do
-  // meanwhile: for a poller that registers an already-ready stream and must be told at once
-  // (edge-triggered epoll), or that must go on seeing a still-ready stream (an epoll set inside another).
+  // Tells the stream's pollers to look again now, whatever our own calls do meanwhile (a failure, a
+  // move, an end: changes that come with no completion of the stream's own).
   void wake_pollers();
   // Probes the peer with a zero-byte RDMA Write when nothing was sent since the last call: a dead peer
   // shows as a failed completion (reset), a live one costs nothing at its CPU.
@@ -497,7 +495,7 @@ class RdmaStream {
   int open_slot_ = -1;  // the setup slot our open waits in
   DeclineReason refused_why_ = DeclineReason::kNone;
   uint16_t redirect_port_ = 0;
-  ChannelReadiness readiness_;  // what the application's pollers watch (readiness_fd)
+  ChannelReadiness readiness_;  // who is told of this channel's news
   bool polled_ = false;  // readiness() was called: someone polls, and our sleeps must pass news on
   bool waits_for_send_room_ = false;  // readiness() found no room in the link's send queue
   uint8_t* ring_ = nullptr;  // our receive ring, then our mailbox; registered at iova 0

@@ -735,20 +735,18 @@ void RdmaStream::wake_pollers() {
   readiness_.look_again();
 }
 
-Readiness RdmaStream::readiness(uint64_t* seen, bool want_writable) {
+void RdmaStream::link_descriptors(int* completions, int* cm_events) const {
+  std::lock_guard lock(mu_);
+  *completions = link_->completion_fd();
+  *cm_events = link_->cm_watched() ? link_->cm_fd() : -1;
+}
+
+Readiness RdmaStream::readiness(bool want_writable) {
   OwnCalls own;  // own_calls.h
   std::unique_lock lock(mu_);
   polled_ = true;
   drain_channels();
   Readiness r;
-  // What the caller is told reflects every news so far (the lock is held): a "look again" left by it,
-  // by our own progress here among others, would only wake the caller's next poll for nothing. It
-  // stays while another registered poller has not looked since it came (channel_readiness.h).
-  struct TakeLook {
-    ChannelReadiness& readiness;
-    uint64_t* seen;
-    ~TakeLook() { readiness.take_look_again(seen); }
-  } take_look{readiness_, seen};
   for (;;) {
     progress();
     r.failed = failed();

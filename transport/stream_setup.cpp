@@ -82,10 +82,6 @@ Status RdmaStream::create_resources(rdma_cm_id* id, const StreamOptions& options
 }
 
 Status RdmaStream::create_channel_memory(bool first) {
-  readiness_.create(link_->completion_fd());
-  if (link_->cm_watched()) {
-    if (Status s = readiness_.watch(link_->cm_fd()); s != Status::kOk) return s;
-  }
   ring_size_ = uint64_t{1} << first_ring_log2(options_);
   // A link's first channel carries the link's setup area after its mailbox (wire.h, kSetupArea).
   uint64_t length = ring_size_ + kMailboxSlot + (first ? kSetupArea : 0);
@@ -104,7 +100,6 @@ Status RdmaStream::start(uint8_t peer_ring_log2, uint32_t peer_rkey, uint8_t pee
     // The link's first channel: its connection events are the link's own from here on, and the
     // setup areas follow each side's first ring and mailbox.
     if (Status s = link_->watch_cm_channel(); s != Status::kOk) return s;
-    if (Status s = readiness_.watch(link_->cm_fd()); s != Status::kOk) return s;
     link_->set_setup_areas(ring_, ring_ + ring_size_ + kMailboxSlot, peer_rkey,
                            (uint64_t{1} << peer_ring_log2) + kMailboxSlot);
   }

@@ -195,7 +195,7 @@ int stream_shutdown(const StreamRef& ref, int fd, int how) noexcept {
 
 int stream_readable_bytes(transport::RdmaStream* stream) noexcept {
   return keeping_errno_on_success([&] {
-    uint64_t n = stream->readiness(nullptr, false).bytes_readable;
+    uint64_t n = stream->readiness(false).bytes_readable;
     return n > INT32_MAX ? INT32_MAX : static_cast<int>(n);
   });
 }

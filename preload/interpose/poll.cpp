@@ -1,7 +1,8 @@
 // Readiness. A descriptor whose connection is on TCP is the kernel's to report, so without an
 // upgraded descriptor among them these calls go straight to libc. An upgraded one is ready when its
-// stream is (stream_poll_events); while none is, the call sleeps on the streams' readiness fds in
-// place of their sockets, next to every other descriptor, and looks again when one fires.
+// stream is (stream_poll_events); while none is, the call sleeps in place of their sockets, next to
+// every other descriptor, on what wakes it when a stream changes (its thread's news list and the
+// links' descriptors: transport/stream_sleeper.h), and looks again when one fires.
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -62,6 +63,7 @@ int poll_streams_once(pollfd* fds, nfds_t nfds, const timespec* timeout, const s
     // we sleep in short slices and look again.
     bool blind = std::any_of(shadow.begin() + static_cast<std::ptrdiff_t>(nfds), shadow.end(),
                              [](const pollfd& p) { return p.fd < 0; });
+    const size_t sessions_end = shadow.size();  // what follows is the streams' (the sleeper's)
     bool moved = false;
     // Descriptors we answer for: a stream, or a socket back on TCP with a prefix (ready at once).
     auto ours = [&](nfds_t i) { return streams[i] != nullptr || streams[i].prefixed(); };
@@ -87,11 +89,14 @@ int poll_streams_once(pollfd* fds, nfds_t nfds, const timespec* timeout, const s
           moved = true;
         }
         ready += fds[i].revents != 0;
-        // A ready stream is not slept on; one that is not wakes us through its readiness fd. One whose
-        // readiness fd cannot be made (no descriptor to be had) is looked at again after a short sleep.
-        shadow[i] = {fds[i].revents != 0 ? -1 : streams[i]->readiness_fd(), POLLIN, 0};
-        blind |= fds[i].revents == 0 && shadow[i].fd < 0;
+        // Not slept on itself: what wakes us for it is the sleeper's (appended below).
+        shadow[i] = {-1, 0, 0};
       }
+      // A stream that could not be subscribed (no descriptor to be had) is looked at again after a
+      // short sleep.
+      blind |= polled.blind();
+      shadow.resize(sessions_end);
+      polled.append_pollfds(&shadow);
       if (moved && ready == 0) break;
       timespec left = ready == 0 ? deadline.left_timespec() : timespec{0, 0};
       bool forever = ready == 0 && deadline.never_ends() && !blind;
@@ -106,11 +111,11 @@ int poll_streams_once(pollfd* fds, nfds_t nfds, const timespec* timeout, const s
         fds[i].revents = shadow[i].revents;
         ready += fds[i].revents != 0;
       }
-      for (size_t i = nfds; i < shadow.size(); ++i) moved |= shadow[i].revents != 0;
+      for (size_t i = nfds; i < sessions_end; ++i) moved |= shadow[i].revents != 0;
       if (ready > 0) return ready;
       if (deadline.passed() || (rc == 0 && !blind)) return 0;  // timed out
       if (moved || blind) break;
-      // Only a stream's fd fired: look at the streams again.
+      // Only what stands for the streams fired: look at them again.
       for (nfds_t i = 0; i < nfds; ++i) shadow[i] = ours(i) ? shadow[i] : fds[i];
     }
   }

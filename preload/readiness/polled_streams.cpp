@@ -3,19 +3,21 @@
 namespace tcp2rdma::preload {
 
 void PolledStreams::clear() {
-  for (Polled& p : polled_) p.stream->poller_leave(p.seen);
+  sleeper_.clear();
   polled_.clear();
   index_.clear();
+  blind_ = false;
 }
 
 void PolledStreams::next_round() {
+  sleeper_.take_news();
   for (Polled& p : polled_) p.looked = false;
 }
 
 transport::Readiness PolledStreams::look(transport::RdmaStream* stream, bool want_writable) {
   Polled& p = find_or_add(stream);
   if (!p.looked) {
-    p.readiness = stream->readiness(&p.seen, want_writable);
+    p.readiness = stream->readiness(want_writable);
     p.looked = true;
     p.for_writing = want_writable;
   } else if (want_writable && !p.for_writing) {
@@ -33,7 +35,9 @@ PolledStreams::Polled& PolledStreams::find_or_add(transport::RdmaStream* stream)
   } else if (auto it = index_.find(stream); it != index_.end()) {
     return polled_[it->second];
   }
-  polled_.push_back({stream, stream->poller_enter(), {}, false, false});
+  // Subscribed before its first look (news from then on wakes the call).
+  blind_ |= !sleeper_.add(*stream);
+  polled_.push_back({stream, {}, false, false});
   if (polled_.size() > kSearched) {
     if (index_.empty()) {
       for (size_t i = 0; i < polled_.size(); ++i) index_.emplace(polled_[i].stream, i);

@@ -1,11 +1,11 @@
-// The streams of one poll call (interpose/poll.cpp), each looked at once a round and registered as a
-// poller of its readiness fd for the call. Once, because a descriptor may be in several entries
+// The streams of one poll call (interpose/poll.cpp), each looked at once a round and subscribed to the
+// calling thread's sleeper for the call (stream_sleeper.h). Once, because a descriptor may be in several entries
 // (OpenBSD nc polls its connection for POLLOUT in one entry and POLLIN in another): a second look in
 // the same round takes the news it finds (room came back, say) for its own entry, which asked about
 // bytes, and the call would sleep beside a writable stream until some later completion
 // (integration.fault_wire.pair with 64 KiB rings: bursts every 20 s; integration.poll_duplicates.loop).
-// Registered, because another thread's look at the same stream must leave this call the news it has
-// not looked at yet (RdmaStream::poller_enter).
+// Subscribed, because another thread's look at the same stream may take the link's event this call
+// sleeps on: the news it hands out wakes the call through its sleeper's own list.
 #pragma once
 
 #include <cstddef>
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "rdma_stream.h"
+#include "stream_sleeper.h"
 
 namespace tcp2rdma::preload {
 
@@ -27,16 +28,20 @@ class PolledStreams {
   // Lets every stream go (before the descriptors are looked up again, or the call returns): the
   // caller holds the streams until then.
   void clear();
+  // Before each round of looks (the sleeper's news taken first: stream_sleeper.h).
   void next_round();
   // The stream's readiness in this round: looked at on its first entry, the same for the others.
   // `want_writable`: this entry asks for POLLOUT (only then is the peer asked to say when room comes
   // back: RdmaStream::readiness).
   transport::Readiness look(transport::RdmaStream* stream, bool want_writable);
+  // What the call sleeps on between rounds, appended to *out.
+  void append_pollfds(std::vector<pollfd>* out) const { sleeper_.append_pollfds(out); }
+  // A stream could not be subscribed (no descriptor or memory): the call sleeps in short slices.
+  bool blind() const { return blind_; }
 
  private:
   struct Polled {
     transport::RdmaStream* stream;
-    uint64_t seen;  // its registration (RdmaStream::poller_enter)
     transport::Readiness readiness;
     bool looked;
     bool for_writing;  // the look asked for room (or a later entry of the round did)
@@ -47,6 +52,8 @@ class PolledStreams {
   Polled& find_or_add(transport::RdmaStream* stream);
 
   std::vector<Polled> polled_;
+  transport::StreamSleeper sleeper_;
+  bool blind_ = false;
   std::unordered_map<transport::RdmaStream*, size_t> index_;
 };
 

@@ -18,7 +18,7 @@ short poll_events_of(const transport::Readiness& r, short requested) noexcept {
 }
 
 short stream_poll_events(transport::RdmaStream* stream, short requested, bool* moved) noexcept {
-  transport::Readiness r = stream->readiness(nullptr, (requested & (POLLOUT | POLLWRNORM)) != 0);
+  transport::Readiness r = stream->readiness((requested & (POLLOUT | POLLWRNORM)) != 0);
   if (moved != nullptr) *moved = r.moved;
   return poll_events_of(r, requested);
 }

@@ -176,7 +176,7 @@ void disown_parent_streams() noexcept {
 }
 
 bool ends_with_reset(transport::RdmaStream* s, int linger_seconds) noexcept {
-  return linger_seconds == 0 || s->readiness(nullptr, false).bytes_readable > 0;
+  return linger_seconds == 0 || s->readiness(false).bytes_readable > 0;
 }
 
 void end_stream(transport::RdmaStream* s, int linger_seconds) noexcept {

@@ -5,10 +5,12 @@
 
 #include <array>
 #include <optional>
+#include <vector>
 
 #include "libc/real_calls.h"
 #include "registry/upgrade_session.h"
 #include "rdma_stream.h"
+#include "stream_sleeper.h"
 
 namespace tcp2rdma::preload {
 namespace {
@@ -17,15 +19,17 @@ using transport::Deadline;
 
 // Exactly n bytes from the stream within the deadline: the peer's HELLO and ACK. *got: how many came.
 bool stream_read_exact(transport::RdmaStream& stream, uint8_t* buf, size_t n, Deadline deadline, size_t* got) {
-  // A poller of the stream's fd for the wait (rdma_stream.h, poller_enter): another thread's look at
-  // the stream must leave it the news it sleeps for.
-  struct Poller {
-    transport::RdmaStream& stream;
-    uint64_t seen;
-    ~Poller() { stream.poller_leave(seen); }
-  } poller{stream, stream.poller_enter()};
+  // The wait sleeps as poll does (transport/stream_sleeper.h): news taken, a look, a sleep. Without a
+  // subscription (no descriptor to be had) the sleep is short: we look again.
+  static thread_local transport::StreamSleeper sleeper;
+  struct LetGo {
+    ~LetGo() { sleeper.clear(); }
+  } let_go;
+  bool awake = sleeper.add(stream);
+  std::vector<pollfd> sleep_on;
   *got = 0;
   while (*got < n) {
+    sleeper.take_news();
     iovec iov{buf + *got, n - *got};
     size_t done = 0;
     transport::Status s = stream.read(&iov, 1, transport::kNonBlocking, &done);
@@ -36,10 +40,10 @@ bool stream_read_exact(transport::RdmaStream& stream, uint8_t* buf, size_t n, De
     }
     if (s != transport::Status::kWouldBlock) return false;
     if (deadline.passed()) return false;
-    // Without a readiness fd (no descriptor to be had) the poll is a short sleep: we look again.
-    pollfd p{stream.readiness_fd(), POLLIN, 0};
-    real().poll(&p, 1, UpgradeSession::poll_ms_for(p.fd, deadline.poll_ms()));
-    (void)stream.readiness(&poller.seen);  // takes the news the fd announced
+    sleep_on.clear();
+    sleeper.append_pollfds(&sleep_on);
+    real().poll(sleep_on.data(), sleep_on.size(), UpgradeSession::poll_ms_for(awake ? 0 : -1, deadline.poll_ms()));
+    (void)stream.readiness();  // takes the link's events that woke us, handing out their completions
   }
   return true;
 }

@@ -14,6 +14,7 @@
 
 #include "link_watch.h"
 #include "peer_util.h"
+#include "stream_sleeper.h"
 
 namespace tcp2rdma::transport {
 namespace {
@@ -144,6 +145,29 @@ TEST(StreamApi, AbortIsAResetNeverAnEnd) {
   EXPECT_EQ(write_text(*p.client, "x"), Status::kReset);
 }
 
+size_t open_descriptors() {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
+  return n;
+}
+
+// Sleeps as poll(2) does (stream_sleeper.h: news taken, a look, a sleep) until `ready` says so, for
+// at most 5 s; returns the last look.
+template <typename Ready>
+bool sleep_until(RdmaStream& s, Ready ready) {
+  StreamSleeper sleeper;
+  if (!sleeper.add(s)) return false;
+  std::vector<pollfd> fds;
+  for (int i = 0; i < 50; ++i) {
+    sleeper.take_news();
+    if (ready()) return true;
+    fds.clear();
+    sleeper.append_pollfds(&fds);
+    ::poll(fds.data(), fds.size(), 100);
+  }
+  return ready();
+}
+
 TEST(StreamApi, WritesBlockOnCreditsAndReadinessReportsWritableAgain) {
   Pair p = connect_pair(7605);
   ASSERT_TRUE(p.client && p.server);
@@ -162,49 +186,48 @@ TEST(StreamApi, WritesBlockOnCreditsAndReadinessReportsWritableAgain) {
   EXPECT_GT(taken, 0u);
   EXPECT_LE(taken, 65536u);
   EXPECT_FALSE(p.client->readiness().writable);
-  // The reader drains; the writer's readiness fd fires and it is writable again.
+  // The reader drains; the writer's sleeper wakes and it is writable again.
   std::vector<uint8_t> in(taken);
   iovec iov{in.data(), in.size()};
   size_t done = 0;
   ASSERT_EQ(p.server->read(&iov, 1, kWaitAll, &done), Status::kOk);
   EXPECT_EQ(first_difference(in.data(), done, 5, 0), done);
-  pollfd pfd{p.client->readiness_fd(), POLLIN, 0};
-  bool writable = false;
-  for (int i = 0; i < 50 && !writable; ++i) {
-    ::poll(&pfd, 1, 100);
-    writable = p.client->readiness().writable;
-  }
-  EXPECT_TRUE(writable);
+  EXPECT_TRUE(sleep_until(*p.client, [&] { return p.client->readiness().writable; }));
   EXPECT_GE(p.client->counters().credit_stalls, 1u);
 }
 
-size_t open_descriptors() {
-  size_t n = 0;
-  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
-  return n;
-}
-
-TEST(StreamApi, TheReadinessFdIsMadeOnlyWhenAPollerAsksForIt) {
+TEST(StreamApi, APollerSleepsOnAnEventfdOfItsThreadAndTheLinksDescriptorsNoneOfTheStreams) {
   Pair p = connect_pair(7630);
   ASSERT_TRUE(p.client && p.server);
-  // Looks, writes and reads need no descriptor of the stream's own (blocking calls sleep on the link).
+  // Looks, writes and reads need no descriptor (blocking calls sleep on the link).
   size_t before = open_descriptors();
   EXPECT_FALSE(p.client->readiness().readable);
   ASSERT_EQ(write_text(*p.server, "news"), Status::kOk);
   EXPECT_EQ(open_descriptors(), before);
-  // Made when asked for, after the news came: it fires for what is already there, and stays the same.
-  int fd = p.client->readiness_fd();
-  ASSERT_GE(fd, 0);
-  EXPECT_EQ(open_descriptors(), before + 2);  // the set and its eventfd
-  pollfd pfd{fd, POLLIN, 0};
-  bool readable = false;
-  for (int i = 0; i < 50 && !readable; ++i) {
-    ::poll(&pfd, 1, 100);
-    readable = p.client->readiness().readable;
-  }
-  EXPECT_TRUE(readable);
-  EXPECT_EQ(p.client->readiness_fd(), fd);
-  EXPECT_EQ(open_descriptors(), before + 2);
+  StreamSleeper sleeper;
+  ASSERT_TRUE(sleeper.add(*p.client));
+  EXPECT_EQ(open_descriptors(), before + 1);  // the sleeper's eventfd, whatever the streams
+  std::vector<pollfd> fds;
+  sleeper.append_pollfds(&fds);
+  ASSERT_EQ(fds.size(), 3u);  // its eventfd, the link's completion channel and connection events
+  // News that came before the sleeper: found by its first look.
+  EXPECT_TRUE(sleep_until(*p.client, [&] { return p.client->readiness().readable; }));
+  Status st = Status::kOk;
+  EXPECT_EQ(read_text(*p.client, 16, kNonBlocking, &st), "news");
+  // Another thread's look takes the link's event the sleeper would sleep on: the news it hands out
+  // wakes the sleeper through its own list.
+  sleeper.take_news();
+  EXPECT_FALSE(p.client->readiness().readable);  // armed: the next change is told
+  std::thread other([&] {
+    ASSERT_EQ(write_text(*p.server, "more"), Status::kOk);
+    for (int i = 0; i < 500 && !p.client->readiness().readable; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  });
+  other.join();
+  ASSERT_TRUE(p.client->readiness(false).readable);
+  pollfd news{fds[0].fd, POLLIN, 0};
+  EXPECT_EQ(::poll(&news, 1, 1000), 1);
+  sleeper.clear();
+  EXPECT_EQ(open_descriptors(), before + 1);
 }
 
 // Many channels of one link, watched as an event loop's epoll set watches them (link_watch.h): the
@@ -242,7 +265,7 @@ TEST(StreamApi, ALinkWatchNamesOnlyTheChannelsWithNewsAndEveryWatchOfAChannelIsT
   for (size_t i = 0; i < kChannels; ++i) {
     ASSERT_TRUE(watch.watches_link_of(*clients[i])) << "channel " << i << " is on another link";
     ASSERT_TRUE(watch.subscribe(*clients[i], &tags[i]));
-    EXPECT_FALSE(clients[i]->readiness(nullptr, false).readable);  // looked at: news comes on the next change
+    EXPECT_FALSE(clients[i]->readiness(false).readable);  // looked at: news comes on the next change
   }
   constexpr size_t kNewsy = 17;
   int second_tag = 0;  // a tag is one sink's (its record's): the other set's record has its own
@@ -270,7 +293,7 @@ TEST(StreamApi, ALinkWatchNamesOnlyTheChannelsWithNewsAndEveryWatchOfAChannelIsT
   EXPECT_EQ(read_text(*clients[kNewsy], 16, kNonBlocking, &st), "news");
   for (size_t i = 0; i < kChannels; ++i) {
     if (i == kNewsy) continue;
-    EXPECT_FALSE(clients[i]->readiness(nullptr, false).readable) << i;
+    EXPECT_FALSE(clients[i]->readiness(false).readable) << i;
   }
   // Unsubscribed, a channel's news names it no more (what its read pushed before is taken first).
   watch.take(&news);

@@ -1,6 +1,6 @@
 // stream_many: N streams at once between two processes, each carrying BYTES checked bytes in both
 // directions, all driven by one thread without blocking: non-blocking read/write, readiness(), and
-// epoll on the streams' readiness fds. Run in the Soft-RoCE VM.
+// epoll on one LinkWatch per link, looking at the streams each names. Run in the Soft-RoCE VM.
 //   stream_many server PORT N BYTES
 //   stream_many client ADDR PORT N BYTES
 // Environment: MANY_RING_LOG2 is the ring each side asks for (default 16: 64 KiB); what each got (a
@@ -8,7 +8,9 @@
 // each stream's receive queue depth (default 16), which decides how many share a link's receives;
 // MANY_MIN_ON_LINKS, if set, the fewest streams that must have opened on a live link;
 // MANY_MAX_DEVICE_KB, if set, the most memory the device may map into the process (the links' queues,
-// read from /proc/self/smaps while every stream is open).
+// read from /proc/self/smaps while every stream is open); MANY_MAX_LOOKS_PER_STREAM, if set, the most
+// looks at streams a stream may cost on average (a wait that looked at every stream of a link on every
+// event costs as many as there were waits).
 // Each stream's bytes are seeded by its client nonce (client to server) and nonce + 1 (back), so the
 // server needs no other way to tell the streams apart.
 #include <sys/epoll.h>
@@ -22,10 +24,12 @@
 #include <string_view>
 #include <vector>
 
+#include "link_watch.h"
 #include "peer_util.h"
 
 using namespace peer_util;
 using tcp2rdma::transport::kNonBlocking;
+using tcp2rdma::transport::LinkWatch;
 using tcp2rdma::transport::Readiness;
 
 namespace {
@@ -98,42 +102,74 @@ uint64_t device_memory_kb() {
 }
 
 int drive(std::vector<Peer>& peers, uint64_t bytes, const char* who) {
-  // The set the streams' readiness fds go into is itself in another set, as an application may nest
-  // them: every stream must be registrable (the kernel limits the wakeup paths to one file through
-  // three levels of epoll to 100; StreamLink::kMaxLiveChannels).
+  // As the preload's epoll translation watches an event loop's connections: one LinkWatch per link
+  // (link_watch.h) in an epoll set, itself nested in another set as an application may nest them;
+  // a stream is looked at when its watch names it (its news), and again while a look moves bytes.
   int outer = epoll_create1(EPOLL_CLOEXEC);
   int ep = epoll_create1(EPOLL_CLOEXEC);
   epoll_event nest{};
   nest.events = EPOLLIN;
   if (epoll_ctl(outer, EPOLL_CTL_ADD, ep, &nest) != 0) return 1;
+  std::vector<std::unique_ptr<LinkWatch>> watches;
   for (size_t i = 0; i < peers.size(); ++i) {
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.u64 = i;
-    if (epoll_ctl(ep, EPOLL_CTL_ADD, peers[i].stream->readiness_fd(), &ev) != 0) {
-      std::fprintf(stderr, "%s: stream %zu of %zu cannot join an epoll set: %s\n", who, i + 1, peers.size(),
-                   std::strerror(errno));
-      return 1;
+    LinkWatch* watch = nullptr;
+    for (auto& w : watches) {
+      if (w->watches_link_of(*peers[i].stream)) watch = w.get();
     }
+    if (watch == nullptr) {
+      watches.push_back(std::make_unique<LinkWatch>());
+      watch = watches.back().get();
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.ptr = watch;
+      if (watch->bind(*peers[i].stream) != Status::kOk || epoll_ctl(ep, EPOLL_CTL_ADD, watch->fd(), &ev) != 0) {
+        std::fprintf(stderr, "%s: stream %zu of %zu cannot be watched: %s\n", who, i + 1, peers.size(),
+                     std::strerror(errno));
+        return 1;
+      }
+    }
+    if (!watch->subscribe(*peers[i].stream, &peers[i])) return 1;
   }
   std::vector<uint8_t> buf(1 << 17);
   size_t finished = 0;
-  uint64_t sleeps = 0;
+  uint64_t sleeps = 0, looks = 0;
+  std::vector<Peer*> due;  // to look at now: every stream at first, then those with news
+  for (Peer& p : peers) due.push_back(&p);
+  std::vector<void*> named;
   while (finished < peers.size()) {
-    bool progressed = false;
-    finished = 0;
-    for (Peer& p : peers) {
-      if (!step(p, bytes, buf, &progressed)) return 1;
-      finished += p.ended && p.shut;
+    std::vector<Peer*> again;
+    for (Peer* p : due) {
+      bool progressed = false;
+      bool was_done = p->ended && p->shut;
+      ++looks;
+      if (!step(*p, bytes, buf, &progressed)) return 1;
+      if (!was_done && p->ended && p->shut) ++finished;
+      if (progressed && !(p->ended && p->shut)) again.push_back(p);
     }
-    if (!progressed && finished < peers.size()) {
-      epoll_event evs[64];
-      if (epoll_wait(ep, evs, 64, 10000) == 0) {
-        std::fprintf(stderr, "%s: nothing happened for 10 s\n", who);
-        return 1;
+    due.swap(again);
+    if (!due.empty() || finished == peers.size()) continue;
+    epoll_event evs[64];
+    int n = epoll_wait(ep, evs, 64, 10000);
+    if (n == 0) {
+      std::fprintf(stderr, "%s: nothing happened for 10 s\n", who);
+      return 1;
+    }
+    ++sleeps;
+    for (int i = 0; i < n; ++i) {
+      auto* watch = static_cast<LinkWatch*>(evs[i].data.ptr);
+      if (!watch->take(&named)) {
+        for (Peer& p : peers) due.push_back(&p);  // news lost to a lack of memory: look at all
+        continue;
       }
-      ++sleeps;
+      for (void* tag : named) due.push_back(static_cast<Peer*>(tag));
     }
+  }
+  std::printf("%s: %zu links watched; %llu looks at streams (%.1f a stream)\n", who, watches.size(), ull(looks),
+              static_cast<double>(looks) / static_cast<double>(peers.size()));
+  const char* most_looks = std::getenv("MANY_MAX_LOOKS_PER_STREAM");
+  if (most_looks != nullptr && looks > std::strtoull(most_looks, nullptr, 10) * peers.size()) {
+    std::fprintf(stderr, "%s: more than %s looks a stream: the waits look at streams without news\n", who, most_looks);
+    return 1;
   }
   uint64_t device_kb = device_memory_kb();
   for (Peer& p : peers) {

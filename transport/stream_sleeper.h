@@ -1,0 +1,48 @@
+// What a thread sleeps on while it waits for streams in one call of ours (poll, select, the switch's
+// wait): a news list of its own (one eventfd a thread, made at its first such wait), which every
+// stream it waits for is subscribed to for the call, and the descriptors of those streams' links
+// (completion channel, connection events), once per link. No descriptor of any channel's own, and
+// nothing nested: the kernel's limits on epoll wakeup paths never see one (docs/links.md,
+// "Readiness per link").
+//
+// The order that loses no wakeup: take_news(), then look at every stream (readiness(), which takes
+// the links' events and hands out their completions), then sleep on pollfds(). News that comes
+// during or after the looks is on the list, or is a link event not yet taken.
+#pragma once
+
+#include <poll.h>
+
+#include <vector>
+
+#include "news_list.h"
+
+namespace tcp2rdma::transport {
+
+class RdmaStream;
+
+class StreamSleeper {
+ public:
+  StreamSleeper() = default;
+  ~StreamSleeper() { clear(); }
+  StreamSleeper(const StreamSleeper&) = delete;
+  StreamSleeper& operator=(const StreamSleeper&) = delete;
+
+  // `stream` wakes this sleeper until clear(); the caller holds it until then. False when the
+  // thread's eventfd or memory cannot be had: news from other threads then wakes nobody (the caller
+  // looks again after a short sleep); the link's events still do.
+  bool add(RdmaStream& stream);
+  // Every stream added is let go.
+  void clear();
+  // Before a round of looks.
+  void take_news();
+  // What to sleep on, appended to *out: the list's eventfd and each link's descriptors, once.
+  void append_pollfds(std::vector<pollfd>* out) const;
+
+ private:
+  NewsList news_;
+  std::vector<RdmaStream*> streams_;
+  std::vector<int> link_fds_;  // each distinct
+  std::vector<void*> taken_;   // scratch
+};
+
+}  // namespace tcp2rdma::transport
