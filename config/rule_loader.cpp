@@ -24,13 +24,13 @@ namespace {
 
 constexpr std::array<std::string_view, 3> kTopKeys = {"version", "defaults", "rules"};
 constexpr std::array<std::string_view, 6> kMatchKeys = {"program", "role", "remote", "local", "ports", "user"};
-constexpr std::array<std::string_view, 11> kOptionKeys = {
-    "transport",        "upgrade",          "on_fork",          "buffer_size",     "zcopy_threshold", "inline_threshold",
-    "send_queue_depth", "recv_queue_depth", "connect_timeout", "upgrade_timeout", "keepalive"};
-constexpr std::array<std::string_view, 13> kRuleKeys = {
+constexpr std::array<std::string_view, 12> kOptionKeys = {
+    "transport",        "upgrade",          "on_fork",       "buffer_size",     "zcopy_threshold", "inline_threshold",
+    "send_queue_depth", "recv_queue_depth", "link_channels", "connect_timeout", "upgrade_timeout", "keepalive"};
+constexpr std::array<std::string_view, 14> kRuleKeys = {
     "name",     "match",           "transport",        "upgrade",          "on_fork",         "buffer_size",
-    "zcopy_threshold", "inline_threshold", "send_queue_depth", "recv_queue_depth", "connect_timeout",
-    "upgrade_timeout", "keepalive"};
+    "zcopy_threshold", "inline_threshold", "send_queue_depth", "recv_queue_depth", "link_channels",
+    "connect_timeout", "upgrade_timeout", "keepalive"};
 
 template <size_t N>
 std::string one_of(const std::array<std::string_view, N>& keys) {
@@ -161,13 +161,15 @@ class Parser {
         if (*size > 1 * kKiB) return error(value, "inline_threshold must be at most 1KiB, got " + text);
         options->inline_threshold = *size;
       }
-    } else if (key == "send_queue_depth" || key == "recv_queue_depth") {
-      unsigned depth = 0;
-      auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), depth);
-      if (ec != std::errc() || end != text.data() + text.size() || depth < 1 || depth > 16384) {
+    } else if (key == "send_queue_depth" || key == "recv_queue_depth" || key == "link_channels") {
+      unsigned count = 0;
+      auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), count);
+      if (ec != std::errc() || end != text.data() + text.size() || count < 1 || count > 16384) {
         return error(value, key + " must be a whole number from 1 to 16384, got '" + text + "'");
       }
-      (key == "send_queue_depth" ? options->send_queue_depth : options->recv_queue_depth) = depth;
+      (key == "send_queue_depth"   ? options->send_queue_depth
+       : key == "recv_queue_depth" ? options->recv_queue_depth
+                                   : options->link_channels) = count;
     } else {  // the three durations
       auto micros = parse_duration_us(text, &why);
       if (!micros) return error(value, key + ": " + why);

@@ -80,6 +80,7 @@ void print_options(const config::ConnectionOptions& o) {
   std::printf("  inline_threshold  %s\n", config::format_size(o.inline_threshold).c_str());
   std::printf("  send_queue_depth  %u\n", o.send_queue_depth);
   std::printf("  recv_queue_depth  %u\n", o.recv_queue_depth);
+  std::printf("  link_channels     %u\n", o.link_channels);
   std::printf("  connect_timeout   %s\n", config::format_duration_us(o.connect_timeout_us).c_str());
   std::printf("  upgrade_timeout   %s\n", config::format_duration_us(o.upgrade_timeout_us).c_str());
   std::printf("  keepalive         %s\n", config::format_duration_us(o.keepalive_us).c_str());

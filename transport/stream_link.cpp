@@ -50,16 +50,17 @@ Status StreamLink::create(const StreamOptions& options) {
     if (comp_channel_ == nullptr) return Status::kResources;
     if ((comp_channel_->fd = window.place(comp_channel_->fd)) < 0) return Status::kDescriptors;
   }
-  // Room for the receives of as many channels as a link carries (each its depth and one for its
-  // release) and the setup slots, as far as the device allows: a link that is full makes the next
-  // stream take a new link. No more than that: the receive and completion queues live in memory the
-  // device maps into the process, about 380 bytes a receive on rxe (stream_many in a loop guest, session 25:
-  // 3 MiB a link of 8192 receives, when 96 channels of depth 4 need 544). Channels of a deeper rule than the
+  // Room for the receives of the channels the link is sized for (link_channels, each its depth and
+  // one for its release) and the setup slots, as far as the device allows: a link that is full makes
+  // the next stream take a new link. No more than that: the receive and completion queues live in
+  // memory the device maps into the process, about 380 bytes a receive on rxe (stream_many in a loop
+  // guest, session 25: 3 MiB a link of 8192 receives, when 96 channels of depth 4 need 544), and a
+  // server with clients in many processes has a link to each. Channels of a deeper rule than the
   // first's may not fit: they take a link of their own.
   ibv_device_attr device{};
   if (ibv_query_device(id_->verbs, &device) != 0) return Status::kResources;
   int first_quota = options.recv_queue_depth + 1 + static_cast<int>(kSetupSlots);
-  int full_link = static_cast<int>(kMaxLiveChannels) * (options.recv_queue_depth + 1) + static_cast<int>(kSetupSlots);
+  int full_link = std::max(1, int{options.link_channels}) * (options.recv_queue_depth + 1) + static_cast<int>(kSetupSlots);
   receive_capacity_ = std::max(first_quota, std::min({kLinkReceives, full_link, device.max_qp_wr,
                                                      device.max_cqe - options.send_queue_depth}));
   int cq_size = options.send_queue_depth + receive_capacity_;

@@ -46,19 +46,13 @@ class StreamLink {
   // Each outgoing mailbox update is written from a slot of its own, so that an update still being
   // read by the adapter is never overwritten by the next.
   static constexpr size_t kMailboxSlot = 96;  // a MailboxRecord (wire.h: 88 bytes), rounded up to 32
-  // Receives a link's queue holds at most (the device may allow fewer): with the default depth of 128,
-  // 63 channels a link (each takes its depth and one more). A link of a smaller depth is made with
-  // room for kMaxLiveChannels channels of that depth only (create()).
-  static constexpr int kLinkReceives = 8192;
-  // Channels a link carries at most, whatever their receive quotas leave room for. Each channel's
-  // readiness set holds the link's completion channel and connection-event descriptors, and the
-  // application's epoll sets hold the channels' sets: the kernel refuses (EINVAL, fs/eventpoll.c's
-  // reverse_path_check) an EPOLL_CTL_ADD that would give one file more than 500 wakeup paths through
-  // two levels of epoll, 100 through three. bench-links with recv_queue_depth 4 (1638 channels a link)
-  // saw asyncio's epoll_ctl fail with EINVAL from the 500th channel of a link on. 96 keeps an
-  // application that nests its epoll set in another one (three levels) within the limits. Until a
-  // link's readiness is one registration per epoll set (docs/links.md, "Readiness per link").
-  static constexpr size_t kMaxLiveChannels = 96;
+  // Receives a link's queue holds at most (the device may allow fewer; rxe allows 16384): a link is
+  // made with room for its options' link_channels channels of its first channel's depth (create()),
+  // and its receives are all the bound there is on its channels. (Until session 26 a link carried at
+  // most 96, because every channel's readiness set was nested in the application's epoll sets and the
+  // kernel limits the wakeup paths to one file through nested sets; no channel has a set now:
+  // docs/links.md, "Readiness per link".)
+  static constexpr int kLinkReceives = 16384;
 
   StreamLink() = default;
   // Destroys the queue pair first (see destroy_queue_pair), then everything else.
@@ -135,7 +129,7 @@ class StreamLink {
   // link's setup slots need; posted once, reposted as they are consumed. A new channel on the link
   // needs room for its quota (has_room_for); reserve_receives posts it.
   // Asked before a new channel attaches: a channel more, and its quota.
-  bool has_room_for(int receives) const { return live_channels_ < kMaxLiveChannels && receives_fit(receives); }
+  bool has_room_for(int receives) const { return receives_fit(receives); }
   bool receives_fit(int receives) const { return receives_reserved_ + receives <= receive_capacity_; }
   Status reserve_receives(int receives);
   void unreserve_receives(int receives) { receives_reserved_ -= receives; }
@@ -246,7 +240,7 @@ class StreamLink {
   std::vector<int> sends_by_channel_;  // by index
   void free_retired_if_done(uint32_t index);
   int receive_capacity_ = 0;
-  size_t live_channels_ = 0;  // attached and not retired (has_room_for)
+  size_t live_channels_ = 0;  // attached and not retired (attached())
   int receives_reserved_ = 0;
   int receives_posted_ = 0;
   uint8_t* own_setup_ = nullptr;

@@ -37,7 +37,7 @@ bool valid_options(const StreamOptions& o) {
          (o.start_ring_size_log2 == 0 || (o.start_ring_size_log2 >= 10 && o.start_ring_size_log2 <= 29)) &&
          o.max_peer_ring_size_log2 >= 10 &&
          o.max_peer_ring_size_log2 <= 29 && o.recv_queue_depth >= 4 && o.recv_queue_depth <= 255 &&
-         o.send_queue_depth >= o.recv_queue_depth + 8 && o.timeout_ms > 0;
+         o.send_queue_depth >= o.recv_queue_depth + 8 && o.link_channels >= 1 && o.timeout_ms > 0;
 }
 
 bool valid_request(const ConnectRequest& r) {

@@ -149,6 +149,7 @@ transport::StreamOptions stream_options(const config::ConnectionOptions& o) {
   s.recv_queue_depth = static_cast<uint16_t>(std::clamp<uint32_t>(o.recv_queue_depth, 4, 255));
   s.send_queue_depth =
       static_cast<uint16_t>(std::clamp<uint32_t>(o.send_queue_depth, 2 * s.recv_queue_depth + 16, 65535));
+  s.link_channels = static_cast<uint16_t>(std::clamp<uint32_t>(o.link_channels, 1, 16384));
   // The client waits for its request to be accepted as long as the whole upgrade may take: a server
   // accepts one request at a time, so a burst of connections (iperf -P 4) queues behind the first.
   s.timeout_ms = static_cast<int>(std::max<uint64_t>(std::max(o.connect_timeout_us, o.upgrade_timeout_us) / 1000, 100));

@@ -6,6 +6,7 @@
 // Environment: MANY_RING_LOG2 is the ring each side asks for (default 16: 64 KiB); what each got (a
 // memory lock limit may make it smaller, transport/pin_budget.h) is printed at the end. MANY_DEPTH is
 // each stream's receive queue depth (default 16), which decides how many share a link's receives;
+// MANY_LINK_CHANNELS, the channels a link is sized for (default 96);
 // MANY_MIN_ON_LINKS, if set, the fewest streams that must have opened on a live link;
 // MANY_MAX_DEVICE_KB, if set, the most memory the device may map into the process (the links' queues,
 // read from /proc/self/smaps while every stream is open); MANY_MAX_LOOKS_PER_STREAM, if set, the most
@@ -211,6 +212,8 @@ int main(int argc, char** argv) {
   const char* depth = std::getenv("MANY_DEPTH");
   options.recv_queue_depth = static_cast<uint16_t>(depth != nullptr ? std::atoi(depth) : 16);
   options.send_queue_depth = static_cast<uint16_t>(2 * options.recv_queue_depth + 32);
+  const char* link_channels = std::getenv("MANY_LINK_CHANNELS");
+  if (link_channels != nullptr) options.link_channels = static_cast<uint16_t>(std::atoi(link_channels));
   std::string_view mode = argc > 1 ? argv[1] : "";
   std::vector<Peer> peers;
   if (argc == 5 && mode == "server") {

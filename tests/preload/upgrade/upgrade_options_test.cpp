@@ -39,8 +39,11 @@ TEST(UpgradeOptions, EveryMappingIsValidForTheTransport) {
         o.buffer_size = buffer;
         o.recv_queue_depth = recv;
         o.send_queue_depth = send;
+        o.link_channels = recv;  // 1 to 100000: a link is sized for 1 to 16384 channels
         transport::StreamOptions s = stream_options(o);
         EXPECT_TRUE(transport::valid_options(s)) << buffer << " " << recv << " " << send;
+        EXPECT_GE(s.link_channels, 1);
+        EXPECT_LE(s.link_channels, 16384);
         EXPECT_LE(s.recv_queue_depth, 255);  // the setup carries it in one byte
         EXPECT_GE(s.send_queue_depth, std::min<uint32_t>(send, 65535));  // never wrapped to a small depth
       }
