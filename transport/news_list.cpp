@@ -3,16 +3,33 @@
 
 #include <sys/eventfd.h>
 
+#include <atomic>
 #include <new>
 
 #include "os_calls.h"
 #include "own_descriptors.h"
 
 namespace tcp2rdma::transport {
+namespace {
+std::atomic<unsigned> g_generation{0};
+}  // namespace
+
+void news_lists_after_fork() noexcept { g_generation.fetch_add(1, std::memory_order_relaxed); }
 
 bool NewsList::make() {
   std::lock_guard lock(mu_);
-  if (fd_ >= 0) return true;
+  unsigned now = g_generation.load(std::memory_order_relaxed);
+  if (fd_ >= 0 && generation_ == now) return true;
+  if (fd_ >= 0) {
+    // The parent's eventfd, inherited: ours to close (the parent keeps its own copy), with the news
+    // the parent pushed before the fork, which is not this process's.
+    os().close(fd_);
+    fd_ = -1;
+    tags_.clear();
+    listed_.clear();
+    lost_ = false;
+  }
+  generation_ = now;
   OwnDescriptors window;
   fd_ = window.place(::eventfd(tags_.empty() && !lost_ ? 0 : 1, EFD_NONBLOCK | EFD_CLOEXEC));
   return fd_ >= 0;

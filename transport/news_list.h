@@ -19,7 +19,9 @@ class NewsList {
   NewsList(const NewsList&) = delete;
   NewsList& operator=(const NewsList&) = delete;
 
-  // Makes the eventfd (above the application's range). False, errno set, when it cannot be had.
+  // Makes the eventfd (above the application's range), anew in a forked child (news_lists_after_fork:
+  // the parent's is the same open file, and a take in one process would drain the other's news).
+  // False, errno set, when it cannot be had.
   bool make();
   int fd() const { return fd_; }
 
@@ -37,6 +39,11 @@ class NewsList {
   std::unordered_set<void*> listed_;  // what tags_ holds
   bool lost_ = false;  // a push found no memory since the last take
   int fd_ = -1;
+  unsigned generation_ = 0;  // the process's fork generation when fd_ was made
 };
+
+// In a forked child, before anything else of the module runs: every list's eventfd is the parent's
+// too, and is made anew at its next make().
+void news_lists_after_fork() noexcept;
 
 }  // namespace tcp2rdma::transport

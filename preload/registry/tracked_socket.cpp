@@ -13,6 +13,7 @@
 
 #include "keep_forever.h"
 #include "libc/real_calls.h"
+#include "news_list.h"
 #include "own_descriptors.h"
 #include "rdma_stream.h"
 #include "registry/fd_table.h"
@@ -66,6 +67,7 @@ void note_forked_child() noexcept {
   // Another thread of the parent may have held the lock at the fork; the child has only this one.
   transport::keep_forever(std::exchange(live_mutex_slot(), new std::mutex));
   transport::own_descriptors_after_fork();
+  transport::news_lists_after_fork();
   forget_closing_after_fork();
 }
 

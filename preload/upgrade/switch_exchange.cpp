@@ -42,7 +42,8 @@ bool stream_read_exact(transport::RdmaStream& stream, uint8_t* buf, size_t n, De
     if (deadline.passed()) return false;
     sleep_on.clear();
     sleeper.append_pollfds(&sleep_on);
-    real().poll(sleep_on.data(), sleep_on.size(), UpgradeSession::poll_ms_for(awake ? 0 : -1, deadline.poll_ms()));
+    int ms = awake ? deadline.poll_ms() : UpgradeSession::poll_ms_for(-1, deadline.poll_ms());
+    real().poll(sleep_on.data(), sleep_on.size(), ms);
     (void)stream.readiness();  // takes the link's events that woke us, handing out their completions
   }
   return true;
