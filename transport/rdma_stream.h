@@ -388,9 +388,9 @@ class RdmaStream {
   static void drain_link(StreamLink& link);
   // The link's connection events, taken and told to every channel (once they are the link's own).
   static void tell_cm_news(StreamLink& link);
-  // Channels whose writability waits for room in the link's send queue (shared by all its channels,
-  // so a send completion of one channel may be what another's poller waits for) are told once there
-  // is room again.
+  // Channels that left something undone for want of room in the link's send queue (shared by all its
+  // channels, so a send completion of one channel may be what another waits for) are served and their
+  // pollers told once there is room again.
   static void touch_room_waiters(StreamLink& link);
   // A message of the link itself (an open or an answer in a setup slot; stream_channels.cpp).
   static Status on_link_message(StreamLink& link, uint32_t arg);
@@ -422,7 +422,16 @@ class RdmaStream {
                     bool with_imm, int send_flags, uint64_t wr_kind);
   Status post_write_to(uint32_t rkey, const void* local, uint32_t length, uint32_t lkey, uint64_t remote_offset,
                        uint32_t imm, bool with_imm, int send_flags, uint64_t wr_kind);
-  bool send_queue_has_room(int n) const { return link_->send_queue_has_room(n); }
+  // Whether n more sends fit in the link's send queue. When they do not, whatever the caller leaves
+  // undone (a data message, a credit update, an owed end, a wakeup) waits for a send completion,
+  // which may be another channel's: the channel is marked to be served and told then
+  // (touch_room_waiters), so that nothing it skipped waits for a change that tells nobody.
+  bool send_queue_has_room(int n) {
+    if (link_->send_queue_has_room(n)) return true;
+    waits_for_send_room_ = true;
+    link_->send_room_wanted = true;
+    return false;
+  }
   // Polls the completion queue for up to busy_poll_us, then sleeps until something may have changed.
   // `interruptible` (an application's blocking read or write): a signal handler that ran during the
   // sleep ends the wait with kInterrupted, so the caller can report it as the kernel would.
@@ -500,7 +509,7 @@ class RdmaStream {
   uint16_t redirect_port_ = 0;
   ChannelReadiness readiness_;  // who is told of this channel's news
   bool polled_ = false;  // readiness() was called: someone polls, and our sleeps must pass news on
-  bool waits_for_send_room_ = false;  // readiness() found no room in the link's send queue
+  bool waits_for_send_room_ = false;  // found no room in the link's send queue (send_queue_has_room)
   uint8_t* ring_ = nullptr;  // our receive ring, then our mailbox; registered at iova 0
   ibv_mr* ring_mr_ = nullptr;
   uint8_t* bounce_ = nullptr;  // staging for our outgoing bytes, mirrors the peer's ring offsets

@@ -75,7 +75,7 @@ Status RdmaStream::write_copy(const uint8_t* src, size_t len, int flags, size_t*
         spill_when_stuck();  // the peer may be waiting to write too (stream_spill.cpp)
       }
       if (flags & kNonBlocking) {
-        bool news = false;  // as in read(): armed, so the readiness fd fires when room comes back
+        bool news = false;  // as in read(): armed, so the link's event comes when room comes back
         if (arm_channel(&news) != Status::kOk) fail(Status::kReset);
         if (news) continue;
         return *done > 0 ? Status::kOk : Status::kWouldBlock;
@@ -289,8 +289,8 @@ Status RdmaStream::read(const iovec* iov, int iovcnt, int flags, size_t* done) {
         drain_channels();  // a peer that disconnected without an end shows only there
         progress();
         if (failed() || flow_->readable() > 0 || peer_done()) continue;
-        // Would block: the readiness fd must fire on the next change (edge-triggered pollers rely
-        // on it), so the completion channel is armed before saying so.
+        // Would block: the next change must raise the link's event (edge-triggered pollers rely on
+        // it), so the completion channel is armed before saying so.
         bool news = false;
         if (arm_channel(&news) != Status::kOk) fail(Status::kReset);
         if (news || failed()) continue;

@@ -87,7 +87,7 @@ class StreamLink {
   std::condition_variable& cv() { return cv_; }
   bool poller = false;
   bool spinning = false;  // a thread busy-polls the completion queue (RdmaStream::wait)
-  bool send_room_wanted = false;  // a channel's poller waits for room in the send queue
+  bool send_room_wanted = false;  // a channel left something undone for want of room in the send queue
 
   // The channels: attach gives a channel its index (kFirstChannel for the first). A channel that goes
   // leaves its memory to the link (retire): the peer may write into it until its release arrives.

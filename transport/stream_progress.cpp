@@ -381,7 +381,7 @@ Status RdmaStream::dispatch(StreamLink& link, const ibv_wc& wc, RdmaStream* call
 }
 
 void RdmaStream::touch_room_waiters(StreamLink& link) {
-  if (!link.send_room_wanted || !link.send_queue_has_room(2)) return;
+  if (!link.send_room_wanted || !link.send_queue_has_room(1)) return;
   link.send_room_wanted = false;
   for (RdmaStream* c : link.channels()) {
     if (c == nullptr || !c->waits_for_send_room_) continue;
@@ -398,10 +398,10 @@ void RdmaStream::serve_touched(StreamLink& link, RdmaStream* except) {
     c->touched_ = false;
     any = true;
     if (!c->failed()) c->serve();
-    // Its poller watches its readiness fd, whose completion event this thread took: told always, not
-    // only once readiness() was called (a caller that got kWouldBlock polls the fd before it calls
-    // readiness(); the preload's path watcher, progressing another channel of the link, would
-    // otherwise take the completion that poll waits for).
+    // Its pollers may sleep on the link's event this thread took: told always, not only once
+    // readiness() was called (a caller that got kWouldBlock sleeps before it calls readiness(); the
+    // preload's path watcher, progressing another channel of the link, would otherwise take the
+    // completion that poll waits for).
     c->wake_pollers();
   }
   // Their threads may wait on the link's condition for exactly this news.
@@ -766,12 +766,6 @@ Readiness RdmaStream::readiness(bool want_writable) {
     // Not writable: ask the peer to tell us when it is. Either way, arm the channel so that the fd
     // fires on the next change; a completion caught while arming is news to look at first.
     if (!r.writable && !r.failed && want_writable) {
-      if (flow_->data_room(1) > 0) {
-        // Room in the peer's ring but none in the link's send queue: only another channel's send
-        // completion brings it, which tells nobody of this channel unless asked (touch_room_waiters).
-        waits_for_send_room_ = true;
-        link_->send_room_wanted = true;
-      }
       request_wakeup();
       spill_when_stuck();  // a caller waiting to write may be what the peer's writer waits for
     }
