@@ -71,6 +71,9 @@ extern std::vector<Entry*> g_entries;
 extern std::unordered_map<uint64_t, Entry*> g_by_key;
 extern std::unordered_set<const void*> g_made;
 extern std::unordered_multimap<int, Entry*> g_by_fd;  // the registered entries of each descriptor
+// The registered entries of each stream (Entry::stream): a move back to TCP finds its connection's
+// registrations without walking every registration of the process (a fork moves every connection).
+extern std::unordered_multimap<const void*, Entry*> g_by_stream;
 inline uint64_t entry_key(int epfd, int fd) { return uint64_t{static_cast<uint32_t>(epfd)} << 32 | static_cast<uint32_t>(fd); }
 // Entries no longer registered, kept for reuse and never freed: an entry's address is its tag in its
 // stream's news (link_watch.h), and a stream that lingers after the registration went (a move back
@@ -107,7 +110,7 @@ void erase_locked(Entry* e);
 Entry* new_entry_locked(const Entry& value);
 int fail(int error);
 // The application's events for e now, or 0. *moved: e's stream has gone back to TCP (the entry is
-// to leave the readiness fd for the socket).
+// to leave its record for the socket).
 uint32_t ready_events(const Entry& e, bool* moved = nullptr);
 // After (re)registration: arm the stream so that its news comes on the next change, and if it is
 // ready already, put it on its record's list now: epoll reports a descriptor that is ready when it is added.
@@ -120,7 +123,7 @@ void keep_signalled(Entry& e);
 void erase_pending_locked(size_t i);
 void erase_prefixed_locked(size_t i);
 void note_prefixed_locked(int epfd, int fd, const epoll_event& event);
-// Every registration of `socket` leaves its readiness fd for the socket (epoll_move_back).
+// Every registration of `socket` leaves its stream's record for the socket (epoll_move_back).
 void move_back_locked(TrackedSocket* socket);
 // e's stream went back to TCP, as epoll_wait found: the socket is the kernel's again (complete_move_back
 // without taking our lock twice). False when another thread of this process is moving it (a fork):

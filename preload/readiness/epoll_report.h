@@ -1,5 +1,5 @@
 // The translation at the heart of epoll_wait over upgraded descriptors (epoll_sets.h): given a set's
-// registrations, what each one's stream has now and what the kernel reported for the readiness fds,
+// registrations, what each one's stream has now and which of their records the kernel reported,
 // which of the application's registrations to report, with which events and data. It takes no lock
 // and makes no call of its own: epoll_wait.cpp holds the lock around it, sleeps in the kernel, says
 // which entries a fired record stands for (its news), and moves back to TCP the connections it hands
@@ -16,7 +16,7 @@
 namespace tcp2rdma::preload::epoll_detail {
 
 // What an entry's stream has now: the application's events among those it registered (0: none), or
-// that its connection went back to TCP, when the entry is to leave the readiness fd for the socket.
+// that its connection went back to TCP, when the entry is to leave its record for the socket.
 struct Look {
   uint32_t events = 0;
   bool moved = false;
@@ -42,7 +42,7 @@ class EpollReport {
   // The entries with news that found no room in the application's array: the caller puts them back
   // on their records' lists, to be looked at on the next wait.
   const std::vector<Entry*>& unlooked() const noexcept { return unlooked_; }
-  // An event that has no readiness fd behind it (a prefix the kernel cannot see, epoll_sets.h).
+  // An event that has no kernel event behind it (a prefix the kernel cannot see, epoll_sets.h).
   // The kernel may report the same registration's socket in this pass: its events are merged in.
   void report_unfired(const epoll_event& event) noexcept;
   // The `fired` events the kernel wrote at events[count()...]. The application's own descriptors'

@@ -36,6 +36,19 @@ std::atomic<int> g_prefixed_count{0};
 std::unordered_map<uint64_t, Entry*> g_by_key;
 std::unordered_set<const void*> g_made;
 std::unordered_multimap<int, Entry*> g_by_fd;
+std::unordered_multimap<const void*, Entry*> g_by_stream;
+
+namespace {
+template <typename Map, typename Key>
+void erase_pair(Map& map, const Key& key, const Entry* e) {
+  for (auto [it, end] = map.equal_range(key); it != end; ++it) {
+    if (it->second == e) {
+      map.erase(it);
+      return;
+    }
+  }
+}
+}  // namespace
 
 Entry* find_locked(int epfd, int fd) {
   auto it = g_by_key.find(entry_key(epfd, fd));
@@ -62,18 +75,16 @@ void retire_locked(Entry* e) {
 }
 
 void erase_locked(Entry* e) {
-  // Its stream tells the record no more. A stream that is no longer the descriptor's (moved back,
-  // closed) keeps telling a tag that its record then finds retired or reused, and ignores.
-  StreamRef stream = current_stream(e->fd);
+  // Its stream tells the record no more (the socket's own stream: one moving back to TCP is no longer
+  // the route of its calls, and still pushes). A stream no longer the descriptor's at all (closed)
+  // keeps telling a tag that its record then finds retired or reused, and ignores.
+  SocketHold socket = SocketHold::of(e->fd);
+  transport::RdmaStream* stream = socket ? socket->own_stream() : nullptr;
   if (stream != nullptr && static_cast<const void*>(stream) == e->stream) transport::LinkWatch::unsubscribe(*stream, e);
   leave_record_locked(e->record);
   g_by_key.erase(entry_key(e->epfd, e->fd));
-  for (auto [it, end] = g_by_fd.equal_range(e->fd); it != end; ++it) {
-    if (it->second == e) {
-      g_by_fd.erase(it);
-      break;
-    }
-  }
+  erase_pair(g_by_fd, e->fd, e);
+  erase_pair(g_by_stream, e->stream, e);
   if (e->slot < g_entries.size() && g_entries[e->slot] == e) {
     g_entries[e->slot] = g_entries.back();
     g_entries[e->slot]->slot = e->slot;
@@ -103,7 +114,7 @@ int fail(int error) {
 }
 
 // The application's events for e now, or 0. *moved: e's stream has gone back to TCP (the entry is
-// to leave the readiness fd for the socket).
+// to leave its record for the socket).
 uint32_t ready_events(const Entry& e, bool* moved) {
   StreamRef stream = current_stream(e.fd);
   if (stream == nullptr) return 0;
@@ -142,10 +153,16 @@ void note_prefixed_locked(int epfd, int fd, const epoll_event& event) {
   g_prefixed_count.fetch_add(1, std::memory_order_release);
 }
 
-// Every registration of `socket` leaves its readiness fd for the socket (epoll_move_back).
+// Every registration of `socket` leaves its stream's record for the socket (epoll_move_back).
 void move_back_locked(TrackedSocket* socket) {
-  for (size_t i = g_entries.size(); i-- > 0;) {
-    Entry* e = g_entries[i];
+  static thread_local std::vector<Entry*> moving;
+  moving.clear();
+  if (const void* stream = socket->own_stream(); stream != nullptr) {
+    for (auto [it, end] = g_by_stream.equal_range(stream); it != end; ++it) moving.push_back(it->second);
+  } else {
+    moving = g_entries;  // a forked child's inherited socket: its stream is not this process's to name
+  }
+  for (Entry* e : moving) {
     if (fd_table().find(e->fd) != socket) continue;
     // A one-shot registration that fired stays disarmed until the application's EPOLL_CTL_MOD.
     epoll_event ev{e->disabled ? static_cast<uint32_t>(EPOLLONESHOT) : e->events, e->data};
@@ -196,6 +213,7 @@ int epoll_ctl_upgraded(int epfd, int op, int fd, epoll_event* event) noexcept {
       g_entries.push_back(e);
       g_by_key[entry_key(epfd, fd)] = e;
       g_by_fd.emplace(fd, e);
+      g_by_stream.emplace(e->stream, e);
       g_count.fetch_add(1, std::memory_order_release);
       prime(*e);
       return 0;

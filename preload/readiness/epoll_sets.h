@@ -1,8 +1,10 @@
 // epoll with upgraded descriptors. The application's epoll set cannot watch an upgraded connection's
-// kernel socket (it stays idle); instead the stream's readiness fd is registered in its place, with a
-// pointer to our Entry as the event data, and epoll_wait translates: an Entry that fires (or, level-
-// triggered, a stream that is still ready) is reported with the application's own events and data.
-// A set without upgraded descriptors costs one atomic load per epoll_wait.
+// kernel socket (it stays idle); instead the stream is entered under the record of its link in that
+// set (epoll_entries.h: one registration in the kernel's set per (set, link), with the record's
+// address as the event data), and epoll_wait translates: a record that fires names the entries whose
+// streams had news, and each that has events the application asked for is reported with the
+// application's own events and data. A set without upgraded descriptors costs one atomic load per
+// epoll_wait.
 #pragma once
 
 #include <sys/epoll.h>
@@ -32,7 +34,7 @@ void epoll_note_registration(int epfd, int op, int fd, const epoll_event* event)
 void epoll_move_pending(int fd, bool upgraded) noexcept;
 
 // The socket's connection went back to TCP (move_back.h): each of its registrations leaves the
-// stream's readiness fd and watches the socket itself again, as the application made it. While the
+// stream's record and watches the socket itself again, as the application made it. While the
 // socket has a prefix to read first, the registrations that ask for EPOLLIN are reported readable
 // without waiting (the kernel cannot know of those bytes).
 // fd's socket goes back to TCP now (registry/connection_path.h, mark_connection_back_on_tcp, with

@@ -87,7 +87,7 @@ bool expand_record(const void* data, int epfd, std::vector<Entry*>* looks) {
   return true;
 }
 
-// The entries the report found gone back to TCP leave their readiness fds for their sockets; one
+// The entries the report found gone back to TCP leave their records for their sockets; one
 // whose connection another thread is moving (a fork) is awaited. True when the set's entries changed.
 bool move_gone_locked(std::vector<Entry*>& gone, int* awaited_fd) {
   bool changed = !gone.empty();
@@ -154,7 +154,7 @@ bool epoll_wait_upgraded(int epfd, epoll_event* events, int maxevents, int timeo
       errno = saved_errno;  // success leaves errno alone, as the kernel's epoll_wait does
       return true;
     }
-    // Only readiness fds fired, with nothing the application asked for: wait again.
+    // Only records fired, with nothing the application asked for: wait again.
   }
 }
 
