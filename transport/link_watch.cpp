@@ -57,10 +57,10 @@ void LinkWatch::unbind() {
 }
 
 bool LinkWatch::subscribe(RdmaStream& stream, void* tag) {
-  return stream.readiness_.subscribe(&news_, tag);
+  return stream.subscribe_news(&news_, tag);
 }
 
-void LinkWatch::unsubscribe(RdmaStream& stream, const void* tag) { stream.readiness_.unsubscribe(tag); }
+void LinkWatch::unsubscribe(RdmaStream& stream, const void* tag) { stream.unsubscribe_news(tag); }
 
 bool LinkWatch::take(std::vector<void*>* tags) {
   if (std::shared_ptr<StreamLink> link = link_.lock()) {

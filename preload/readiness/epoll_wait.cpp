@@ -88,15 +88,13 @@ bool expand_record(const void* data, int epfd, std::vector<Entry*>* looks) {
 }
 
 // The entries the report found gone back to TCP leave their records for their sockets; one
-// whose connection another thread is moving (a fork) is awaited. True when the set's entries changed.
-bool move_gone_locked(std::vector<Entry*>& gone, int* awaited_fd) {
-  bool changed = !gone.empty();
+// whose connection another thread is moving (a fork) is awaited.
+void move_gone_locked(std::vector<Entry*>& gone, int* awaited_fd) {
   for (Entry* e : gone) {
     if (!alive_locked(e)) continue;  // moved already, with another descriptor of the same socket
     if (!move_back_now_locked(e)) *awaited_fd = e->fd;
   }
   gone.clear();
-  return changed;
 }
 
 
