@@ -385,7 +385,9 @@ class RdmaStream {
   // For an application's poller that watches the link as a whole (link_watch.h): takes the link's
   // connection events and completion event, hands every completion to its channel and arms the queue
   // again; every channel with news is told (its pollers woken, its sinks pushed). Link lock held.
-  static void drain_link(StreamLink& link);
+  // `arm`: arm the queue even when no event was taken (a watcher that starts watching: the listener,
+  // whose set must wake at the next completion).
+  static void drain_link(StreamLink& link, bool arm = false);
   // The link's connection events, taken and told to every channel (once they are the link's own).
   static void tell_cm_news(StreamLink& link);
   // Channels that left something undone for want of room in the link's send queue (shared by all its
@@ -429,8 +431,13 @@ class RdmaStream {
   bool send_queue_has_room(int n) {
     if (link_->send_queue_has_room(n)) return true;
     waits_for_send_room_ = true;
-    link_->send_room_wanted = true;
+    link_->room_waiters.add(index_);
     return false;
+  }
+  // Another thread handed us news: serve() is due, by whoever serves the link's touched channels.
+  void touch() {
+    touched_ = true;
+    link_->touched.add(index_);
   }
   // Polls the completion queue for up to busy_poll_us, then sleeps until something may have changed.
   // `interruptible` (an application's blocking read or write): a signal handler that ran during the

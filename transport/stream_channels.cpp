@@ -3,6 +3,7 @@
 // rdma_cm request (same hold, same proof against the link's addresses) and answers in the client's
 // slot with a ChannelAnswer. No rdma_cm, no queue pair, no thread: one round trip on the link.
 #include <arpa/inet.h>
+#include <sys/eventfd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -40,6 +41,9 @@ Status RdmaStream::on_link_message(StreamLink& link, uint32_t arg) {
     StreamLink::Open open{slot, {}};
     std::memcpy(&open.request, link.own_setup_slot(slot), sizeof open.request);
     link.opens.push_back(open);
+    // The listener's engine may sleep: it answers the open once it sees it. eventfd_write is libc's
+    // own call, never the module's wrapper (own_calls.h).
+    if (link.opens_bell >= 0) (void)eventfd_write(link.opens_bell, 1);
     link.cv().notify_all();
     return Status::kOk;
   }

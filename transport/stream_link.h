@@ -21,6 +21,7 @@
 #include <optional>
 #include <vector>
 
+#include "channel_queue.h"
 #include "registration_cache.h"
 #include "status.h"
 #include "wire.h"
@@ -87,7 +88,10 @@ class StreamLink {
   std::condition_variable& cv() { return cv_; }
   bool poller = false;
   bool spinning = false;  // a thread busy-polls the completion queue (RdmaStream::wait)
-  bool send_room_wanted = false;  // a channel left something undone for want of room in the send queue
+  // Channels with news another channel's thread handed them (serve_touched serves these), and
+  // channels that left something undone for want of room in the send queue (touch_room_waiters).
+  ChannelQueue touched;
+  ChannelQueue room_waiters;
 
   // The channels: attach gives a channel its index (kFirstChannel for the first). A channel that goes
   // leaves its memory to the link (retire): the peer may write into it until its release arrives.
@@ -166,8 +170,11 @@ class StreamLink {
     ChannelOpen request;
   };
   std::vector<Open> opens;
-  // Set by the listener that accepted the link's first channel: opens are its to answer.
+  // Set by the listener that accepted the link's first channel: opens are its to answer. Whoever puts
+  // one on `opens` writes the listener's bell (an eventfd; -1 when none), which the listener clears
+  // here before it closes it.
   bool serves_opens = false;
+  int opens_bell = -1;
 
   ibv_pd* pd() const { return pd_; }
   uint32_t max_inline() const { return max_inline_; }

@@ -3,11 +3,14 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 
+#include "channel_readiness.h"
 #include "os_calls.h"
 #include "own_calls.h"
 #include "own_descriptors.h"
@@ -54,6 +57,17 @@ Status StreamListener::listen(const sockaddr* address, const StreamOptions& opti
     listener->channel_ = rdma_create_event_channel();
     if (listener->channel_ == nullptr) return Status::kNoDevice;
     if ((listener->channel_->fd = window.place(listener->channel_->fd)) < 0) return Status::kDescriptors;
+    // The wake set (fd()); without it (no descriptors to spare) the cm channel is what is polled, and
+    // opens on links are seen at the engine's next timed look.
+    int set = window.place(os().epoll_create1(EPOLL_CLOEXEC));
+    int bell = set >= 0 ? window.place(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) : -1;
+    if (bell >= 0 && watch_readable(set, listener->channel_->fd) && watch_readable(set, bell)) {
+      listener->wake_set_ = set;
+      listener->opens_bell_ = bell;
+    } else {
+      if (bell >= 0) os().close(bell);
+      if (set >= 0) os().close(set);
+    }
   }
   int flags = os().fcntl(listener->channel_->fd, F_GETFL);
   if (flags < 0 || os().fcntl(listener->channel_->fd, F_SETFL, flags | O_NONBLOCK) != 0) return Status::kResources;
@@ -87,8 +101,28 @@ StreamListener::~StreamListener() {
       reject(h.id);
     }
   }
+  for (const std::shared_ptr<StreamLink>& link : links_) drop_link(*link);
   if (id_ != nullptr) rdma_destroy_id(id_);
   if (channel_ != nullptr) rdma_destroy_event_channel(channel_);
+  if (opens_bell_ >= 0) os().close(opens_bell_);
+  if (wake_set_ >= 0) os().close(wake_set_);
+}
+
+void StreamListener::serve_link(const std::shared_ptr<StreamLink>& link) {
+  std::lock_guard lock(link->mu());
+  link->serves_opens = true;
+  if (wake_set_ < 0) return;
+  // A completion on the link wakes the set once the queue is armed (take_link_opens arms it); an
+  // open another thread took off the link rings the bell.
+  if (!watch_readable(wake_set_, link->completion_fd())) return;
+  link->opens_bell = opens_bell_;
+}
+
+void StreamListener::drop_link(StreamLink& link) {
+  std::lock_guard lock(link.mu());
+  if (link.opens_bell < 0) return;
+  link.opens_bell = -1;
+  os().epoll_ctl(wake_set_, EPOLL_CTL_DEL, link.completion_fd(), nullptr);
 }
 
 void StreamListener::reject(rdma_cm_id* id) {
@@ -190,6 +224,10 @@ void StreamListener::take_event(rdma_cm_event* event) {
 }
 
 void StreamListener::take_link_opens() {
+  if (opens_bell_ >= 0) {
+    eventfd_t rings = 0;
+    (void)eventfd_read(opens_bell_, &rings);  // libc's own call (own_calls.h); the lists are looked at below
+  }
   std::vector<std::shared_ptr<StreamLink>> going;  // destroyed after the loop, no link lock held
   for (size_t i = 0; i < links_.size();) {
     std::shared_ptr<StreamLink> link = links_[i];
@@ -197,12 +235,14 @@ void StreamListener::take_link_opens() {
     bool gone = false;
     {
       std::lock_guard lock(link->mu());
-      RdmaStream::progress_link(*link);
+      // Every completion taken, and the queue armed, so that the next completion wakes the set (fd()); what came before the arming is taken.
+      RdmaStream::drain_link(*link, true);
       opens.swap(link->opens);
       // The client let the link go (or it failed): once no channel of ours is on it, neither do we.
       gone = (link->disconnected() || link->stopped()) && link->attached() == 0 && opens.empty();
     }
     if (gone) {
+      drop_link(*link);
       going.push_back(std::move(links_[i]));
       links_[i] = std::move(links_.back());
       links_.pop_back();
@@ -454,8 +494,8 @@ Status StreamListener::accept_held(size_t index, uint64_t server_nonce, const St
   param.retry_count = RdmaStream::kRetryCount;
   param.rnr_retry_count = 0;
   // Its link takes later opens from the same client process (links.md); the listener answers them.
-  stream->link_->serves_opens = true;
   links_.push_back(stream->link_);
+  serve_link(stream->link_);
   if (rdma_accept(held.id, &param) != 0) return Status::kReset;
   ++counters_.accepted;
   *out = std::move(stream);

@@ -46,8 +46,11 @@ class StreamListener {
   StreamListener(const StreamListener&) = delete;
   StreamListener& operator=(const StreamListener&) = delete;
 
-  // Pollable (POLLIN) when a connection request may be waiting: call collect() then.
-  int fd() const { return channel_->fd; }
+  // Pollable (POLLIN) when a connection request may be waiting: call collect() then. Requests come by
+  // rdma_cm and, as opens, on the links of streams accepted here; the descriptor is an epoll set over
+  // the cm channel, each link's completion channel and a bell that a thread which took an open off a
+  // link rings, so that an open is seen when it comes, not at the next timed look (docs/links.md).
+  int fd() const { return wake_set_ >= 0 ? wake_set_ : channel_->fd; }
   // Takes the requests that arrived off the channel without waiting, and rejects those held longer
   // than `hold`.
   void collect(std::chrono::milliseconds hold);
@@ -123,9 +126,14 @@ class StreamListener {
   void remove_held(size_t index);
   // The index of the held request for `tuple`, or held_.size().
   size_t find_held(const TcpTuple& tuple) const;
+  // A link of a stream accepted here starts or stops ringing our bell and waking our set.
+  void serve_link(const std::shared_ptr<StreamLink>& link);
+  void drop_link(StreamLink& link);
 
   rdma_event_channel* channel_ = nullptr;
   rdma_cm_id* id_ = nullptr;
+  int wake_set_ = -1;    // fd(): the epoll set (-1 when none could be had: the cm channel is polled)
+  int opens_bell_ = -1;  // an eventfd in it, written when an open is put on a link's list
   StreamOptions options_;
   std::vector<Held> held_;
   // The links of the streams accepted here, kept for the client's next streams until the client lets

@@ -263,10 +263,10 @@ Status RdmaStream::handle_completion(const ibv_wc& wc) {
 void RdmaStream::handle_cm_events() {
   // The link's connection events are every channel's.
   StreamLink::CmNews news = link_->take_cm_events();
+  if (!news.disconnected && !news.device_removed) return;  // the usual case: no walk of the channels
   for (RdmaStream* c : link_->channels()) {
     if (c != nullptr) c->on_cm_news(news);
   }
-  if (!news.disconnected && !news.device_removed) return;
   serve_others();
   // Our own pollers too: whoever watches the link's events may not see them now that we took them.
   if (polled_) wake_pollers();
@@ -283,7 +283,7 @@ void RdmaStream::on_cm_news(const StreamLink::CmNews& news) {
     note_failure("the RDMA device", "was removed");
     path_failed_ = true;
   }
-  touched_ = true;
+  touch();
 }
 
 void RdmaStream::drain_channels() {
@@ -328,7 +328,7 @@ Status RdmaStream::dispatch(StreamLink& link, const ibv_wc& wc, RdmaStream* call
         mine = s;
       } else {
         if (s != Status::kOk) c->fail(s);
-        c->touched_ = true;
+        c->touch();
       }
     }
     return mine;
@@ -376,25 +376,35 @@ Status RdmaStream::dispatch(StreamLink& link, const ibv_wc& wc, RdmaStream* call
     return s;
   }
   if (Status s = target->handle_completion(wc); s != Status::kOk) target->fail(s);
-  target->touched_ = true;
+  target->touch();
   return Status::kOk;
 }
 
 void RdmaStream::touch_room_waiters(StreamLink& link) {
-  if (!link.send_room_wanted || !link.send_queue_has_room(1)) return;
-  link.send_room_wanted = false;
-  for (RdmaStream* c : link.channels()) {
-    if (c == nullptr || !c->waits_for_send_room_) continue;
+  if (link.room_waiters.empty() || !link.send_queue_has_room(1)) return;
+  std::vector<uint32_t> waiting;
+  link.room_waiters.take(waiting);
+  for (uint32_t index : waiting) {
+    RdmaStream* c = link.channel(index);
+    if (c == nullptr || !c->waits_for_send_room_) continue;  // went, or the index is another's now
     c->waits_for_send_room_ = false;
-    c->touched_ = true;
+    c->touch();
   }
 }
 
 void RdmaStream::serve_touched(StreamLink& link, RdmaStream* except) {
   touch_room_waiters(link);
+  if (link.touched.empty()) return;
+  std::vector<uint32_t> due;
+  link.touched.take(due);
   bool any = false;
-  for (RdmaStream* c : link.channels()) {
-    if (c == nullptr || c == except || !c->touched_) continue;
+  for (uint32_t index : due) {
+    RdmaStream* c = link.channel(index);
+    if (c == nullptr || !c->touched_) continue;  // went, served meanwhile, or the index is another's
+    if (c == except) {
+      link.touched.add(index);  // the caller serves itself; still due for whoever serves next
+      continue;
+    }
     c->touched_ = false;
     any = true;
     if (!c->failed()) c->serve();
@@ -411,6 +421,7 @@ void RdmaStream::serve_touched(StreamLink& link, RdmaStream* except) {
 void RdmaStream::tell_cm_news(StreamLink& link) {
   if (!link.cm_watched()) return;  // a server's link before its accept: the listener's events
   StreamLink::CmNews news = link.take_cm_events();
+  if (!news.disconnected && !news.device_removed) return;  // the usual case: no walk of the channels
   for (RdmaStream* c : link.channels()) {
     if (c != nullptr) c->on_cm_news(news);
   }
@@ -430,12 +441,12 @@ Status RdmaStream::progress_link(StreamLink& link) {
   return n < 0 || link.stopped() ? Status::kReset : Status::kOk;
 }
 
-void RdmaStream::drain_link(StreamLink& link) {
+void RdmaStream::drain_link(StreamLink& link, bool arm) {
   OwnCalls own;  // own_calls.h
   tell_cm_news(link);
   // As rearm_link, for no channel of its own: the event taken, the queue is armed again before the
   // lock goes, with what came before the arming handed out.
-  if (link.take_channel_events()) {
+  if (link.take_channel_events() || arm) {
     for (;;) {
       bool got = false;
       ibv_wc wc;

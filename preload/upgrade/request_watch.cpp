@@ -20,8 +20,9 @@
 namespace tcp2rdma::preload {
 namespace {
 
-// A request that arrives on one of the listener's links (not by rdma_cm) wakes no descriptor the
-// engine polls: it is seen at the next look, this long later at most.
+// The longest sleep between two rounds. A request wakes the engine when it comes (a listener's
+// descriptor covers its rdma_cm channel and its links: StreamListener::fd()); the look is for a
+// listener that could not have that descriptor, and bounds how late a new wait is first looked at.
 constexpr int kLookMs = 10;
 // Every wait is looked at this often (its connection settled, its time up); in between only those
 // whose request a listener took, and the new ones.
