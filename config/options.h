@@ -39,6 +39,9 @@ struct ConnectionOptions {
   uint64_t connect_timeout_us = 2 * kMicrosPerSecond;   // rdma_cm address/route/connect
   uint64_t upgrade_timeout_us = 5 * kMicrosPerSecond;   // whole upgrade, then the connection stays TCP
   uint64_t keepalive_us = 10 * kMicrosPerSecond;        // idle time before a liveness probe
+  // A background upgrade of a client whose process is already linked to the server: how long the
+  // application's call waits for the connection to be on RDMA (0: not at all; docs/links.md).
+  uint64_t linked_wait_us = 50 * kMicrosPerMilli;
 
   bool operator==(const ConnectionOptions&) const = default;
 };

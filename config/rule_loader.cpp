@@ -24,13 +24,14 @@ namespace {
 
 constexpr std::array<std::string_view, 3> kTopKeys = {"version", "defaults", "rules"};
 constexpr std::array<std::string_view, 6> kMatchKeys = {"program", "role", "remote", "local", "ports", "user"};
-constexpr std::array<std::string_view, 12> kOptionKeys = {
+constexpr std::array<std::string_view, 13> kOptionKeys = {
     "transport",        "upgrade",          "on_fork",       "buffer_size",     "zcopy_threshold", "inline_threshold",
-    "send_queue_depth", "recv_queue_depth", "link_channels", "connect_timeout", "upgrade_timeout", "keepalive"};
-constexpr std::array<std::string_view, 14> kRuleKeys = {
+    "send_queue_depth", "recv_queue_depth", "link_channels", "connect_timeout", "upgrade_timeout", "keepalive",
+    "linked_wait"};
+constexpr std::array<std::string_view, 15> kRuleKeys = {
     "name",     "match",           "transport",        "upgrade",          "on_fork",         "buffer_size",
     "zcopy_threshold", "inline_threshold", "send_queue_depth", "recv_queue_depth", "link_channels",
-    "connect_timeout", "upgrade_timeout", "keepalive"};
+    "connect_timeout", "upgrade_timeout", "keepalive", "linked_wait"};
 
 template <size_t N>
 std::string one_of(const std::array<std::string_view, N>& keys) {
@@ -170,6 +171,12 @@ class Parser {
       (key == "send_queue_depth"   ? options->send_queue_depth
        : key == "recv_queue_depth" ? options->recv_queue_depth
                                    : options->link_channels) = count;
+    } else if (key == "linked_wait") {
+      // Zero turns it off; a wait of a second or more would be no background upgrade at all.
+      auto micros = parse_duration_us(text, &why);
+      if (!micros) return error(value, key + ": " + why);
+      if (*micros >= kMicrosPerSecond) return error(value, "linked_wait must be shorter than 1s, got " + text);
+      options->linked_wait_us = *micros;
     } else {  // the three durations
       auto micros = parse_duration_us(text, &why);
       if (!micros) return error(value, key + ": " + why);

@@ -16,23 +16,9 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 n=${1:-1000}
 bytes=${2:-65536}
-lib=${TCP2RDMA_LIB:-$root/build/preload/libtcp2rdma.so}
-[ -f "$lib" ] || { echo "no $lib: build first (integration/test-all or cmake --build build)" >&2; exit 1; }
-rules=${BENCH_RULES:-$root/integration/rules/stress.yaml}
-rules=$(cd "$(dirname "$rules")" && pwd)/$(basename "$rules")
+. "$root/integration/testbed/bench-pair.sh"
+bench_module_and_rules "$root/integration/rules/stress.yaml"
 py="python3 $root/tests/preload/stress_echo.py"
-out=$(mktemp)
-trap 'rm -f "$out"' EXIT
-set +e
-"$root/integration/vm" pair --timeout 1800 --share "$(dirname "$(dirname "$lib")")" \
-  "ulimit -Hn 1048576; ulimit -Sn 65536; env T2R_SHIM=$lib TCP2RDMA_RULES=$rules sh $root/integration/guest/app-servers.sh background '$py server 5030' listening before-return '$py server 5031' listening" \
-  "MODES='${BENCH_MODES:-tcp background before-return}' sh $root/integration/guest/bench-links-client.sh $lib $rules $n $bytes" > "$out" 2>&1
-status=$?
-set -e
-echo "bench-links: $n connections at once, $bytes bytes echoed each, rules $(basename "$rules"), two Soft-RoCE VMs (1 GiB, 1 vCPU each), $(date -u +%F), host $(nproc) cores"
-grep -E '^\[b\] (result|  why|  rings|failed)' "$out" | sed 's/^\[b\] //'
-if [ $status -ne 0 ]; then
-  echo "bench-links: the run failed (status $status); its output:" >&2
-  tail -n 60 "$out" >&2
-  exit $status
-fi
+title="bench-links: $n connections at once, $bytes bytes echoed each, rules $(basename "$rules"), two Soft-RoCE VMs (1 GiB, 1 vCPU each), $(date -u +%F), host $(nproc) cores"
+bench_pair bench-links "background '$py server 5030' listening before-return '$py server 5031' listening" \
+  "MODES='${BENCH_MODES:-tcp background before-return}' sh $root/integration/guest/bench-links-client.sh $lib $rules $n $bytes"

@@ -84,6 +84,7 @@ void print_options(const config::ConnectionOptions& o) {
   std::printf("  connect_timeout   %s\n", config::format_duration_us(o.connect_timeout_us).c_str());
   std::printf("  upgrade_timeout   %s\n", config::format_duration_us(o.upgrade_timeout_us).c_str());
   std::printf("  keepalive         %s\n", config::format_duration_us(o.keepalive_us).c_str());
+  std::printf("  linked_wait       %s\n", config::format_duration_us(o.linked_wait_us).c_str());
 }
 
 std::string endpoint_text(const sockaddr_storage& s) {

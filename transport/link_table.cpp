@@ -114,6 +114,18 @@ std::shared_ptr<StreamLink> find_link(const sockaddr* address, int receives, std
   return nullptr;
 }
 
+bool linked_to(const sockaddr* address) {
+  Table& t = table();
+  std::lock_guard lock(t.mu);
+  if (t.owner != getpid()) return false;  // a forked child: the links are its parent's
+  for (Entry& e : t.entries) {
+    if (!same_address(e.address, address)) continue;
+    std::lock_guard link_lock(e.link->mu());
+    if (!e.link->stopped() && !e.link->disconnected() && e.link->has_setup_areas()) return true;
+  }
+  return false;
+}
+
 void remember_link(const sockaddr* address, const std::shared_ptr<StreamLink>& link) {
   Table& t = table();
   std::lock_guard lock(t.mu);

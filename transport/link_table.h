@@ -20,6 +20,9 @@ class StreamLink;
 // is done (remembered or failed); the others wait for it.
 std::shared_ptr<StreamLink> find_link(const sockaddr* address, int receives, std::chrono::milliseconds wait,
                                       bool* making);
+// Whether this process has a live link to `address`, without waiting: a stream to it would be a
+// channel opened in one round trip.
+bool linked_to(const sockaddr* address);
 // Remembers `link` as one to `address`.
 void remember_link(const sockaddr* address, const std::shared_ptr<StreamLink>& link);
 // The caller's making of a link to `address` (find_link) is over.

@@ -116,6 +116,9 @@ class RdmaStream {
   // peer host would then never fail a send.
   static constexpr uint8_t kRetryCount = 6;
 
+  // Whether connect() to `address` would open a channel on a live link of this process (one round
+  // trip, no rdma_cm), as far as can be known without waiting.
+  static bool linked_to(const sockaddr* address);
   // Connects to a StreamListener at `address` (an IP address and the rdma_cm port), following one
   // redirect to another port of the same address (a pre-fork server's directory). kRejected: the
   // server said no; *declined (when given) says why if it did (a Decline record), else kNone.

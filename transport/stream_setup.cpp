@@ -147,6 +147,12 @@ Status RdmaStream::connect(const sockaddr* address, const Pairing& pairing, cons
   return redirect_port == 0 ? s : Status::kRejected;
 }
 
+bool RdmaStream::linked_to(const sockaddr* address) {
+  sockaddr_storage there = rdma_address(address);  // as connect() looks the link up
+  if (there.ss_family != AF_INET && there.ss_family != AF_INET6) return false;
+  return transport::linked_to(reinterpret_cast<const sockaddr*>(&there));
+}
+
 Status RdmaStream::connect_once(const sockaddr* address, const Pairing& pairing, const StreamOptions& options,
                                 std::unique_ptr<RdmaStream>* out, uint16_t* redirect_port,
                                 DeclineReason* declined) {

@@ -51,6 +51,11 @@ void UpgradeSession::wait_over() {
   cv_.wait(lock, [&] { return phase() == Phase::kOver; });
 }
 
+bool UpgradeSession::wait_over_for(std::chrono::microseconds most) {
+  std::unique_lock lock(mu_);
+  return cv_.wait_for(lock, most, [&] { return phase() == Phase::kOver; });
+}
+
 bool UpgradeSession::end_on_tcp_locked() {
   if (phase() != Phase::kOnTcp) return false;
   phase_.store(Phase::kOver, std::memory_order_release);

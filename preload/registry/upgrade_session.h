@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -62,6 +63,8 @@ class UpgradeSession {
     return true;
   }
   void wait_over();
+  // The same, for `most` at most: whether the session is over.
+  bool wait_over_for(std::chrono::microseconds most);
   // A descriptor of the socket is closed, or the process forks, execs or exits: a session still on
   // TCP ends there (the connection stays TCP: a child or a new program can go on using it; true, and
   // the caller writes the log line), one that is switching is waited for. Afterwards the phase is

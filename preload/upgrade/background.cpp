@@ -1,6 +1,7 @@
 #include "upgrade/background.h"
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <new>
@@ -67,6 +68,30 @@ void finish_server(Pools* pools, const std::shared_ptr<Connection>& c, UpgradeSe
   if (!pools->servers.submit(rest)) rest();
 }
 
+// When a wait for an upgrade on a live link last ran out (steady clock, ns; 0: never).
+std::atomic<int64_t> g_linked_wait_missed{0};
+constexpr auto kLinkedWaitRest = std::chrono::seconds(1);
+
+// A client already linked to its server has its connection on RDMA within a few round trips (a
+// channel opened on the link, then the switch): the application's call waits that long, bounded by
+// the rule's linked_wait, so that a short connection's bytes go over RDMA instead of all over TCP
+// before its switch (docs/links.md, "Short-lived connections"). A wait that runs out (a server slow
+// to accept, or this very thread the one that would accept) leaves the upgrade to go on beside the
+// application, and for a second no call of the process waits: a slow server costs an event loop one
+// bounded wait a second, not one a connection.
+void wait_if_linked(const Connection& c, UpgradeSession* session) {
+  uint64_t most = c.decision.options->linked_wait_us;
+  if (most == 0 || !c.have_tuple) return;
+  int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
+  int64_t missed = g_linked_wait_missed.load(std::memory_order_relaxed);
+  if (missed != 0 && now - missed < std::chrono::nanoseconds(kLinkedWaitRest).count()) return;
+  if (!transport::RdmaStream::linked_to(reinterpret_cast<const sockaddr*>(&c.server))) return;
+  if (session->wait_over_for(std::chrono::microseconds(most))) return;
+  g_linked_wait_missed.store(now, std::memory_order_relaxed);
+  log_line("%s: not on rdma after the linked wait (%llu us); the upgrade goes on beside the application",
+           session->label(), static_cast<unsigned long long>(most));
+}
+
 }  // namespace
 
 // A client's upgrade runs in the client pool; a server's waits for its client's request in the
@@ -105,7 +130,9 @@ void upgrade_beside(int fd, config::Role role, TrackedSocket* listener, const co
     if (!(c->is_client ? pools->clients : pools->servers).submit(whole)) {
       stays_without_thread(*c, session);
       let_go();
+      return;
     }
+    if (c->is_client) wait_if_linked(*c, session);
     return;
   }
   RequestWaiter waiter;

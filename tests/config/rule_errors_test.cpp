@@ -80,6 +80,8 @@ const BadFile kBadFiles[] = {
     {"queue depth zero", "version: 1\ndefaults:\n  send_queue_depth: 0\n", 3, 21, "from 1 to 16384"},
     {"queue depth not a number", "version: 1\ndefaults:\n  recv_queue_depth: deep\n", 3, 21, "got 'deep'"},
     {"link channels too many", "version: 1\ndefaults:\n  link_channels: 20000\n", 3, 18, "link_channels must be a whole number from 1 to 16384"},
+    {"linked wait too long", "version: 1\ndefaults:\n  linked_wait: 2s\n", 3, 16, "linked_wait must be shorter than 1s"},
+    {"linked wait not a duration", "version: 1\ndefaults:\n  linked_wait: soon\n", 3, 16, "linked_wait: "},
     {"duration without unit", "version: 1\ndefaults:\n  connect_timeout: 5\n", 3, 20, "needs a unit"},
     {"unknown duration unit", "version: 1\ndefaults:\n  keepalive: 1h\n", 3, 14, "unknown unit 'h'"},
     {"zero duration", "version: 1\ndefaults:\n  upgrade_timeout: 0ms\n", 3, 20, "must be longer than zero"},

@@ -128,7 +128,7 @@ TEST_F(RuleMatch, DefaultsApplyToEveryRuleAndRulesOverrideThem) {
        "rules:\n"
        "  - {name: plain, match: {ports: 1}}\n"
        "  - {name: own, match: {ports: 2}, buffer_size: 64KiB, upgrade: before-return, keepalive: 250us,\n"
-       "     on_fork: parent, link_channels: 3000}\n");
+       "     on_fork: parent, link_channels: 3000, linked_wait: 0ms}\n");
   decide("x", Role::kClient, "10.0.0.1", 1);
   ConnectionOptions expected;
   expected.transport = Transport::kRdma;
@@ -148,6 +148,7 @@ TEST_F(RuleMatch, DefaultsApplyToEveryRuleAndRulesOverrideThem) {
   expected.keepalive_us = 250;
   expected.on_fork = ForkMode::kParent;
   expected.link_channels = 3000;
+  expected.linked_wait_us = 0;
   EXPECT_EQ(*last_.options, expected);
   // No rule matched: TCP, whatever the defaults say.
   decide("x", Role::kClient, "10.0.0.1", 3);

@@ -1,0 +1,32 @@
+# Sourced by the integration/bench-*.sh scripts that run a server guest and a client guest:
+# bench_pair NAME SERVERS CLIENT runs `vm pair` with the module's build tree shared, guest A starting
+# the echo servers SERVERS names (app-servers.sh arguments) under the module, guest B running CLIENT;
+# then prints the client's result lines (and, on failure, the run's tail) and exits with the run's
+# status. Expects $root, $lib and $rules set, and $title (the first line printed).
+bench_pair() {
+  local name=$1 servers=$2 client=$3 out status
+  out=$(mktemp)
+  set +e
+  "$root/integration/vm" pair --timeout 1800 --share "$(dirname "$(dirname "$lib")")" \
+    "ulimit -Hn 1048576; ulimit -Sn 65536; env T2R_SHIM=$lib TCP2RDMA_RULES=$rules sh $root/integration/guest/app-servers.sh $servers" \
+    "$client" > "$out" 2>&1
+  status=$?
+  set -e
+  echo "$title"
+  grep -E '^\[b\] (result|  why|  rings|failed)' "$out" | sed 's/^\[b\] //'
+  if [ $status -ne 0 ]; then
+    echo "$name: the run failed (status $status); its output:" >&2
+    tail -n 60 "$out" >&2
+  fi
+  rm -f "$out"
+  return $status
+}
+
+# The module to measure (TCP2RDMA_LIB, default the build tree's) and the rule file (BENCH_RULES,
+# default $1), as absolute paths in $lib and $rules.
+bench_module_and_rules() {
+  lib=${TCP2RDMA_LIB:-$root/build/preload/libtcp2rdma.so}
+  [ -f "$lib" ] || { echo "no $lib: build first (integration/test-all or cmake --build build)" >&2; exit 1; }
+  rules=${BENCH_RULES:-$1}
+  rules=$(cd "$(dirname "$rules")" && pwd)/$(basename "$rules")
+}
