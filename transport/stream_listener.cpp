@@ -235,7 +235,7 @@ void StreamListener::take_link_opens() {
     bool gone = false;
     {
       std::lock_guard lock(link->mu());
-      // Every completion taken, and the queue armed, so that the next completion wakes the set (fd()); what came before the arming is taken.
+      // Every completion taken and the queue armed, so that the next completion wakes the set (fd()).
       RdmaStream::drain_link(*link, true);
       opens.swap(link->opens);
       // The client let the link go (or it failed): once no channel of ours is on it, neither do we.
