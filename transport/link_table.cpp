@@ -79,11 +79,12 @@ bool is_making(const Table& t, const sockaddr* address) {
   return std::any_of(t.making.begin(), t.making.end(), [&](const sockaddr_storage& a) { return same_address(a, address); });
 }
 
-std::shared_ptr<StreamLink> live_link(Table& t, const sockaddr* address, int receives) {
+std::shared_ptr<StreamLink> live_link(Table& t, const sockaddr* address, int depth) {
   for (Entry& e : t.entries) {
     if (!same_address(e.address, address)) continue;
     std::lock_guard link_lock(e.link->mu());
-    if (!e.link->stopped() && !e.link->disconnected() && e.link->has_setup_areas() && e.link->has_room_for(receives)) {
+    if (!e.link->stopped() && !e.link->disconnected() && e.link->has_setup_areas() &&
+        e.link->has_room_for(e.link->channel_depth(depth) + 1)) {
       return e.link;
     }
   }
@@ -92,19 +93,19 @@ std::shared_ptr<StreamLink> live_link(Table& t, const sockaddr* address, int rec
 
 }  // namespace
 
-std::shared_ptr<StreamLink> find_link(const sockaddr* address, int receives, std::chrono::milliseconds wait,
+std::shared_ptr<StreamLink> find_link(const sockaddr* address, int depth, std::chrono::milliseconds wait,
                                       bool* making) {
   Table& t = table();
   std::unique_lock lock(t.mu);
   tidy(t);
   *making = false;
-  if (std::shared_ptr<StreamLink> link = live_link(t, address, receives)) return link;
+  if (std::shared_ptr<StreamLink> link = live_link(t, address, depth)) return link;
   if (is_making(t, address)) {
     // Once: if that making fails, each caller tries its own (a server that refuses one refuses all
     // quickly; one that is slow to answer must not make the callers queue behind each other).
     t.made.wait_for(lock, wait, [&] { return !is_making(t, address); });
     tidy(t);
-    if (std::shared_ptr<StreamLink> link = live_link(t, address, receives)) return link;
+    if (std::shared_ptr<StreamLink> link = live_link(t, address, depth)) return link;
     if (is_making(t, address)) return nullptr;
   }
   sockaddr_storage a{};

@@ -13,12 +13,13 @@ namespace tcp2rdma::transport {
 
 class StreamLink;
 
-// A live link to `address` with room for a channel of `receives` receives, or nullptr. While another
+// A live link to `address` with room for a channel whose rule says `depth` (at the depth that link
+// would give it: StreamLink::channel_depth), or nullptr. While another
 // thread of this process makes a link to `address`, waits for it first (up to `wait`, once): streams
 // that start together to a new server share its first link instead of making one each. With nullptr,
 // *making says whether the caller is now the one making the link: it then tells link_made() when it
 // is done (remembered or failed); the others wait for it.
-std::shared_ptr<StreamLink> find_link(const sockaddr* address, int receives, std::chrono::milliseconds wait,
+std::shared_ptr<StreamLink> find_link(const sockaddr* address, int depth, std::chrono::milliseconds wait,
                                       bool* making);
 // Whether this process has a live link to `address`, without waiting: a stream to it would be a
 // channel opened in one round trip.

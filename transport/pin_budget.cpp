@@ -118,6 +118,11 @@ uint32_t ring_log2_within(uint32_t wanted, uint32_t peer_log2, uint64_t fixed, c
   return cost(kSmallestBudgetRingLog2, peer_log2, fixed) <= left ? kSmallestBudgetRingLog2 : 0;
 }
 
+uint32_t crowded_first_ring_log2(uint32_t wanted, const PinState& state) {
+  if (!state.limited || state.pinned < state.limit / 8) return wanted;
+  return std::min(wanted, kCrowdRingLog2);
+}
+
 uint32_t growth_log2_within(uint32_t wanted, const PinState& state) {
   if (!state.limited) return wanted;
   uint64_t keep_free = state.limit / 4;
@@ -151,15 +156,20 @@ void PinReservation::reserve(uint64_t fixed, Choose choose) {
   } while (!reserved_bytes.compare_exchange_weak(others, others + reserved_, std::memory_order_relaxed));
 }
 
-PinReservation::PinReservation(uint32_t wanted, uint32_t peer_log2, uint64_t fixed) {
+PinReservation::PinReservation(uint32_t wanted, uint32_t peer_log2, uint64_t fixed, bool grows) {
   reserve(fixed, [&](const PinState& state) {
-    return RingChoice{ring_log2_within(wanted, peer_log2, fixed, state), peer_log2};
+    uint32_t first = grows ? crowded_first_ring_log2(wanted, state) : wanted;
+    return RingChoice{ring_log2_within(first, peer_log2, fixed, state), peer_log2};
   });
 }
 
-PinReservation PinReservation::for_client(uint32_t wanted, uint32_t max_peer_log2, uint64_t fixed) {
+PinReservation PinReservation::for_client(uint32_t wanted, uint32_t max_peer_log2, uint64_t fixed, bool grows) {
   PinReservation r;
-  r.reserve(fixed, [&](const PinState& state) { return client_rings(wanted, max_peer_log2, fixed, state); });
+  r.reserve(fixed, [&](const PinState& state) {
+    if (!grows) return client_rings(wanted, max_peer_log2, fixed, state);
+    uint32_t first = crowded_first_ring_log2(wanted, state);
+    return client_rings(first, std::min(max_peer_log2, first), fixed, state);
+  });
   return r;
 }
 

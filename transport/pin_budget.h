@@ -24,6 +24,8 @@
 namespace tcp2rdma::transport {
 
 inline constexpr uint32_t kSmallestBudgetRingLog2 = 14;  // 16 KiB
+// The first ring of a stream whose ring grows, in a crowded process (crowded_first_ring_log2).
+inline constexpr uint32_t kCrowdRingLog2 = 13;  // 8 KiB
 
 // The process's limit and what counts against it now.
 struct PinState {
@@ -40,6 +42,16 @@ uint64_t stream_fixed_pin(uint32_t send_queue_depth);
 // Pure (host tests): the ring (log2) for a stream that wants 2^wanted, whose peer's ring is
 // 2^peer_log2, with `fixed` bytes besides the two rings. 0 when not even the smallest ring fits.
 uint32_t ring_log2_within(uint32_t wanted, uint32_t peer_log2, uint64_t fixed, const PinState& state);
+
+// Pure: the first ring (log2) of a stream whose ring grows later (a rule's buffer_size above its
+// start): `wanted`, or kCrowdRingLog2 once the process has pinned an eighth of its limit. Then the
+// connections already there keep their rings, and the later ones start at 8 KiB (20 KiB a connection
+// with its mailbox page and the peer's mirror, instead of 132 KiB at 64 KiB), so that pinned memory
+// follows the bytes in flight rather than the connection count: a ring that carries bulk grows from
+// the first time the peer fills it, as before, while the growth budget allows. 10 000 connections in
+// a 1 GiB machine (a 256 MiB limit) fit, where 64 KiB first rings refused the last 3000
+// (docs/benchmarks.md). Rings that never grow keep `wanted`: they could never get it back.
+uint32_t crowded_first_ring_log2(uint32_t wanted, const PinState& state);
 
 // Pure: the largest ring (log2, at most `wanted`) a stream may grow to, or the mirror a writer may pin
 // for a peer's grown ring: within a 64th of the limit, as a first ring, but leaving a quarter of the
@@ -68,10 +80,12 @@ RingChoice client_rings(uint32_t wanted, uint32_t max_peer_log2, uint64_t fixed,
 // which only makes the child more careful.
 class PinReservation {
  public:
-  // The server's view: the peer's ring is known.
-  PinReservation(uint32_t wanted, uint32_t peer_log2, uint64_t fixed);
-  // The client's view (client_rings).
-  static PinReservation for_client(uint32_t wanted, uint32_t max_peer_log2, uint64_t fixed);
+  // The server's view: the peer's ring is known. `grows`: the ring grows later, so that a crowded
+  // process starts it small (crowded_first_ring_log2).
+  PinReservation(uint32_t wanted, uint32_t peer_log2, uint64_t fixed, bool grows = false);
+  // The client's view (client_rings). With `grows`, a crowded client also asks the server to start no
+  // larger than its own small ring: the mirror of the server's ring is pinned here.
+  static PinReservation for_client(uint32_t wanted, uint32_t max_peer_log2, uint64_t fixed, bool grows = false);
   // A grown ring, or the mirror of a peer's (growth_log2_within): nothing else is pinned with it.
   static PinReservation for_growth(uint32_t wanted);
   ~PinReservation();

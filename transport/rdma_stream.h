@@ -41,7 +41,7 @@ struct StreamOptions {
   uint16_t send_queue_depth = 320;  // at least the peer's receive depth plus signalling headroom
   // Channels a link made for this stream is sized for (its receive queue: each channel takes its
   // depth and one more), as far as the device and StreamLink::kLinkReceives allow.
-  uint16_t link_channels = 96;
+  uint16_t link_channels = 128;
   int timeout_ms = 5000;            // setup, and how long close() waits for its bytes to be acknowledged
   size_t zcopy_threshold = 64 * 1024;  // a contiguous piece at least this long goes from the caller's
                                        // buffer by RDMA Write (0: never)
@@ -293,11 +293,12 @@ class RdmaStream {
   // Channels on a live link (stream_channels.cpp): the client's open and its wait for the answer; the
   // server's accept of an open its listener held. Both with the pin reservation already made; the
   // open asks the server's first ring to be at most 2^server_ring_log2 (what the client mirrors now).
-  static Status open_on_link(const std::shared_ptr<StreamLink>& link, const Pairing& pairing,
-                             const StreamOptions& sized, uint32_t server_ring_log2, std::unique_ptr<RdmaStream>* out,
-                             uint16_t* redirect_port, DeclineReason* declined);
+  // Each side's depth is the one the link gives (StreamLink::channel_depth), told in the open/answer.
+  static Status open_on_link(const std::shared_ptr<StreamLink>& link, const Pairing& pairing, StreamOptions sized,
+                             uint32_t server_ring_log2, std::unique_ptr<RdmaStream>* out, uint16_t* redirect_port,
+                             DeclineReason* declined);
   static Status accept_on_link(const std::shared_ptr<StreamLink>& link, uint32_t slot, const ChannelOpen& open,
-                               uint64_t server_nonce, const StreamOptions& sized, std::unique_ptr<RdmaStream>* out);
+                               uint64_t server_nonce, StreamOptions sized, std::unique_ptr<RdmaStream>* out);
   // Our ring (and mailbox, and for a link's first channel the setup area after it) in the link's
   // protection domain; the channel's readiness set.
   Status create_channel_memory(bool first);

@@ -119,12 +119,13 @@ void RdmaStream::on_answer(const ChannelAnswer* answer) {
 }
 
 Status RdmaStream::open_on_link(const std::shared_ptr<StreamLink>& link, const Pairing& pairing,
-                                const StreamOptions& sized, uint32_t server_ring_log2, std::unique_ptr<RdmaStream>* out,
+                                StreamOptions sized, uint32_t server_ring_log2, std::unique_ptr<RdmaStream>* out,
                                 uint16_t* redirect_port, DeclineReason* declined) {
   // Declared before the lock: a stream that fails here is destroyed after the lock is let go (its
   // destructor takes the link's lock).
   std::unique_ptr<RdmaStream> stream;
   std::unique_lock lock(link->mu());
+  sized.recv_queue_depth = static_cast<uint16_t>(link->channel_depth(sized.recv_queue_depth));
   int slot = link->take_free_slot();
   if (slot < 0) return Status::kResources;
   if (link->stopped() || link->disconnected() || !link->has_room_for(sized.recv_queue_depth + 1)) {
@@ -192,10 +193,10 @@ Status RdmaStream::open_on_link(const std::shared_ptr<StreamLink>& link, const P
 }
 
 Status RdmaStream::accept_on_link(const std::shared_ptr<StreamLink>& link, uint32_t slot, const ChannelOpen& open,
-                                  uint64_t server_nonce, const StreamOptions& sized,
-                                  std::unique_ptr<RdmaStream>* out) {
+                                  uint64_t server_nonce, StreamOptions sized, std::unique_ptr<RdmaStream>* out) {
   std::unique_ptr<RdmaStream> stream;  // before the lock, as in open_on_link
   std::unique_lock lock(link->mu());
+  sized.recv_queue_depth = static_cast<uint16_t>(link->channel_depth(sized.recv_queue_depth));
   ChannelAnswer answer{};
   answer.magic = kSetupMagic;
   answer.version = kProtocolVersion;

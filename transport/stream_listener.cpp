@@ -450,7 +450,8 @@ Status StreamListener::accept_held(size_t index, uint64_t server_nonce, const St
     }
   }
   uint32_t wanted = RdmaStream::first_ring_log2(sized);
-  PinReservation pin(wanted, held.request.ring_size_log2, stream_fixed_pin(options.send_queue_depth));
+  PinReservation pin(wanted, held.request.ring_size_log2, stream_fixed_pin(options.send_queue_depth),
+                     RdmaStream::ring_grows(sized));
   if (pin.choice().ring_log2 == 0) {
     say_no(held, DeclineReason::kPinLimit);
     return Status::kPinLimit;

@@ -167,7 +167,7 @@ Status RdmaStream::connect_once(const sockaddr* address, const Pairing& pairing,
   uint32_t server_start_log2 = grows ? std::min(first_ring_log2(options), options.max_peer_ring_size_log2)
                                      : options.max_peer_ring_size_log2;
   PinReservation pin = PinReservation::for_client(first_ring_log2(options), server_start_log2,
-                                                  stream_fixed_pin(options.send_queue_depth));
+                                                  stream_fixed_pin(options.send_queue_depth), grows);
   if (pin.choice().ring_log2 == 0) return Status::kPinLimit;
   StreamOptions sized = options;
   set_first_ring(&sized, pin.choice().ring_log2);
@@ -180,7 +180,7 @@ Status RdmaStream::connect_once(const sockaddr* address, const Pairing& pairing,
   // connection, which this stream's own connection must not wait out (the server may be accepting
   // this one first, and waiting for its request).
   bool making = false;
-  if (std::shared_ptr<StreamLink> link = find_link(address, sized.recv_queue_depth + 1,
+  if (std::shared_ptr<StreamLink> link = find_link(address, sized.recv_queue_depth,
                                                    std::chrono::milliseconds(options.timeout_ms / 4), &making)) {
     Pairing paired = pairing;
     if (std::all_of(std::begin(paired.tuple.client_addr), std::end(paired.tuple.client_addr),

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "pin_budget.h"
+
 namespace tcp2rdma::tools::doctor {
 namespace {
 
@@ -44,6 +46,16 @@ TEST(DoctorMemlock, DebiansDefaultHoldsEightyConnections) {
   EXPECT_EQ(fit.per_connection, 64 * kKiB + kMailboxes);
   EXPECT_EQ(fit.connections, 80u);
   EXPECT_FALSE(fit.capped);
+}
+
+TEST(DoctorMemlock, RingsThatGrowStartAtEightKibibytesOnceAnEighthIsPinned) {
+  // The module's rings grow (64 KiB to 1 MiB by default): after 1 MiB of the 8 MiB is pinned (eleven
+  // connections of 96 KiB), later connections start at 8 KiB (16 + 32 KiB with the mailboxes).
+  FirstRings fit = first_rings_within(8 * kMiB, 16, true);
+  EXPECT_EQ(fit.ring_log2, 15u);
+  EXPECT_EQ(fit.last_ring_log2, tcp2rdma::transport::kCrowdRingLog2);
+  EXPECT_GT(fit.connections, 140u);
+  EXPECT_LT(fit.connections, 150u);
 }
 
 TEST(DoctorMemlock, ALargeLimitGivesEveryConnectionItsSixtyFourKibibyteRing) {

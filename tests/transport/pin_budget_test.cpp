@@ -60,6 +60,35 @@ TEST(PinBudget, SixtyFourStreamsFitInEightMebibytes) {
   EXPECT_LE(state.pinned, 8 * kMiB - 8 * kMiB / 16);  // a sixteenth is always left free
 }
 
+TEST(PinBudget, ACrowdedProcessStartsGrowingRingsAt8KiB) {
+  // Below an eighth of the limit pinned, a first ring is what the rule says; from there on, 8 KiB.
+  EXPECT_EQ(crowded_first_ring_log2(16, PinState{}), 16u);  // nothing bounds it: never crowded
+  EXPECT_EQ(crowded_first_ring_log2(16, limited(256 * kMiB, 32 * kMiB - 1)), 16u);
+  EXPECT_EQ(crowded_first_ring_log2(16, limited(256 * kMiB, 32 * kMiB)), kCrowdRingLog2);
+  EXPECT_EQ(crowded_first_ring_log2(12, limited(256 * kMiB, 200 * kMiB)), 12u);  // never larger than asked
+}
+
+TEST(PinBudget, TenThousandGrowingStreamsFitInAGibibyteMachine) {
+  // Issue 17's target: 10 000 connections in a 1 GiB machine (the limit is a quarter: 256 MiB) with
+  // the default rule (rings start at 64 KiB and grow), each stream a channel of a link: its ring,
+  // the mailbox page after it and the peer's ring mirrored, as large (the outgoing slots are the
+  // link's). Without crowding the first rings refuse the last few thousand.
+  auto fill = [](bool crowding) {
+    PinState state = limited(256 * kMiB);
+    int made = 0;
+    while (made < 10000) {
+      uint32_t first = crowding ? crowded_first_ring_log2(16, state) : 16;
+      uint32_t r = ring_log2_within(first, first, stream_fixed_pin(272), state);
+      if (r == 0) break;
+      state.pinned += 2 * (uint64_t{1} << r) + 4096;
+      ++made;
+    }
+    return made;
+  };
+  EXPECT_EQ(fill(true), 10000);
+  EXPECT_LT(fill(false), 3000);
+}
+
 TEST(PinBudget, TheSmallestRingMayTakeMoreThanAShare) {
   // 1 MiB: a share is 16 KiB, less than even the smallest stream; it is made while the limit holds it.
   uint64_t fixed = stream_fixed_pin(320);

@@ -93,13 +93,19 @@ RingPlan ring_plan(uint64_t largest_buffer_size) {
   return RingPlan{std::min(grown, kModuleStartRingLog2), grown};
 }
 
-FirstRings first_rings_within(uint64_t limit, uint32_t start_log2) {
+FirstRings first_rings_within(uint64_t limit, uint32_t start_log2, bool grows) {
   const uint64_t fixed = transport::stream_fixed_pin(kSendQueueDepth);
   FirstRings out;
   uint64_t pinned = 0;
-  while (uint32_t r = transport::ring_log2_within(start_log2, 0, fixed, limited_to(limit, pinned))) {
+  auto next_ring = [&] {
+    PinState state = limited_to(limit, pinned);
+    uint32_t first = grows ? transport::crowded_first_ring_log2(start_log2, state) : start_log2;
+    return transport::ring_log2_within(first, 0, fixed, state);
+  };
+  while (uint32_t r = next_ring()) {
     uint64_t cost = (uint64_t{2} << r) + fixed;  // peer_log2 0: the peer's ring as large as ours
-    if (out.connections == 0) out = FirstRings{0, r, cost, false};
+    if (out.connections == 0) out = FirstRings{0, r, r, cost, false};
+    out.last_ring_log2 = r;
     pinned += cost;
     if (++out.connections == kCountCap) {
       out.capped = true;
@@ -128,7 +134,7 @@ Check judge_memlock(const MemlockFacts& facts, const RingPlan& plan) {
   if (!limit) {
     return passed("memlock", "RLIMIT_MEMLOCK unlimited and the memory size unknown: nothing bounds pinned memory");
   }
-  FirstRings first = first_rings_within(*limit, plan.start_log2);
+  FirstRings first = first_rings_within(*limit, plan.start_log2, plan.start_log2 < plan.grown_log2);
   std::string finding = describe_limit(facts, *limit) + ": ";
   if (first.connections == 0) {
     uint32_t smallest = std::min(plan.start_log2, transport::kSmallestBudgetRingLog2);
@@ -137,8 +143,11 @@ Check judge_memlock(const MemlockFacts& facts, const RingPlan& plan) {
   } else {
     finding += (first.capped ? "at least " : "about ") + std::to_string(first.connections) +
                " connections fit on RDMA at once (" + format_bytes(uint64_t{1} << first.ring_log2) + " rings, " +
-               format_bytes(first.per_connection) + " pinned each with the peer's mirror and the mailboxes)" +
-               describe_growth(*limit, plan);
+               format_bytes(first.per_connection) + " pinned each with the peer's mirror and the mailboxes" +
+               (first.last_ring_log2 < first.ring_log2
+                    ? "; the later ones " + format_bytes(uint64_t{1} << first.last_ring_log2) + " rings"
+                    : std::string()) +
+               ")" + describe_growth(*limit, plan);
   }
   if (first.connections < kFailBelowConnections) {
     return failed("memlock", finding,

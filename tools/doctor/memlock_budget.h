@@ -47,6 +47,7 @@ inline constexpr uint32_t kSendQueueDepth = 2 * config::ConnectionOptions{}.recv
 struct FirstRings {
   uint64_t connections = 0;
   uint32_t ring_log2 = 0;       // the first connection's ring (later ones may get smaller rings)
+  uint32_t last_ring_log2 = 0;  // the last one's
   uint64_t per_connection = 0;  // what that first connection pins: its ring, the peer's mirror, mailboxes
   bool capped = false;          // counting stopped at kCountCap: "at least"
 };
@@ -54,7 +55,9 @@ inline constexpr uint64_t kCountCap = 10'000'000;
 
 // Connections made one after another until the next one finds no room, each taking the ring
 // ring_log2_within() gives it with what the earlier ones pinned, its peer's ring as large as its own.
-FirstRings first_rings_within(uint64_t limit, uint32_t start_log2);
+// `grows`: the rings grow later (the rules' buffer_size is above the start), so that a crowded
+// process starts them at 8 KiB (transport::crowded_first_ring_log2).
+FirstRings first_rings_within(uint64_t limit, uint32_t start_log2, bool grows = false);
 
 struct GrownRings {
   uint64_t connections = 0;  // how many at once could hold a ring of 2^wanted
