@@ -35,7 +35,7 @@ struct ConnectionOptions {
   uint64_t inline_threshold = 64;            // sends this small go inline in the work request
   uint32_t send_queue_depth = 128;
   uint32_t recv_queue_depth = 128;
-  uint32_t link_channels = 128;  // connections a link (one queue pair to a peer process) is sized for
+  uint32_t link_channels = 96;  // connections a link (one queue pair to a peer process) is sized for
   uint64_t connect_timeout_us = 2 * kMicrosPerSecond;   // rdma_cm address/route/connect
   uint64_t upgrade_timeout_us = 5 * kMicrosPerSecond;   // whole upgrade, then the connection stays TCP
   uint64_t keepalive_us = 10 * kMicrosPerSecond;        // idle time before a liveness probe

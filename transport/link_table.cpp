@@ -127,6 +127,19 @@ bool linked_to(const sockaddr* address) {
   return false;
 }
 
+int crowded_to(const sockaddr* address, int depth) {
+  Table& t = table();
+  std::lock_guard lock(t.mu);
+  if (t.owner != getpid()) return 0;
+  int largest = 0;
+  for (Entry& e : t.entries) {
+    if (!same_address(e.address, address)) continue;
+    std::lock_guard link_lock(e.link->mu());
+    if (e.link->live_but_full(depth)) largest = std::max(largest, e.link->receive_capacity());
+  }
+  return largest;
+}
+
 void remember_link(const sockaddr* address, const std::shared_ptr<StreamLink>& link) {
   Table& t = table();
   std::lock_guard lock(t.mu);

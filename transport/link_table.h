@@ -24,6 +24,9 @@ std::shared_ptr<StreamLink> find_link(const sockaddr* address, int depth, std::c
 // Whether this process has a live link to `address`, without waiting: a stream to it would be a
 // channel opened in one round trip.
 bool linked_to(const sockaddr* address);
+// The receives of the largest live link to `address` that is full for a channel whose rule says
+// `depth`, or 0: the next link to it is then made for a crowd (StreamLink::size_for_crowd).
+int crowded_to(const sockaddr* address, int depth);
 // Remembers `link` as one to `address`.
 void remember_link(const sockaddr* address, const std::shared_ptr<StreamLink>& link);
 // The caller's making of a link to `address` (find_link) is over.

@@ -41,7 +41,7 @@ struct StreamOptions {
   uint16_t send_queue_depth = 320;  // at least the peer's receive depth plus signalling headroom
   // Channels a link made for this stream is sized for (its receive queue: each channel takes its
   // depth and one more), as far as the device and StreamLink::kLinkReceives allow.
-  uint16_t link_channels = 128;
+  uint16_t link_channels = 96;
   int timeout_ms = 5000;            // setup, and how long close() waits for its bytes to be acknowledged
   size_t zcopy_threshold = 64 * 1024;  // a contiguous piece at least this long goes from the caller's
                                        // buffer by RDMA Write (0: never)

@@ -60,7 +60,9 @@ Status StreamLink::create(const StreamOptions& options) {
   ibv_device_attr device{};
   if (ibv_query_device(id_->verbs, &device) != 0) return Status::kResources;
   int first_quota = options.recv_queue_depth + 1 + static_cast<int>(kSetupSlots);
-  int full_link = std::max(1, int{options.link_channels}) * (options.recv_queue_depth + 1) + static_cast<int>(kSetupSlots);
+  // A crowd's link (size_for_crowd) takes twice the full one's, if the options say less.
+  int sized_for = std::max(1, int{options.link_channels}) * (options.recv_queue_depth + 1) + static_cast<int>(kSetupSlots);
+  int full_link = std::max(crowd_receives_, sized_for);
   receive_capacity_ = std::max(first_quota, std::min({kLinkReceives, full_link, device.max_qp_wr,
                                                      device.max_cqe - options.send_queue_depth}));
   int cq_size = options.send_queue_depth + receive_capacity_;

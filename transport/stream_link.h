@@ -75,6 +75,18 @@ class StreamLink {
   // the registration cache (when zero-copy is on), posts every receive (so RNR is impossible from the
   // start), and the wait sets.
   Status create(const StreamOptions& options);
+  // Before create(): the link is made because another link to (or from) the same peer, of
+  // `full_receives` receives, is full: its receive queue takes twice that (as far as the device
+  // allows, kLinkReceives at most) if the options' link_channels say less. A process with thousands
+  // of connections to a peer gets a few large links (the default's 12448 receives, then 16384), while
+  // a server with clients in many processes pays for a link of the options' size each.
+  void size_for_crowd(int full_receives) { crowd_receives_ = 2 * full_receives; }
+  int receive_capacity() const { return receive_capacity_; }
+  // Whether a channel whose rule says `depth` finds no room here, the link being live otherwise
+  // (a full link: the next one to its peer is sized for a crowd).
+  bool live_but_full(int depth) const {
+    return !stopped() && !disconnected() && !has_room_for(channel_depth(depth) + 1);
+  }
   // Once the cm channel carries only this connection's events (the client's from the start, the
   // server's after the accept): its events wake the link's sleeper, and its channels' pollers (each
   // channel adds cm_fd() to its own readiness set).
@@ -137,9 +149,10 @@ class StreamLink {
   bool has_room_for(int receives) const { return receives_fit(receives); }
   // The depth (receive quota less one) of a new channel whose rule says `wanted`: `wanted` while the
   // link carries fewer than kDeepChannels channels, then kShallowDepth. A link's receives are all the
-  // bound on its channels and cannot grow after it is made: at the default depth (128) a link of 16384
-  // receives carried 126 connections, and 10 000 took 80 queue pairs; with only the first 16 deep,
-  // the same receives carry 2867 (docs/links.md, "Messages on a link"). The deep ones keep the rule's
+  // bound on its channels and cannot grow after it is made: a link of the default size (96 channels
+  // of the default depth, 128: 12448 receives) carried 96 connections, and 10 000 took 105 queue
+  // pairs; with only the first 16 deep the same receives carry 2080, and a crowd's link of 16384
+  // (size_for_crowd) 2867 (docs/links.md, "Messages on a link"). The deep ones keep the rule's
   // depth for the few bulk connections most programs make to a peer; among thousands, messages in
   // flight per connection matter less than the connection being on RDMA at all. Each side chooses
   // its own and tells the other in the open or answer, as before.
@@ -261,6 +274,7 @@ class StreamLink {
   std::vector<int> sends_by_channel_;  // by index
   void free_retired_if_done(uint32_t index);
   int receive_capacity_ = 0;
+  int crowd_receives_ = 0;
   size_t live_channels_ = 0;  // attached and not retired (attached())
   int receives_reserved_ = 0;
   int receives_posted_ = 0;

@@ -476,6 +476,9 @@ Status StreamListener::accept_held(size_t index, uint64_t server_nonce, const St
     reject(held.id);
     return Status::kReset;
   }
+  if (int full = crowded_from(rdma_get_peer_addr(held.id), sized.recv_queue_depth); full > 0) {
+    stream->link_->size_for_crowd(full);
+  }
   Status s = stream->create_resources(held.id, sized);
   if (s == Status::kOk) s = stream->start(held.request.ring_size_log2, held.request.rkey, held.request.queue_depth, false);
   if (s != Status::kOk) {
@@ -501,6 +504,22 @@ Status StreamListener::accept_held(size_t index, uint64_t server_nonce, const St
   ++counters_.accepted;
   *out = std::move(stream);
   return Status::kOk;
+}
+
+int StreamListener::crowded_from(const sockaddr* peer, int depth) const {
+  // By host, not by port: each of the client's links comes from an rdma_cm port of its own. Another
+  // process of that host whose link is full makes this one a crowd's too (a larger queue, no more).
+  uint8_t host[16];
+  uint8_t family = tuple_address(peer, host);
+  if (family == 0) return 0;
+  int largest = 0;
+  for (const std::shared_ptr<StreamLink>& link : links_) {
+    uint8_t other[16];
+    if (tuple_address(rdma_get_peer_addr(link->id()), other) != family || std::memcmp(host, other, 16) != 0) continue;
+    std::lock_guard lock(link->mu());
+    if (link->live_but_full(depth)) largest = std::max(largest, link->receive_capacity());
+  }
+  return largest;
 }
 
 Status RdmaStream::await_established() {

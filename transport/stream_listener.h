@@ -126,6 +126,10 @@ class StreamListener {
   void remove_held(size_t index);
   // The index of the held request for `tuple`, or held_.size().
   size_t find_held(const TcpTuple& tuple) const;
+  // The receives of the largest live link of ours from the host `peer` that is full for a channel
+  // whose rule says `depth`, or 0: the client's next link is then a crowd's (StreamLink::
+  // size_for_crowd), as the client sizes its own.
+  int crowded_from(const sockaddr* peer, int depth) const;
   // A link of a stream accepted here starts or stops ringing our bell and waking our set.
   void serve_link(const std::shared_ptr<StreamLink>& link);
   void drop_link(StreamLink& link);

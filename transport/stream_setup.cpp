@@ -222,6 +222,7 @@ Status RdmaStream::connect_once(const sockaddr* address, const Pairing& pairing,
   if (Status s = expect_cm_event(channel, options.timeout_ms, RDMA_CM_EVENT_ROUTE_RESOLVED); s != Status::kOk) {
     return s;
   }
+  if (int full = crowded_to(address, sized.recv_queue_depth); full > 0) stream->link_->size_for_crowd(full);
   if (Status s = stream->create_resources(id, sized); s != Status::kOk) return s;
   // Our ring and mailbox slots are registered (VmPin has them); the bounce buffer, as large as the
   // server's ring at most, comes after its reply.

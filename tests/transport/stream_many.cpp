@@ -6,7 +6,7 @@
 // Environment: MANY_RING_LOG2 is the ring each side asks for (default 16: 64 KiB); what each got (a
 // memory lock limit may make it smaller, transport/pin_budget.h) is printed at the end. MANY_DEPTH is
 // each stream's receive queue depth (default 16), which decides how many share a link's receives;
-// MANY_LINK_CHANNELS, the channels of that depth a link is sized for (default 128);
+// MANY_LINK_CHANNELS, the channels of that depth a link is sized for (default 96);
 // MANY_MIN_ON_LINKS, if set, the fewest streams that must have opened on a live link;
 // MANY_MAX_DEVICE_KB, if set, the most memory the device may map into the process (the links' queues,
 // read from /proc/self/smaps while every stream is open); MANY_MAX_LOOKS_PER_STREAM, if set, the most
