@@ -85,6 +85,11 @@ std::shared_ptr<StreamLink> live_link(Table& t, const sockaddr* address, int dep
     std::lock_guard link_lock(e.link->mu());
     if (!e.link->stopped() && !e.link->disconnected() && e.link->has_setup_areas() &&
         e.link->has_room_for(e.link->channel_depth(depth) + 1)) {
+      // In use again: its idle time starts anew when its channels are gone. Without this, a link
+      // seen idle once kept that moment through the use that followed (tidy runs only at lookups),
+      // and went at the next lookup after a use longer than kIdleLinger: every other connection of
+      // a process that makes one at a time paid for a queue pair by rdma_cm.
+      e.idle_since = {};
       return e.link;
     }
   }

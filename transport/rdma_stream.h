@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -107,6 +108,11 @@ struct Readiness {
 struct Pairing {
   TcpTuple tuple{};
   uint64_t client_nonce = 0;
+  // What the client writes first on the stream, when it knows before the connect (at most
+  // kOpenFirstBytes). A channel opened on a live link carries them in its open: they are then the
+  // first bytes the server reads (first_bytes_carried()), and the client must not write them again.
+  // A stream made by rdma_cm carries none: the client writes them as any bytes.
+  std::span<const uint8_t> first_bytes{};
 };
 uint64_t random_nonce();  // from getrandom(2)
 
@@ -217,7 +223,8 @@ class RdmaStream {
   PathCheck check_path(bool probe);
   // Bytes that belong before the first byte the peer sends on this stream: the tail of the TCP
   // connection a stream takes over (the preload layer's switch). read() and readiness() serve
-  // them first. Called once, before the stream is handed to anyone else.
+  // them first, then what the prefix held before (a client's first bytes its open carried, not yet
+  // read). Called once, before the stream is handed to anyone else.
   void set_unread_prefix(std::vector<uint8_t> bytes);
 
   // Waiting for the stream's readiness (channel_readiness.h): a poller subscribes a news list of its
@@ -270,6 +277,9 @@ class RdmaStream {
   uint64_t ring_grows_to() const { return uint64_t{1} << options_.ring_size_log2; }
   // Opened as a channel on a link another stream had made (docs/links.md), not by rdma_cm.
   bool opened_on_link() const { return link_open_; }
+  // The stream's first bytes from the client came in its open (Pairing::first_bytes): on a client's
+  // stream, the server has them (not to be written again); on a server's, the client sent them so.
+  bool first_bytes_in_open() const { return first_bytes_in_open_; }
   const TcpTuple& tuple() const { return tuple_; }
 
  private:
@@ -513,6 +523,7 @@ class RdmaStream {
   bool peer_aborted_ = false;
   bool release_owed_ = false;  // the peer released: our release answers it
   bool link_open_ = false;     // opened on a live link (no rdma_cm connection of its own)
+  bool first_bytes_in_open_ = false;  // the client's first bytes went in its open (Pairing)
   enum class OpenState { kNone, kWaiting, kAccepted, kRefused, kFailed };
   OpenState open_state_ = OpenState::kNone;
   int open_slot_ = -1;  // the setup slot our open waits in

@@ -24,7 +24,7 @@ bool valid_answer(const ChannelAnswer& a) {
 
 bool valid_open(const ChannelOpen& o) {
   return o.magic == kSetupMagic && o.version == kProtocolVersion && o.kind == kOpenKind && o.ring_size_log2 >= 10 &&
-         o.ring_size_log2 <= 29 && o.queue_depth >= 4 && o.client_channel != kLinkChannel &&
+         o.ring_size_log2 <= 29 && o.queue_depth >= 4 && o.first_length <= kOpenFirstBytes && o.client_channel != kLinkChannel &&
          o.client_channel < kMaxChannels && (o.tuple.family == AF_INET || o.tuple.family == AF_INET6) &&
          (o.max_server_ring_log2 == 0 || (o.max_server_ring_log2 >= 10 && o.max_server_ring_log2 <= 29));
 }
@@ -160,6 +160,12 @@ Status RdmaStream::open_on_link(const std::shared_ptr<StreamLink>& link, const P
   open.client_channel = static_cast<uint16_t>(stream->index_);
   open.tuple = pairing.tuple;
   open.client_nonce = pairing.client_nonce;
+  // The stream's first bytes ride in the open when they fit; else the caller writes them as usual.
+  bool carries_first = !pairing.first_bytes.empty() && pairing.first_bytes.size() <= kOpenFirstBytes;
+  if (carries_first) {
+    open.first_length = static_cast<uint8_t>(pairing.first_bytes.size());
+    std::memcpy(open.first_bytes, pairing.first_bytes.data(), pairing.first_bytes.size());
+  }
   link->awaiting[slot] = StreamLink::Awaiting{stream.get(), stream->index_, pairing.client_nonce, true};
   stream->open_state_ = OpenState::kWaiting;
   stream->open_slot_ = slot;
@@ -179,6 +185,7 @@ Status RdmaStream::open_on_link(const std::shared_ptr<StreamLink>& link, const P
   }
   switch (stream->open_state_) {
     case OpenState::kAccepted:
+      stream->first_bytes_in_open_ = carries_first;
       *out = std::move(stream);
       return Status::kOk;
     case OpenState::kRefused:
@@ -218,6 +225,9 @@ Status RdmaStream::accept_on_link(const std::shared_ptr<StreamLink>& link, uint3
   stream->client_nonce_ = open.client_nonce;
   stream->server_nonce_ = server_nonce;
   stream->peer_index_ = open.client_channel;
+  // The client's first bytes (valid_open bounded their length) are read before its ring's.
+  stream->prefix_.assign(open.first_bytes, open.first_bytes + open.first_length);
+  stream->first_bytes_in_open_ = open.first_length > 0;
   Status s = stream->create_channel_memory(false);
   if (s == Status::kOk) s = link->reserve_receives(stream->receive_quota());
   if (s == Status::kOk) s = stream->start(open.ring_size_log2, open.rkey, open.queue_depth, false);

@@ -230,6 +230,9 @@ void RdmaStream::set_unread_prefix(std::vector<uint8_t> bytes) {
   OwnCalls own;  // own_calls.h
   {
     std::lock_guard lock(mu_);
+    // Ahead of what the prefix still holds: those are the peer's bytes on the stream (the first
+    // bytes its open carried), which follow its TCP tail.
+    bytes.insert(bytes.end(), prefix_.begin() + static_cast<std::ptrdiff_t>(prefix_pos_), prefix_.end());
     prefix_ = std::move(bytes);
     prefix_pos_ = 0;
   }

@@ -206,7 +206,7 @@ Status StreamLink::reserve_receives(int receives) {
 }
 
 Status StreamLink::post_setup_record(const void* record, uint32_t op, uint32_t slot) {
-  uint8_t* source = next_mailbox_slot();  // 64 bytes, registered: what the adapter reads from
+  uint8_t* source = next_mailbox_slot();  // 96 bytes, registered: what the adapter reads from
   std::memcpy(source, record, kSetupRecordBytes);
   ibv_sge sge{reinterpret_cast<uint64_t>(source), kSetupRecordBytes, mailbox_out_mr_->lkey};
   ibv_send_wr wr{};

@@ -268,7 +268,8 @@ class StreamLink {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  static constexpr uint32_t kSetupRecordBytes = 64;
+  static constexpr uint32_t kSetupRecordBytes = kSetupRecord;
+  static_assert(kSetupRecordBytes <= kMailboxSlot, "a setup record is sent from a mailbox slot");
   std::vector<RdmaStream*> channels_;  // by index; [kLinkChannel] is always empty
   std::vector<std::optional<Retired>> retired_;  // by index
   std::vector<int> sends_by_channel_;  // by index

@@ -8,7 +8,9 @@
 namespace tcp2rdma::transport {
 
 inline constexpr uint16_t kSetupMagic = 0x7452;  // "Rt"
-inline constexpr uint8_t kProtocolVersion = 4;  // 4: the mailbox carries ring moves
+// 4: the mailbox carries ring moves; 5: a channel's open carries the client's first bytes on the
+// stream (docs/links.md, "Short-lived connections") and setup records are 96 bytes.
+inline constexpr uint8_t kProtocolVersion = 5;
 
 // The TCP connection a stream belongs to, as its client sees it. IPv4 addresses sit in the first four
 // bytes of the 16 and the rest is zero.
@@ -153,14 +155,14 @@ inline constexpr uint32_t imm_channel(uint32_t imm) { return (imm >> kImmArgBits
 inline constexpr uint32_t imm_arg(uint32_t imm) { return imm & kImmArgMask; }
 
 // Messages of the link itself (channel index kLinkChannel): an RDMA Write with immediate of one
-// 64-byte record into a slot of the peer's setup area (after the first channel's ring and mailbox, in
+// 96-byte record into a slot of the peer's setup area (after the first channel's ring and mailbox, in
 // that registration), whose immediate's argument says what it is (bits 12-15) and which slot (bits
 // 0-11). The client opens a channel with a ChannelOpen in slot s; the server answers in the client's
 // slot s with a ChannelAnswer (docs/links.md, "Opening a channel on a live link").
 inline constexpr uint32_t kLinkOpen = 1;
 inline constexpr uint32_t kLinkAnswer = 2;
 inline constexpr uint32_t kSetupSlots = 64;     // opens a client may have unanswered on a link
-inline constexpr uint32_t kSetupRecord = 64;    // bytes a slot
+inline constexpr uint32_t kSetupRecord = 96;    // bytes a slot (64 before version 5)
 inline constexpr uint32_t kSetupArea = kSetupSlots * kSetupRecord;
 inline constexpr uint32_t link_imm_arg(uint32_t op, uint32_t slot) { return op << 12 | (slot & 0xfff); }
 inline constexpr uint32_t link_op(uint32_t arg) { return arg >> 12; }
@@ -169,7 +171,12 @@ inline constexpr uint32_t link_slot(uint32_t arg) { return arg & 0xfff; }
 inline constexpr uint8_t kOpenKind = 1;
 inline constexpr uint8_t kAcceptKind = 2;
 inline constexpr uint8_t kRefuseKind = 3;
-// A new stream on a live link: what a ConnectRequest says, plus the client's index of the channel.
+// A new stream on a live link: what a ConnectRequest says, plus the client's index of the channel and
+// the stream's first bytes from the client (at most kOpenFirstBytes, none when first_length is 0):
+// the server's stream reads them ahead of anything the client writes into its ring, so that a client
+// saves a round trip on what it says first (the switch's HELLO: docs/links.md, "Short-lived
+// connections"). They count in neither side's ring cursors.
+inline constexpr uint32_t kOpenFirstBytes = 16;
 struct [[gnu::packed]] ChannelOpen {
   uint16_t magic;
   uint8_t version;
@@ -177,13 +184,15 @@ struct [[gnu::packed]] ChannelOpen {
   uint8_t ring_size_log2;
   uint8_t max_server_ring_log2;
   uint8_t queue_depth;
-  uint8_t reserved;
+  uint8_t first_length;     // 0..kOpenFirstBytes
   uint32_t rkey;            // of the client's ring for this channel, then its mailbox
   uint16_t client_channel;  // where the server's messages for this channel go
   uint8_t reserved2[2];
   TcpTuple tuple;
   uint64_t client_nonce;
   uint8_t pad[2];
+  uint8_t first_bytes[kOpenFirstBytes];
+  uint8_t pad2[16];
 };
 static_assert(sizeof(ChannelOpen) == kSetupRecord);
 
@@ -203,7 +212,7 @@ struct [[gnu::packed]] ChannelAnswer {
   uint64_t server_nonce;
   uint16_t redirect_port;   // a refusal that sends the client to another port (a pre-fork server's
                             // worker: docs/protocol.md, "Redirect"); 0 otherwise
-  uint8_t pad[30];
+  uint8_t pad[62];
 };
 static_assert(sizeof(ChannelAnswer) == kSetupRecord);
 

@@ -150,7 +150,7 @@ Step read_peer_tail(int fd, uint64_t tail, bool peer_ended, const NoncePair& non
 // had already ended its TCP sending side, nothing: the TCP end marks the boundary), which the client
 // reads the same way. The TCP bytes read by the switch go ahead of the stream's (its prefix).
 UpgradeOutcome switch_onto(int fd, TrackedSocket* socket, UpgradeSession* session,
-                           std::unique_ptr<transport::RdmaStream> stream, bool is_client) {
+                           std::unique_ptr<transport::RdmaStream> stream, bool is_client, const Hello* in_open) {
   Hello ours;
   uint64_t received = 0;
   if (!session->freeze(&ours.tcp_bytes, &received, &ours.tcp_ended)) {
@@ -169,7 +169,8 @@ UpgradeOutcome switch_onto(int fd, TrackedSocket* socket, UpgradeSession* sessio
   std::vector<uint8_t> tcp_tail;
   NoncePair nonces = nonce_pair(stream->client_nonce(), stream->server_nonce());
   auto record = encode_record(nonces);
-  Step step = exchange_counts(*stream, ours, received, is_client, max_tcp_tail(), deadline, after_ack, &peer, &tail);
+  Step step = exchange_counts(*stream, ours, received, is_client, max_tcp_tail(), deadline, after_ack, in_open, &peer,
+                              &tail);
   if (step.kind == Step::kGoOn && is_client) {
     if (TcpResult r = tcp_exchange(fd, record.data(), record.size(), true, after_ack); !r.ok()) {
       step = {Step::kBroken, "could not write the switch record on TCP", tcp_words(r, record.size())};

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "stats/stats_segment.h"
+#include "upgrade/switch_frames.h"
 
 namespace tcp2rdma::transport {
 class RdmaStream;
@@ -31,8 +32,9 @@ struct UpgradeOutcome {
 
 // Switches fd (socket) onto `stream`, which is established with the peer's tcp2rdma; on success the
 // socket has its stream. The session's phase goes from on TCP to switching here (or the switch does
-// not happen: the session was settled first).
+// not happen: the session was settled first). `in_open`: the HELLO a client's channel open carried
+// (RdmaStream::first_bytes_in_open), else null.
 UpgradeOutcome switch_onto(int fd, TrackedSocket* socket, UpgradeSession* session,
-                           std::unique_ptr<transport::RdmaStream> stream, bool is_client);
+                           std::unique_ptr<transport::RdmaStream> stream, bool is_client, const Hello* in_open);
 
 }  // namespace tcp2rdma::preload

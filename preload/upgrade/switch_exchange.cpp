@@ -57,11 +57,39 @@ bool stream_write_all(transport::RdmaStream& stream, const uint8_t* buf, size_t 
 
 }  // namespace
 
+namespace {
+
+// The peer's HELLO checked against what this side read of its TCP bytes: how many are left, or
+// nullopt when it cannot be true. A client never says its TCP ended: its shutdown() keeps the
+// connection on TCP (it could write no record after its end, and the server needs the client's record).
+std::optional<uint64_t> left_after(const std::optional<Hello>& hello, uint64_t received, bool is_client,
+                                   uint64_t tail_cap) {
+  if (!hello || (hello->tcp_ended && !is_client)) return std::nullopt;
+  return bytes_left_on_tcp(hello->tcp_bytes, received, tail_cap);
+}
+
+// A frame of the peer after our ACK (its ACK, or a client's restated HELLO): a failure here splits
+// the counts, unless the peer gave up (an abort) before any byte of it.
+SwitchStep read_after_ack(transport::RdmaStream& stream, Deadline deadline, std::array<uint8_t, kAckSize>* frame) {
+  size_t got = 0;
+  if (stream_read_exact(stream, frame->data(), frame->size(), deadline, &got)) return {};
+  if (got == 0 && stream.peer_aborted()) {
+    return {SwitchStep::kStaysTcp, "the peer gave up before its ACK (it ended the stream instead)"};
+  }
+  return {SwitchStep::kBroken, "the peer's ACK is missing"};
+}
+
+}  // namespace
+
 SwitchStep exchange_counts(transport::RdmaStream& stream, const Hello& ours, uint64_t received, bool is_client,
-                           uint64_t tail_cap, Deadline deadline, Deadline ack_deadline, Hello* peer, uint64_t* tail) {
-  auto hello = encode_hello(ours);
-  if (!stream_write_all(stream, hello.data(), hello.size())) {
-    return {SwitchStep::kStaysTcp, "the RDMA connection failed at HELLO"};
+                           uint64_t tail_cap, Deadline deadline, Deadline ack_deadline, const Hello* in_open,
+                           Hello* peer, uint64_t* tail) {
+  bool restate = in_open != nullptr && *in_open != ours;
+  if (in_open == nullptr || restate) {
+    auto hello = encode_hello(ours);
+    if (!stream_write_all(stream, hello.data(), hello.size())) {
+      return {SwitchStep::kStaysTcp, "the RDMA connection failed at HELLO"};
+    }
   }
   std::array<uint8_t, kHelloSize> peer_hello{};
   size_t got = 0;
@@ -69,24 +97,32 @@ SwitchStep exchange_counts(transport::RdmaStream& stream, const Hello& ours, uin
     return {SwitchStep::kStaysTcp, "no HELLO from the peer"};
   }
   std::optional<Hello> decoded = decode_hello(peer_hello);
-  // A client never says its TCP ended: its shutdown() keeps the connection on TCP (it could write no
-  // record after its end, and the server needs the client's record).
-  std::optional<uint64_t> left = decoded && !(decoded->tcp_ended && !is_client)
-                                     ? bytes_left_on_tcp(decoded->tcp_bytes, received, tail_cap)
-                                     : std::nullopt;
+  std::optional<uint64_t> left = left_after(decoded, received, is_client, tail_cap);
   if (!left) return {SwitchStep::kStaysTcp, "the peer's HELLO is malformed or claims an impossible byte count"};
   auto ack = encode_ack(decoded->tcp_bytes);
   if (!stream_write_all(stream, ack.data(), ack.size())) {
     return {SwitchStep::kStaysTcp, "the RDMA connection failed at ACK"};
   }
-  std::array<uint8_t, kAckSize> peer_ack{};
-  if (!stream_read_exact(stream, peer_ack.data(), peer_ack.size(), ack_deadline, &got)) {
-    if (got == 0 && stream.peer_aborted()) {
-      return {SwitchStep::kStaysTcp, "the peer gave up before its ACK (it ended the stream instead)"};
+  std::array<uint8_t, kAckSize> frame{};
+  if (SwitchStep step = read_after_ack(stream, ack_deadline, &frame); step.kind != SwitchStep::kGoOn) return step;
+  if (restate) {
+    // The server's ACK of the count our open carried: superseded by the one of our restated HELLO.
+    if (decode_ack(frame) != in_open->tcp_bytes) return {SwitchStep::kBroken, "the peer's ACK of our open is wrong"};
+    if (SwitchStep step = read_after_ack(stream, ack_deadline, &frame); step.kind != SwitchStep::kGoOn) return step;
+  } else if (!is_client && stream.first_bytes_in_open()) {
+    // A client whose HELLO came in its open may restate it once, in place of its ACK.
+    if (std::optional<Hello> restated = decode_hello(frame)) {
+      decoded = restated;
+      left = left_after(decoded, received, is_client, tail_cap);
+      if (!left) return {SwitchStep::kStaysTcp, "the peer's restated HELLO claims an impossible byte count"};
+      ack = encode_ack(decoded->tcp_bytes);
+      if (!stream_write_all(stream, ack.data(), ack.size())) {
+        return {SwitchStep::kStaysTcp, "the RDMA connection failed at ACK"};
+      }
+      if (SwitchStep step = read_after_ack(stream, ack_deadline, &frame); step.kind != SwitchStep::kGoOn) return step;
     }
-    return {SwitchStep::kBroken, "the peer's ACK is missing"};
   }
-  if (decode_ack(peer_ack) != ours.tcp_bytes) return {SwitchStep::kBroken, "the peer's ACK does not echo our byte count"};
+  if (decode_ack(frame) != ours.tcp_bytes) return {SwitchStep::kBroken, "the peer's ACK does not echo our byte count"};
   *peer = *decoded;
   *tail = *left;
   return {};

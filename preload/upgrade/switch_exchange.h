@@ -34,8 +34,17 @@ struct SwitchStep {
 // ever leaves it on TCP, and RC's order puts an ACK it had sent before that abort. Then this side
 // stays on TCP too. The ACK's wait is the longer one so that a peer whose HELLO wait ran out on a
 // stalled link is heard giving up, instead of both resetting a connection TCP would have kept.
+//
+// A client's HELLO may have gone ahead in its channel's open (`in_open`: what it said, before the
+// client froze; docs/links.md, "Short-lived connections"), and the server answers it at once. When
+// the frozen counts say the same, the client does not send it again: the switch takes two round
+// trips from the open. When they do not (the application wrote meanwhile), the client restates its
+// HELLO on the stream, once, before its ACK; the server, whose client's HELLO came in the open
+// (RdmaStream::first_bytes_in_open), takes it in place of its client's ACK, ACKs it too, and then reads the ACK.
+// The client skips the server's ACK of the first. Neither side writes a record before the exchange
+// with the restated count is over, so the first count binds nobody.
 SwitchStep exchange_counts(transport::RdmaStream& stream, const Hello& ours, uint64_t received, bool is_client,
                            uint64_t tail_cap, transport::Deadline deadline, transport::Deadline ack_deadline,
-                           Hello* peer, uint64_t* tail);
+                           const Hello* in_open, Hello* peer, uint64_t* tail);
 
 }  // namespace tcp2rdma::preload

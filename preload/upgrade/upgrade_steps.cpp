@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <span>
 
 #include "libc/real_calls.h"
 #include "listener/rdma_listener.h"
@@ -18,6 +19,7 @@
 #include "tuple_address.h"
 #include "stats/stats_writer.h"
 #include "upgrade/switch.h"
+#include "upgrade/switch_frames.h"
 #include "util/log.h"
 
 namespace tcp2rdma::preload {
@@ -55,11 +57,14 @@ bool tuple_of(int fd, bool is_client, transport::TcpTuple* tuple, sockaddr_stora
   return client_family == tuple->family;
 }
 
-transport::Status connect_stream(const Connection& c, std::unique_ptr<transport::RdmaStream>* out,
-                                 transport::DeclineReason* declined) {
+// `hello`: the client's HELLO as its counts are now, which a channel opened on a live link carries in
+// its open (the switch then saves a round trip: switch_exchange.h).
+transport::Status connect_stream(const Connection& c, std::span<const uint8_t> hello,
+                                 std::unique_ptr<transport::RdmaStream>* out, transport::DeclineReason* declined) {
   transport::Pairing pairing;
   pairing.tuple = c.tuple;
   pairing.client_nonce = transport::random_nonce();
+  pairing.first_bytes = hello;
   return transport::RdmaStream::connect(reinterpret_cast<const sockaddr*>(&c.server), pairing,
                                         stream_options(*c.decision.options), out, declined);
 }
@@ -107,7 +112,12 @@ UpgradeOutcome run_upgrade_steps(const Connection& c, UpgradeSession* session, A
   if (!c.is_client && c.listener == nullptr) return {false, true, "no RDMA listener on this port"};
   std::unique_ptr<transport::RdmaStream> stream;
   transport::DeclineReason declined = transport::DeclineReason::kNone;
-  transport::Status s = c.is_client ? connect_stream(c, &stream, &declined) : accept_stream(c, session, answer, &stream);
+  // What the client has sent on TCP so far: its HELLO if it writes nothing more before it freezes (an
+  // application that waits for the upgrade, `linked_wait`), else restated in the switch.
+  Hello predicted{session->sent(), false};
+  auto hello = encode_hello(predicted);
+  transport::Status s =
+      c.is_client ? connect_stream(c, hello, &stream, &declined) : accept_stream(c, session, answer, &stream);
   // The wait ended without a request (the rule's upgrade timeout passed, or the connection was
   // settled): a client without tcp2rdma, or whose rules keep this connection on TCP, sends none.
   if (s == transport::Status::kWouldBlock) {
@@ -122,7 +132,8 @@ UpgradeOutcome run_upgrade_steps(const Connection& c, UpgradeSession* session, A
   // The peer is tcp2rdma (its listener answered with our nonce, or the client asked for this very
   // connection): now, and only now, the switch.
   auto established = Clock::now();
-  UpgradeOutcome outcome = switch_onto(c.fd, c.socket, session, std::move(stream), c.is_client);
+  const Hello* in_open = c.is_client && stream->first_bytes_in_open() ? &predicted : nullptr;
+  UpgradeOutcome outcome = switch_onto(c.fd, c.socket, session, std::move(stream), c.is_client, in_open);
   outcome.setup_ms = std::chrono::duration_cast<std::chrono::milliseconds>(established - c.started).count();
   outcome.switch_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - established).count();
   return outcome;

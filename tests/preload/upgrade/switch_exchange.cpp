@@ -12,10 +12,21 @@
 //                   (the abort is a later step's business)
 //   silent          the peer sends its HELLO and then nothing, and keeps the stream: a reset (we sent
 //                   our ACK, and nothing says what the peer did), at the ACK's wait
+// Then the HELLO that rides in a channel's open (docs/links.md, "Short-lived connections"), each
+// side running exchange_counts unless said otherwise; the streams open on the link the cases above
+// made, which the client checks (first_bytes_in_open):
+//   in-open         the client's open carried its HELLO and its counts did not change: it does not
+//                   send it again; both go on with each other's counts
+//   restated        the open said 3 bytes, the client froze at 5: it restates its HELLO on the
+//                   stream; the server takes 5 (a tail of 2 after the 3 it had read), the client
+//                   skips the server's ACK of 3; both go on
+//   restated-twice  a hostile client (raw frames) restates twice: the server takes one restatement,
+//                   reads the second as the ACK it must be, and resets
 #include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <span>
 #include <string_view>
 #include <thread>
 
@@ -31,7 +42,8 @@ using tcp2rdma::transport::Deadline;
 namespace {
 
 constexpr const char* kCases[] = {"gives-up", "late-ack", "ack-then-abort", "silent"};
-constexpr uint64_t kServerTcpBytes = 7, kClientTcpBytes = 5;
+constexpr const char* kOpenCases[] = {"in-open", "restated", "restated-twice"};
+constexpr uint64_t kServerTcpBytes = 7, kClientTcpBytes = 5, kClientBytesAtOpen = 3;
 
 bool write_frame(RdmaStream& s, const uint8_t* bytes, size_t n) {
   iovec iov{const_cast<uint8_t*>(bytes), n};
@@ -88,7 +100,8 @@ const char* kind_name(SwitchStep::Kind k) {
   return k == SwitchStep::kGoOn ? "goes on" : k == SwitchStep::kStaysTcp ? "stays tcp" : "reset";
 }
 
-std::unique_ptr<RdmaStream> connect_case(const char* host, const char* port, uint16_t client_port) {
+std::unique_ptr<RdmaStream> connect_case(const char* host, const char* port, uint16_t client_port,
+                                         std::span<const uint8_t> first_bytes = {}) {
   sockaddr_in addr = ipv4(host, port);
   tcp2rdma::transport::Pairing pairing;
   pairing.tuple.family = AF_INET;
@@ -96,6 +109,7 @@ std::unique_ptr<RdmaStream> connect_case(const char* host, const char* port, uin
   pairing.tuple.client_port = client_port;  // each case its own tuple
   std::memcpy(pairing.tuple.server_addr, &addr.sin_addr, 4);
   pairing.client_nonce = tcp2rdma::transport::random_nonce();
+  pairing.first_bytes = first_bytes;
   std::unique_ptr<RdmaStream> s;
   Status st = Status::kRejected;
   for (int attempt = 0; attempt < 100 && st != Status::kOk; ++attempt) {
@@ -105,6 +119,69 @@ std::unique_ptr<RdmaStream> connect_case(const char* host, const char* port, uin
   }
   if (st != Status::kOk) std::fprintf(stderr, "connect: %s\n", to_string(st));
   return s;
+}
+
+// The hostile client of restated-twice: its open says 3 bytes, then two restatements (4, then 5)
+// where one and an ACK belong. It reads what the server sends until the server ends the stream.
+void play_restating_twice(RdmaStream& s) {
+  for (uint64_t n : {uint64_t{4}, kClientTcpBytes}) {
+    auto hello = tcp2rdma::preload::encode_hello(Hello{n, false});
+    if (!write_frame(s, hello.data(), hello.size())) return;
+  }
+  uint8_t sink[64];
+  while (read_frame(s, sink, 16)) {
+  }
+  s.close();
+}
+
+// One case of the HELLO in the open, the client's side: true when it came to what it must.
+bool run_open_case(const char* host, const char* port, uint16_t client_port, std::string_view which) {
+  Hello at_open{which == "in-open" ? kClientTcpBytes : kClientBytesAtOpen, false};
+  auto first = tcp2rdma::preload::encode_hello(at_open);
+  std::unique_ptr<RdmaStream> s = connect_case(host, port, client_port, first);
+  if (!s) return false;
+  if (!s->first_bytes_in_open()) {
+    std::printf("client: %s: the HELLO did not go in an open (%s): WRONG\n", std::string(which).c_str(),
+                s->opened_on_link() ? "opened on a link" : "a queue pair of its own");
+    return false;
+  }
+  if (which == "restated-twice") {
+    play_restating_twice(*s);
+    std::printf("client: %s: played through\n", std::string(which).c_str());
+    return true;
+  }
+  Hello peer;
+  uint64_t tail = 0;
+  SwitchStep step = tcp2rdma::preload::exchange_counts(*s, Hello{kClientTcpBytes, false}, kServerTcpBytes, true, 1 << 20,
+                                                       Deadline::in_ms(2000), Deadline::in_ms(6000), &at_open, &peer,
+                                                       &tail);
+  bool ok = step.kind == SwitchStep::kGoOn && peer.tcp_bytes == kServerTcpBytes && tail == 0;
+  std::printf("client: %s: %s (%s): %s\n", std::string(which).c_str(), kind_name(step.kind), step.why,
+              ok ? "as it must" : "WRONG");
+  s->close();
+  return ok;
+}
+
+// One case of the HELLO in the open, the server's side: the server has read kClientBytesAtOpen of
+// the client's TCP bytes.
+bool serve_open_case(RdmaStream& s, std::string_view which) {
+  Hello peer;
+  uint64_t tail = 0;
+  SwitchStep step = tcp2rdma::preload::exchange_counts(s, Hello{kServerTcpBytes, false}, kClientBytesAtOpen, false,
+                                                       1 << 20, Deadline::in_ms(2000), Deadline::in_ms(6000), nullptr,
+                                                       &peer, &tail);
+  bool ok = which == "restated-twice"
+                ? step.kind == SwitchStep::kBroken
+                : step.kind == SwitchStep::kGoOn && peer.tcp_bytes == kClientTcpBytes &&
+                      tail == kClientTcpBytes - kClientBytesAtOpen && s.first_bytes_in_open();
+  std::printf("server: %s: %s (%s): %s\n", std::string(which).c_str(), kind_name(step.kind), step.why,
+              ok ? "as it must" : "WRONG");
+  if (step.kind == SwitchStep::kGoOn) {
+    s.close();
+  } else {
+    s.abort();
+  }
+  return ok;
 }
 
 int run_client(const char* host, const char* port) {
@@ -117,11 +194,11 @@ int run_client(const char* host, const char* port) {
     uint64_t tail = 0;
     auto start = std::chrono::steady_clock::now();
     SwitchStep step = tcp2rdma::preload::exchange_counts(*s, Hello{kClientTcpBytes, false}, kServerTcpBytes, true,
-                                                         1 << 20, Deadline::in_ms(2000), Deadline::in_ms(6000), &peer, &tail);
+                                                         1 << 20, Deadline::in_ms(2000), Deadline::in_ms(6000), nullptr, &peer, &tail);
     long ms = static_cast<long>(std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count());
     bool ok = step.kind == expected(which) && (step.kind != SwitchStep::kGoOn || (peer.tcp_bytes == kServerTcpBytes && tail == 0));
-    std::printf("client: %s: %s (%s) after %ld ms: %s\n", std::string(which).c_str(), kind_name(step.kind),
-                step.why, ms, ok ? "as it must" : "WRONG");
+    std::printf("client: %s: %s (%s) after %ld ms%s: %s\n", std::string(which).c_str(), kind_name(step.kind),
+                step.why, ms, s->opened_on_link() ? ", on the link" : "", ok ? "as it must" : "WRONG");
     all = all && ok;
     if (step.kind == SwitchStep::kGoOn) {
       s->close();
@@ -129,6 +206,7 @@ int run_client(const char* host, const char* port) {
       s->abort();
     }
   }
+  for (std::string_view which : kOpenCases) all = run_open_case(host, port, client_port++, which) && all;
   return all ? 0 : 1;
 }
 
@@ -142,6 +220,11 @@ int run_server(const char* port) {
     bool ok = play_server(*s, which);
     std::printf("server: %s: played %s\n", std::string(which).c_str(), ok ? "through" : "with a FAILURE");
     all = all && ok;
+  }
+  for (std::string_view which : kOpenCases) {
+    std::unique_ptr<RdmaStream> s = accept_one(*listener);
+    if (!s) return 1;
+    all = serve_open_case(*s, which) && all;
   }
   return all ? 0 : 1;
 }
