@@ -110,7 +110,7 @@ struct Pairing {
   uint64_t client_nonce = 0;
   // What the client writes first on the stream, when it knows before the connect (at most
   // kOpenFirstBytes). A channel opened on a live link carries them in its open: they are then the
-  // first bytes the server reads (first_bytes_carried()), and the client must not write them again.
+  // first bytes the server reads (first_bytes_in_open()), and the client must not write them again.
   // A stream made by rdma_cm carries none: the client writes them as any bytes.
   std::span<const uint8_t> first_bytes{};
 };

@@ -24,8 +24,9 @@ bool valid_answer(const ChannelAnswer& a) {
 
 bool valid_open(const ChannelOpen& o) {
   return o.magic == kSetupMagic && o.version == kProtocolVersion && o.kind == kOpenKind && o.ring_size_log2 >= 10 &&
-         o.ring_size_log2 <= 29 && o.queue_depth >= 4 && o.first_length <= kOpenFirstBytes && o.client_channel != kLinkChannel &&
-         o.client_channel < kMaxChannels && (o.tuple.family == AF_INET || o.tuple.family == AF_INET6) &&
+         o.ring_size_log2 <= 29 && o.queue_depth >= 4 && o.first_length <= kOpenFirstBytes &&
+         o.client_channel != kLinkChannel && o.client_channel < kMaxChannels &&
+         (o.tuple.family == AF_INET || o.tuple.family == AF_INET6) &&
          (o.max_server_ring_log2 == 0 || (o.max_server_ring_log2 >= 10 && o.max_server_ring_log2 <= 29));
 }
 

@@ -40,9 +40,9 @@ struct SwitchStep {
 // the frozen counts say the same, the client does not send it again: the switch takes two round
 // trips from the open. When they do not (the application wrote meanwhile), the client restates its
 // HELLO on the stream, once, before its ACK; the server, whose client's HELLO came in the open
-// (RdmaStream::first_bytes_in_open), takes it in place of its client's ACK, ACKs it too, and then reads the ACK.
-// The client skips the server's ACK of the first. Neither side writes a record before the exchange
-// with the restated count is over, so the first count binds nobody.
+// (RdmaStream::first_bytes_in_open), takes it in place of its client's ACK, ACKs it too, and then
+// reads the ACK. The client skips the server's ACK of the first. Neither side writes a record before
+// the exchange with the restated count is over, so the first count binds nobody.
 SwitchStep exchange_counts(transport::RdmaStream& stream, const Hello& ours, uint64_t received, bool is_client,
                            uint64_t tail_cap, transport::Deadline deadline, transport::Deadline ack_deadline,
                            const Hello* in_open, Hello* peer, uint64_t* tail);
