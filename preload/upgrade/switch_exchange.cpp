@@ -79,6 +79,32 @@ SwitchStep read_after_ack(transport::RdmaStream& stream, Deadline deadline, std:
   return {SwitchStep::kBroken, "the peer's ACK is missing"};
 }
 
+// A client's HELLO that came in its open says what it had sent when it opened: one that says fewer
+// bytes than this side has read already is behind (its application wrote on), not a lie, and the
+// client, frozen with more, restates it. Only a well-formed one: a client never says its TCP ended.
+bool behind_what_we_read(const std::optional<Hello>& hello, uint64_t received) {
+  return hello && !hello->tcp_ended && hello->tcp_bytes < received;
+}
+
+// The server's side of a restatement. `frame` was read where its client's ACK belongs; when it is a
+// HELLO instead (the client's first came in its open), it takes the first's place: checked, ACKed,
+// and the ACK read after it into `frame`. *restated says whether it was one.
+SwitchStep take_restated(transport::RdmaStream& stream, uint64_t received, uint64_t tail_cap, Deadline deadline,
+                         std::array<uint8_t, kAckSize>* frame, std::optional<Hello>* decoded,
+                         std::optional<uint64_t>* left, bool* restated) {
+  std::optional<Hello> hello = decode_hello(*frame);
+  *restated = hello.has_value();
+  if (!hello) return {};
+  *decoded = hello;
+  *left = left_after(hello, received, false, tail_cap);
+  if (!*left) return {SwitchStep::kStaysTcp, "the peer's restated HELLO claims an impossible byte count"};
+  auto ack = encode_ack(hello->tcp_bytes);
+  if (!stream_write_all(stream, ack.data(), ack.size())) {
+    return {SwitchStep::kStaysTcp, "the RDMA connection failed at ACK"};
+  }
+  return read_after_ack(stream, deadline, frame);
+}
+
 }  // namespace
 
 SwitchStep exchange_counts(transport::RdmaStream& stream, const Hello& ours, uint64_t received, bool is_client,
@@ -98,7 +124,12 @@ SwitchStep exchange_counts(transport::RdmaStream& stream, const Hello& ours, uin
   }
   std::optional<Hello> decoded = decode_hello(peer_hello);
   std::optional<uint64_t> left = left_after(decoded, received, is_client, tail_cap);
-  if (!left) return {SwitchStep::kStaysTcp, "the peer's HELLO is malformed or claims an impossible byte count"};
+  bool from_open = !is_client && stream.first_bytes_in_open();
+  bool behind = !left && from_open && behind_what_we_read(decoded, received);
+  if (!left && !behind) {
+    return {SwitchStep::kStaysTcp, "the peer's HELLO is malformed or claims an impossible byte count"};
+  }
+  // A HELLO behind is ACKed as it is: the client skips that ACK, since it restates.
   auto ack = encode_ack(decoded->tcp_bytes);
   if (!stream_write_all(stream, ack.data(), ack.size())) {
     return {SwitchStep::kStaysTcp, "the RDMA connection failed at ACK"};
@@ -109,17 +140,13 @@ SwitchStep exchange_counts(transport::RdmaStream& stream, const Hello& ours, uin
     // The server's ACK of the count our open carried: superseded by the one of our restated HELLO.
     if (decode_ack(frame) != in_open->tcp_bytes) return {SwitchStep::kBroken, "the peer's ACK of our open is wrong"};
     if (SwitchStep step = read_after_ack(stream, ack_deadline, &frame); step.kind != SwitchStep::kGoOn) return step;
-  } else if (!is_client && stream.first_bytes_in_open()) {
-    // A client whose HELLO came in its open may restate it once, in place of its ACK.
-    if (std::optional<Hello> restated = decode_hello(frame)) {
-      decoded = restated;
-      left = left_after(decoded, received, is_client, tail_cap);
-      if (!left) return {SwitchStep::kStaysTcp, "the peer's restated HELLO claims an impossible byte count"};
-      ack = encode_ack(decoded->tcp_bytes);
-      if (!stream_write_all(stream, ack.data(), ack.size())) {
-        return {SwitchStep::kStaysTcp, "the RDMA connection failed at ACK"};
-      }
-      if (SwitchStep step = read_after_ack(stream, ack_deadline, &frame); step.kind != SwitchStep::kGoOn) return step;
+  } else if (from_open) {
+    bool restated = false;
+    SwitchStep step = take_restated(stream, received, tail_cap, ack_deadline, &frame, &decoded, &left, &restated);
+    if (step.kind != SwitchStep::kGoOn) return step;
+    // Its open's count is behind what we read, and it says it holds: the counts are split.
+    if (behind && !restated) {
+      return {SwitchStep::kBroken, "the peer's HELLO in its open is behind what we read, not restated"};
     }
   }
   if (decode_ack(frame) != ours.tcp_bytes) return {SwitchStep::kBroken, "the peer's ACK does not echo our byte count"};

@@ -42,7 +42,9 @@ struct SwitchStep {
 // HELLO on the stream, once, before its ACK; the server, whose client's HELLO came in the open
 // (RdmaStream::first_bytes_in_open), takes it in place of its client's ACK, ACKs it too, and then
 // reads the ACK. The client skips the server's ACK of the first. Neither side writes a record before
-// the exchange with the restated count is over, so the first count binds nobody.
+// the exchange with the restated count is over, so the first count binds nobody. An open's HELLO
+// below what the server has read already is behind (not impossible): ACKed as it is, it must be
+// restated; an ACK in the restatement's place splits the counts (kBroken).
 SwitchStep exchange_counts(transport::RdmaStream& stream, const Hello& ours, uint64_t received, bool is_client,
                            uint64_t tail_cap, transport::Deadline deadline, transport::Deadline ack_deadline,
                            const Hello* in_open, Hello* peer, uint64_t* tail);

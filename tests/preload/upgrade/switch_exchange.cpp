@@ -22,6 +22,12 @@
 //                   skips the server's ACK of 3; both go on
 //   restated-twice  a hostile client (raw frames) restates twice: the server takes one restatement,
 //                   reads the second as the ACK it must be, and resets
+//   behind          the open said 3, the server has read 4 already, the client froze at 5: the
+//                   server takes the open's HELLO as behind (not impossible), the client restates;
+//                   both go on, a tail of 1 (found by integration.failover_killed.pair: a client
+//                   writing bulk on TCP while it opened; the server had refused the open's count)
+//   behind-not-restated  a hostile client (raw) whose open said 3, the server having read 4, sends
+//                   its ACK without restating: the server resets (the counts are split)
 #include <array>
 #include <chrono>
 #include <cstdio>
@@ -42,8 +48,10 @@ using tcp2rdma::transport::Deadline;
 namespace {
 
 constexpr const char* kCases[] = {"gives-up", "late-ack", "ack-then-abort", "silent"};
-constexpr const char* kOpenCases[] = {"in-open", "restated", "restated-twice"};
+constexpr const char* kOpenCases[] = {"in-open", "restated", "restated-twice", "behind", "behind-not-restated"};
 constexpr uint64_t kServerTcpBytes = 7, kClientTcpBytes = 5, kClientBytesAtOpen = 3;
+// What the server has read of the client's TCP bytes, by case: more than the open said when behind.
+uint64_t server_received(std::string_view which) { return which.starts_with("behind") ? 4 : kClientBytesAtOpen; }
 
 bool write_frame(RdmaStream& s, const uint8_t* bytes, size_t n) {
   iovec iov{const_cast<uint8_t*>(bytes), n};
@@ -121,6 +129,14 @@ std::unique_ptr<RdmaStream> connect_case(const char* host, const char* port, uin
   return s;
 }
 
+// Reads what the server sends until it ends the stream, then closes.
+void drain(RdmaStream& s) {
+  uint8_t sink[64];
+  while (read_frame(s, sink, 16)) {
+  }
+  s.close();
+}
+
 // The hostile client of restated-twice: its open says 3 bytes, then two restatements (4, then 5)
 // where one and an ACK belong. It reads what the server sends until the server ends the stream.
 void play_restating_twice(RdmaStream& s) {
@@ -128,10 +144,14 @@ void play_restating_twice(RdmaStream& s) {
     auto hello = tcp2rdma::preload::encode_hello(Hello{n, false});
     if (!write_frame(s, hello.data(), hello.size())) return;
   }
-  uint8_t sink[64];
-  while (read_frame(s, sink, 16)) {
-  }
-  s.close();
+  drain(s);
+}
+
+// The hostile client of behind-not-restated: its open says 3, and it ACKs the server's HELLO at once,
+// as if 3 still held.
+void play_not_restating(RdmaStream& s) {
+  auto ack = tcp2rdma::preload::encode_ack(kServerTcpBytes);
+  if (write_frame(s, ack.data(), ack.size())) drain(s);
 }
 
 // One case of the HELLO in the open, the client's side: true when it came to what it must.
@@ -145,8 +165,12 @@ bool run_open_case(const char* host, const char* port, uint16_t client_port, std
                 s->opened_on_link() ? "opened on a link" : "a queue pair of its own");
     return false;
   }
-  if (which == "restated-twice") {
-    play_restating_twice(*s);
+  if (which == "restated-twice" || which == "behind-not-restated") {
+    if (which == "restated-twice") {
+      play_restating_twice(*s);
+    } else {
+      play_not_restating(*s);
+    }
     std::printf("client: %s: played through\n", std::string(which).c_str());
     return true;
   }
@@ -162,18 +186,19 @@ bool run_open_case(const char* host, const char* port, uint16_t client_port, std
   return ok;
 }
 
-// One case of the HELLO in the open, the server's side: the server has read kClientBytesAtOpen of
-// the client's TCP bytes.
+// One case of the HELLO in the open, the server's side: the server has read server_received() of the
+// client's TCP bytes.
 bool serve_open_case(RdmaStream& s, std::string_view which) {
   Hello peer;
   uint64_t tail = 0;
-  SwitchStep step = tcp2rdma::preload::exchange_counts(s, Hello{kServerTcpBytes, false}, kClientBytesAtOpen, false,
-                                                       1 << 20, Deadline::in_ms(2000), Deadline::in_ms(6000), nullptr,
-                                                       &peer, &tail);
-  bool ok = which == "restated-twice"
-                ? step.kind == SwitchStep::kBroken
-                : step.kind == SwitchStep::kGoOn && peer.tcp_bytes == kClientTcpBytes &&
-                      tail == kClientTcpBytes - kClientBytesAtOpen && s.first_bytes_in_open();
+  uint64_t received = server_received(which);
+  SwitchStep step = tcp2rdma::preload::exchange_counts(s, Hello{kServerTcpBytes, false}, received, false, 1 << 20,
+                                                       Deadline::in_ms(2000), Deadline::in_ms(6000), nullptr, &peer,
+                                                       &tail);
+  bool hostile = which == "restated-twice" || which == "behind-not-restated";
+  bool ok = hostile ? step.kind == SwitchStep::kBroken
+                    : step.kind == SwitchStep::kGoOn && peer.tcp_bytes == kClientTcpBytes &&
+                          tail == kClientTcpBytes - received && s.first_bytes_in_open();
   std::printf("server: %s: %s (%s): %s\n", std::string(which).c_str(), kind_name(step.kind), step.why,
               ok ? "as it must" : "WRONG");
   if (step.kind == SwitchStep::kGoOn) {
