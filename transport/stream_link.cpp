@@ -207,8 +207,8 @@ Status StreamLink::reserve_receives(int receives) {
 
 Status StreamLink::post_setup_record(const void* record, uint32_t op, uint32_t slot) {
   uint8_t* source = next_mailbox_slot();  // 96 bytes, registered: what the adapter reads from
-  std::memcpy(source, record, kSetupRecordBytes);
-  ibv_sge sge{reinterpret_cast<uint64_t>(source), kSetupRecordBytes, mailbox_out_mr_->lkey};
+  std::memcpy(source, record, kSetupRecord);
+  ibv_sge sge{reinterpret_cast<uint64_t>(source), kSetupRecord, mailbox_out_mr_->lkey};
   ibv_send_wr wr{};
   wr.wr_id = work_id(kLinkChannel, kWrSignal);
   wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
@@ -216,7 +216,7 @@ Status StreamLink::post_setup_record(const void* record, uint32_t op, uint32_t s
   wr.sg_list = &sge;
   wr.num_sge = 1;
   wr.imm_data = htonl(encode_imm(MessageType::kEnd, kLinkChannel, link_imm_arg(op, slot)));
-  wr.wr.rdma.remote_addr = peer_setup_offset_ + slot * kSetupRecordBytes;
+  wr.wr.rdma.remote_addr = peer_setup_offset_ + slot * kSetupRecord;
   wr.wr.rdma.rkey = peer_setup_rkey_;
   return send_queue_has_room(1) && post_send(&wr) == 0 ? Status::kOk : Status::kResources;
 }

@@ -176,7 +176,7 @@ class StreamLink {
     peer_setup_offset_ = peer_offset;
   }
   bool has_setup_areas() const { return own_setup_ != nullptr; }
-  const uint8_t* own_setup_slot(uint32_t slot) const { return own_setup_ + slot * kSetupRecordBytes; }
+  const uint8_t* own_setup_slot(uint32_t slot) const { return own_setup_ + slot * kSetupRecord; }
   // Writes a 64-byte record into the peer's setup slot, with the link message `op` (wire.h).
   Status post_setup_record(const void* record, uint32_t op, uint32_t slot);
   // The client's slots: one for each open waiting for its answer (at most kSetupSlots). A slot is
@@ -268,8 +268,7 @@ class StreamLink {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  static constexpr uint32_t kSetupRecordBytes = kSetupRecord;
-  static_assert(kSetupRecordBytes <= kMailboxSlot, "a setup record is sent from a mailbox slot");
+  static_assert(kSetupRecord <= kMailboxSlot, "a setup record (wire.h) is sent from a mailbox slot");
   std::vector<RdmaStream*> channels_;  // by index; [kLinkChannel] is always empty
   std::vector<std::optional<Retired>> retired_;  // by index
   std::vector<int> sends_by_channel_;  // by index
