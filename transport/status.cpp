@@ -35,7 +35,7 @@ const char* to_string(Status status) {
 
 const char* to_string(DeclineReason reason) {
   switch (reason) {
-    case DeclineReason::kNone: return "the peer has no tcp2rdma listener (rejected)";
+    case DeclineReason::kNone: return "the peer has no tcp2rdma listener on that port (rejected; its log says why)";
     case DeclineReason::kServerStaysTcp: return "the peer declined: it keeps the connection on TCP";
     case DeclineReason::kBusy: return "the peer declined: too many upgrades under way in its process";
     case DeclineReason::kExpired: return "the peer declined: its application did not accept the connection in time";

@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "registry/tracked_socket.h"
+#include "status.h"
 
 namespace tcp2rdma::transport {
 class StreamListener;
@@ -30,6 +31,9 @@ struct ListenerState final : ListenerParts {
   std::mutex mutex;
   std::unique_ptr<transport::StreamListener> rdma_listener;
   unsigned listener_generation = 0;
+  // Why the last try to make rdma_listener failed (kOk: it did not, or nobody tried): its connections'
+  // log lines and stats slots say so (with mutex).
+  transport::Status rdma_failure = transport::Status::kOk;
   // Pre-fork servers (prefork_listeners.cpp): the fork_generation() of the last process that accepted
   // on this listener; whether an ancestor handed the RDMA listener on to whichever process of the
   // family accepts; whether this fork drops it in the parent; the process that last tried to make it

@@ -67,6 +67,7 @@ transport::Status make_rdma_listener(int fd, TrackedSocket* socket, ListenerKind
   transport::Status s = transport::StreamListener::listen(reinterpret_cast<sockaddr*>(&local),
                                                           transport::StreamOptions{}, &rdma, v6_only);
   std::lock_guard lock(listener->mutex);
+  if (kind == ListenerKind::kOnListenersPort) listener->rdma_failure = s;
   if (s != transport::Status::kOk) {
     if (log_failure) log_line("fd %d listener: no RDMA listener on its port (%s): its connections stay tcp", fd, why_not(s));
     return s;
@@ -153,6 +154,13 @@ void decline(TrackedSocket* socket, const transport::TcpTuple& tuple, transport:
   std::lock_guard lock(listener->mutex);
   transport::StreamListener* rdma = listener->rdma_listener.get();
   if (rdma != nullptr && listener->listener_generation == fork_generation()) rdma->decline(tuple, why);
+}
+
+transport::Status why_no_rdma_listener(TrackedSocket* socket) {
+  ListenerState* listener = listener_state(socket);
+  if (listener == nullptr) return transport::Status::kOk;
+  std::lock_guard lock(listener->mutex);
+  return listener->rdma_failure;
 }
 
 bool serves_rdma(TrackedSocket* socket) {

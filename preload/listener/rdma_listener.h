@@ -106,5 +106,8 @@ void decline(TrackedSocket* listener, const transport::TcpTuple& tuple, transpor
 // Whether this process has an rdma_cm listener beside `listener` (one lock, no system call): a server
 // connection that stays TCP has a request to decline only then.
 bool serves_rdma(TrackedSocket* listener);
+// Why listen_rdma could not make the rdma_cm listener beside `listener` (kMemoryLock: a process that
+// may register no memory at all makes none, transport/status.h), or kOk when it did or was not asked.
+transport::Status why_no_rdma_listener(TrackedSocket* listener);
 
 }  // namespace tcp2rdma::preload

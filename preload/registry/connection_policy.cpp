@@ -164,7 +164,8 @@ transport::StreamOptions stream_options(const config::ConnectionOptions& o) {
 
 const char* why_not(transport::Status s) {
   switch (s) {
-    case transport::Status::kRejected: return "the peer has no tcp2rdma listener (rejected)";
+    case transport::Status::kRejected:
+      return "the peer has no tcp2rdma listener on that port (rejected; its log says why)";
     case transport::Status::kNoDevice: return "no RDMA device";
     case transport::Status::kAddressInUse: return "another rdma_cm listener holds the RDMA port";
     case transport::Status::kNoRoute: return "no RDMA route to the peer";

@@ -103,6 +103,17 @@ transport::Status accept_stream(const Connection& c, UpgradeSession* session, An
   return s;
 }
 
+// A server connection whose listener has no rdma_cm listener beside it, and why, when its making failed
+// (a process that may register no memory makes none: its clients can only hear "no listener").
+UpgradeOutcome no_rdma_listener(TrackedSocket* listener) {
+  UpgradeOutcome outcome{false, true, "no RDMA listener on this port"};
+  if (transport::Status failure = why_no_rdma_listener(listener); failure != transport::Status::kOk) {
+    outcome.reason = reason_of(failure);
+    outcome.detail = why_not(failure);
+  }
+  return outcome;
+}
+
 UpgradeOutcome run_upgrade_steps(const Connection& c, UpgradeSession* session, Answer* answer) {
   // Settled while it waited in a pool's queue (closed, fork, exec): no RDMA connection is made for it.
   if (session->phase() == UpgradeSession::Phase::kOver) {
@@ -123,7 +134,7 @@ UpgradeOutcome run_upgrade_steps(const Connection& c, UpgradeSession* session, A
   if (s == transport::Status::kWouldBlock) {
     return {false, true, "no RDMA request from the client in time", stats::TcpReason::kPeerDeclined};
   }
-  if (s == transport::Status::kRejected && !c.is_client) return {false, true, "no RDMA listener on this port"};
+  if (s == transport::Status::kRejected && !c.is_client) return no_rdma_listener(c.listener);
   // The server's word on why, when it gave one (a Decline record); else "no tcp2rdma listener".
   if (s == transport::Status::kRejected) {
     return {false, true, transport::to_string(declined), stats::TcpReason::kPeerDeclined};
