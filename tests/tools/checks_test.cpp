@@ -229,6 +229,26 @@ TEST_F(RuleFiles, NoRuleSelectingRdmaWarns) {
   EXPECT_NE(c.finding.find("1 rule, none selects RDMA"), std::string::npos) << c.finding;
 }
 
+TEST_F(RuleFiles, LocalBlocksOfRdmaRulesMustHoldAnAddressWithAGid) {
+  RuleFile file = find_rule_file(rules(
+      "version: 1\nrules:\n  - name: lab\n    match: {local: [10.77.0.0/24, 'fd77::/64'], remote: 10.77.0.0/24}\n"
+      "    transport: rdma\n  - name: ssh\n    match: {local: 10.9.0.0/16}\n    transport: tcp\n"));
+  EXPECT_EQ(format_line(check_rule_addresses(soft_roce(), file)),
+            "ok    rule addresses: RoCE has GIDs in lab: local 10.77.0.0/24 (10.77.0.1), lab: local fd77::/64 (fd77::1); "
+            "remote 10.77.0.0/24: the peers' (check one with --peer ADDR)");
+  // lo's 127.0.0.1 has no GID, and no address at all is in 10.9.0.0/16: both warn; a TCP rule is not judged.
+  file = find_rule_file(rules(
+      "version: 1\nrules:\n  - name: far\n    match: {local: [10.9.0.0/16, 10.77.0.1]}\n    transport: rdma\n"
+      "  - name: here\n    match: {local: 127.0.0.0/8}\n    transport: rdma\n"));
+  Check c = check_rule_addresses(soft_roce(), file);
+  EXPECT_EQ(c.verdict, Verdict::kWarn);
+  EXPECT_EQ(c.finding,
+            "no address RoCE has a GID for in far: local 10.9.0.0/16, here: local 127.0.0.0/8: such connections stay "
+            "TCP on this machine; GIDs in far: local 10.77.0.1/32 (10.77.0.1)");
+  EXPECT_EQ(format_line(check_rule_addresses(soft_roce(), RuleFile{})),
+            "ok    rule addresses: no rule that selects RDMA names local addresses");
+}
+
 TEST(DoctorChecks, AModuleThatCannotLoadFailsWithTheLoadersWords) {
   Check c = check_module("/nonexistent/libtcp2rdma.so");
   EXPECT_EQ(c.verdict, Verdict::kFail);

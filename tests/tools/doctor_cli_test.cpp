@@ -60,8 +60,8 @@ TEST_F(Doctor, AHostWithoutRdmaFailsAtTheDevicesCheck) {
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_TRUE(has_line_starting(r.output, "FAIL  devices: no RDMA device")) << r.output;
   EXPECT_NE(r.output.find("-- fix: load the driver of the RDMA NIC"), std::string::npos) << r.output;
-  EXPECT_EQ(check_names(r.output), (std::vector<std::string>{"devices", "ports", "addresses", "device files", "memlock",
-                                                             "rdma_cm", "module", "rules"}))
+  EXPECT_EQ(check_names(r.output), (std::vector<std::string>{"devices", "ports", "addresses", "rule addresses",
+                                                             "device files", "memlock", "rdma_cm", "module", "rules"}))
       << r.output;
   EXPECT_TRUE(has_line_starting(r.output, "ok    module: ")) << r.output;  // built beside the tool
   EXPECT_TRUE(has_line_starting(r.output, "ok    rules: no rule file: every connection stays TCP")) << r.output;

@@ -2,7 +2,8 @@
 # doctor_guest.sh TCP2RDMA: `tcp2rdma doctor` in the Soft-RoCE loop guest. The working guest passes
 # (exit 0, with a route to the peer over IPv4 and IPv6) and fails only the peer check for a peer no
 # interface routes; a user under Debian's default memory lock limit passes with 80 connections, one
-# under `ulimit -l 64` fails memlock; the guest without rxe0 fails devices. Every run's output is
+# under `ulimit -l 64` fails memlock; a rule whose local block holds no RoCE address warns; the guest
+# without rxe0 fails devices. Every run's output is
 # printed, so that a failure shows what doctor said.
 set -u
 tool=$1
@@ -46,6 +47,13 @@ run "nobody, ulimit -l 8192, example rules" 0 sh -c 'ulimit -l 8192 && exec setp
 has "^ok    memlock: RLIMIT_MEMLOCK 8 MiB, no CAP_IPC_LOCK: about 149 connections fit on RDMA at once (32 KiB rings, .*; the later ones 8 KiB rings)"
 has "rings grow to at most 128 KiB, not to the rules' 4 MiB"
 has "^ok    rules: .*rules.example.yaml (--rules): 3 rules, 2 select RDMA (iperf3-over-rdma, storage-network)$"
+
+# Rules whose RDMA connections must use local addresses: one block holds the guest's RoCE address, the
+# other none (a warning: those connections would stay TCP here).
+printf '%s\n' 'version: 1' 'rules:' '  - name: lab' '    match: {local: 10.77.0.0/24}' '    transport: rdma' \
+  '  - name: elsewhere' '    match: {local: 10.99.0.0/16}' '    transport: rdma' > /tmp/local-rules.yaml
+run "root, rules naming local addresses" 0 "$tool" doctor --rules /tmp/local-rules.yaml
+has "^warn  rule addresses: no address RoCE has a GID for in elsewhere: local 10.99.0.0/16: .*; GIDs in lab: local 10.77.0.0/24 (10.77.0.1)$"
 
 # Lowered as root, then handed to nobody: the uid change drops every capability, CAP_IPC_LOCK too.
 run "nobody, ulimit -l 64" 1 sh -c 'ulimit -l 64 && exec setpriv --reuid=nobody --regid=nogroup --clear-groups \

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 
 #include <string>
+#include <vector>
 
 #include "inventory.h"
 #include "memlock_budget.h"
@@ -33,6 +34,12 @@ RuleFile find_rule_file(const std::string& from_option);
 Check check_rules(const RuleFile& rules);
 // The largest buffer_size of the rules that select RDMA; 0 when no rule does (or no file loaded).
 uint64_t largest_rdma_buffer(const RuleFile& rules);
+// The rules of the file that select RDMA, in its order; none when no file loaded.
+std::vector<const config::Rule*> rules_selecting_rdma(const RuleFile& rules);
+// Whether the `local` blocks the RDMA rules name hold addresses RoCE has GIDs for (rdma_cm can only
+// use those): a block that holds none warns, its connections stay TCP on this machine. `remote` blocks
+// are the peers' addresses, judged on the peers (or one of them with --peer).
+Check check_rule_addresses(const Inventory& inventory, const RuleFile& rules);
 
 // `peer` is an address literal the user gave (doctor contacts nothing else).
 Check check_peer(const sockaddr_storage& peer, const std::string& text);

@@ -175,6 +175,35 @@ Check check_addresses(const Inventory& inventory) {
                 "GID of each address of its interface; `rdma link` shows which interface each device is on");
 }
 
+Check check_rule_addresses(const Inventory& inventory, const RuleFile& rules) {
+  std::vector<std::string> held, empty, remote;
+  for (const config::Rule* rule : rules_selecting_rdma(rules)) {
+    for (const config::Cidr& block : rule->local) {
+      std::vector<std::string> inside;
+      for (const InterfaceAddress& address : inventory.addresses) {
+        config::Ip6 ip;
+        std::memcpy(ip.data(), address.as_gid.s6_addr, ip.size());
+        if (block.contains(ip) && !where_held(inventory, address).empty()) inside.push_back(address.text);
+      }
+      std::string named = rule->name + ": local " + block.to_string();
+      if (inside.empty()) {
+        empty.push_back(named);
+      } else {
+        held.push_back(named + " (" + join(inside) + ")");
+      }
+    }
+    for (const config::Cidr& block : rule->remote) remote.push_back(block.to_string());
+  }
+  std::string peers = remote.empty() ? "" : "; remote " + join(remote) + ": the peers' (check one with --peer ADDR)";
+  if (held.empty() && empty.empty()) {
+    return passed("rule addresses", "no rule that selects RDMA names local addresses" + peers);
+  }
+  if (empty.empty()) return passed("rule addresses", "RoCE has GIDs in " + join(held) + peers);
+  return warned("rule addresses", "no address RoCE has a GID for in " + join(empty) +
+                                      ": such connections stay TCP on this machine" +
+                                      (held.empty() ? "" : "; GIDs in " + join(held)) + peers);
+}
+
 Check check_device_files(const std::string& dir) {
   DIR* listing = opendir(dir.c_str());
   if (listing == nullptr) {

@@ -89,6 +89,11 @@ Check check_rules(const RuleFile& rules) {
   return passed("rules", head + count_of(rdma.size(), "selects", "select") + " RDMA (" + names + ")");
 }
 
+std::vector<const config::Rule*> rules_selecting_rdma(const RuleFile& rules) {
+  if (rules.path.empty() || !rules.loaded.ok()) return {};
+  return rdma_rules(rules.loaded.rules);
+}
+
 uint64_t largest_rdma_buffer(const RuleFile& rules) {
   if (rules.path.empty() || !rules.loaded.ok()) return 0;
   uint64_t largest = 0;
