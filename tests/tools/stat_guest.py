@@ -4,7 +4,8 @@ This process (run with the module preloaded and integration/rules/sized-rdma.yam
 over RDMA before connect() returns) serves port 5012 and port 5025 (no rule: TCP), then:
   - sends 8 MiB to 5012 in 1 MiB pieces; after the 3rd and the 6th piece `tcp2rdma stat --json`
     (run without the module) must show the client's connection on RDMA with exactly the bytes sent so
-    far, by zero-copy, with its ring;
+    far, by zero-copy, with its ring, and rxe's own packet counter must have grown by at least those
+    bytes in packets of the largest RoCE MTU (4096 bytes): the bytes stat counts went through rxe;
   - once the server has read all 8 MiB, the server's connection must show exactly that many bytes in;
   - the client's credit stalls (its writes waited for room) show after the path watcher's next look;
   - a connection to 5025 must show path tcp, with the rules' reason and the kernel's count of the 1000
@@ -49,6 +50,13 @@ def slot(conns, role, port):
     return found[0]
 
 
+def rxe_sent_packets():
+    """rxe's count of packets it sent, kept by the kernel driver (integration/guest/rdma-counters)."""
+    dev = os.environ.get("T2R_RDMA_DEV", "rxe0")
+    with open(f"/sys/class/infiniband/{dev}/ports/1/hw_counters/sent_pkts") as f:
+        return int(f.read())
+
+
 def expect(what, ok, conn):
     print(f"stat_guest: {what}: {'yes' if ok else 'NO'}", flush=True)
     if not ok:
@@ -74,6 +82,7 @@ rdma_server.start()
 tcp_server.start()
 
 client = socket.create_connection((peer, 5012))
+packets_before = rxe_sent_packets()
 sent = hashlib.sha256()
 for i in range(1, 9):
     piece = os.urandom(MIB)
@@ -84,6 +93,9 @@ for i in range(1, 9):
         expect(f"after {i} MiB the client is on rdma with exactly {i} MiB out", c["path"] == "rdma" and
                c["rdma_bytes_out"] == i * MIB and c["tcp_bytes_out"] == 0, c)
         expect("  by zero-copy, with its ring", c["zcopy_bytes_out"] == i * MIB and c["ring_kib"] > 0, c)
+        packets = rxe_sent_packets() - packets_before
+        expect(f"  and rxe sent at least {c['rdma_bytes_out'] // 4096} packets for them ({packets})",
+               packets >= c["rdma_bytes_out"] // 4096, c)
 client.shutdown(socket.SHUT_WR)
 rdma_server.done.wait(60)
 expect("the server read every byte, exact", rdma_server.received == 8 * MIB and
