@@ -20,6 +20,8 @@ constexpr int kCapIpcLock = 14;  // linux/capability.h
 
 // Bytes reserved by setups under way in this process (PinReservation).
 std::atomic<uint64_t> reserved_bytes{0};
+// spares_welcome at the latest reservation (pin_room_for_spares); none are kept before the first.
+std::atomic<bool> room_for_spares{false};
 
 // A stream's pinned bytes: its ring, the peer's mirrored (as large as ours when not known), the rest.
 uint64_t cost(uint32_t ring_log2, uint32_t peer_log2, uint64_t fixed) {
@@ -123,6 +125,10 @@ uint32_t crowded_first_ring_log2(uint32_t wanted, const PinState& state) {
   return std::min(wanted, kCrowdRingLog2);
 }
 
+bool spares_welcome(const PinState& state) { return !state.limited || state.pinned < state.limit / 8; }
+
+bool pin_room_for_spares() { return room_for_spares.load(std::memory_order_relaxed); }
+
 uint32_t growth_log2_within(uint32_t wanted, const PinState& state) {
   if (!state.limited) return wanted;
   uint64_t keep_free = state.limit / 4;
@@ -147,6 +153,7 @@ void PinReservation::reserve(uint64_t fixed, Choose choose) {
   uint64_t others = reserved_bytes.load(std::memory_order_relaxed);
   do {  // chosen against what other setups had reserved at the moment ours is added
     state.pinned = pinned + others;
+    room_for_spares.store(spares_welcome(state), std::memory_order_relaxed);
     choice_ = choose(state);
     if (choice_.ring_log2 == 0) {
       reserved_ = 0;

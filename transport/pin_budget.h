@@ -52,6 +52,13 @@ uint32_t ring_log2_within(uint32_t wanted, uint32_t peer_log2, uint64_t fixed, c
 // a 1 GiB machine (a 256 MiB limit) fit, where 64 KiB first rings refused the last 3000
 // (docs/benchmarks.md). Rings that never grow keep `wanted`: they could never get it back.
 uint32_t crowded_first_ring_log2(uint32_t wanted, const PinState& state);
+// Pure: whether a finished channel's registered memory may be kept for its link's next channel (the
+// link's pool, stream_link.h): only while the process is not crowded (it has pinned less than an
+// eighth of its limit, crowded_first_ring_log2's line), so that memory kept for later never stands in
+// the way of a new connection's ring.
+bool spares_welcome(const PinState& state);
+// spares_welcome as of the latest reservation's look at the process (no system call).
+bool pin_room_for_spares();
 
 // Pure: the largest ring (log2, at most `wanted`) a stream may grow to, or the mirror a writer may pin
 // for a peer's grown ring: within a 64th of the limit, as a first ring, but leaving a quarter of the

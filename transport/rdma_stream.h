@@ -277,6 +277,8 @@ class RdmaStream {
   uint64_t ring_grows_to() const { return uint64_t{1} << options_.ring_size_log2; }
   // Opened as a channel on a link another stream had made (docs/links.md), not by rdma_cm.
   bool opened_on_link() const { return link_open_; }
+  // How many of its first ring and mirror came registered from its link's pool (0 to 2).
+  int regions_from_pool() const { return regions_from_pool_; }
   // The stream's first bytes from the client came in its open (Pairing::first_bytes): on a client's
   // stream, the server has them (not to be written again); on a server's, the client sent them so.
   bool first_bytes_in_open() const { return first_bytes_in_open_; }
@@ -523,6 +525,7 @@ class RdmaStream {
   bool peer_aborted_ = false;
   bool release_owed_ = false;  // the peer released: our release answers it
   bool link_open_ = false;     // opened on a live link (no rdma_cm connection of its own)
+  int regions_from_pool_ = 0;  // regions_from_pool()
   bool first_bytes_in_open_ = false;  // the client's first bytes went in its open (Pairing)
   enum class OpenState { kNone, kWaiting, kAccepted, kRefused, kFailed };
   OpenState open_state_ = OpenState::kNone;

@@ -16,6 +16,7 @@
 #include "own_descriptors.h"
 #include "channel_readiness.h"
 #include "page_memory.h"
+#include "pin_budget.h"
 #include "rdma_stream.h"
 #include "wire.h"
 
@@ -167,16 +168,48 @@ void StreamLink::on_channel_send_completed(uint32_t index) {
   if (is_retired(index)) free_retired_if_done(index);
 }
 
+namespace {
+
+void free_region(StreamLink::Region& region) {
+  if (region.mr != nullptr) ibv_dereg_mr(region.mr);
+  std::free(region.memory);
+  region = StreamLink::Region{};
+}
+
+}  // namespace
+
 void StreamLink::release(Retired& r) {
-  auto free_region = [](Region& region) {
-    if (region.mr != nullptr) ibv_dereg_mr(region.mr);
-    std::free(region.memory);
-    region = Region{};
-  };
   free_region(r.ring);
   free_region(r.bounce);
   for (Region& region : r.grown) free_region(region);
   r = Retired{};
+}
+
+void StreamLink::recycle(Retired& r) {
+  if (!stopped_ && pin_room_for_spares()) {
+    std::lock_guard lock(spares_mu_);
+    for (auto [region, spares] : {std::pair{&r.ring, &spare_rings_}, std::pair{&r.bounce, &spare_mirrors_}}) {
+      if (region->mr == nullptr || spares->size() >= kSpares) continue;
+      spares->push_back(*region);
+      *region = Region{};
+    }
+  }
+  release(r);
+}
+
+StreamLink::Region StreamLink::take_spare(uint64_t length, bool ring) {
+  Region found;
+  {
+    std::lock_guard lock(spares_mu_);
+    std::vector<Region>& spares = ring ? spare_rings_ : spare_mirrors_;
+    auto it = std::find_if(spares.begin(), spares.end(), [&](const Region& r) { return r.mr->length == length; });
+    if (it == spares.end()) return found;
+    found = *it;
+    spares.erase(it);
+  }
+  // Nothing of the channel before is left in it: the peer's bytes in a ring, ours in a mirror.
+  std::memset(found.memory, 0, (length + kPageSize - 1) & ~(kPageSize - 1));
+  return found;
 }
 
 void StreamLink::free_retired_if_done(uint32_t index) {
@@ -190,7 +223,7 @@ void StreamLink::free_retired_if_done(uint32_t index) {
     r.ring = Region{};
   }
   unreserve_receives(r.receives);
-  release(r);
+  recycle(r);
   retired_[index].reset();
 }
 
@@ -323,6 +356,8 @@ StreamLink::~StreamLink() {
   for (std::optional<Retired>& r : retired_) {
     if (r.has_value()) release(*r);
   }
+  for (Region& region : spare_rings_) free_region(region);
+  for (Region& region : spare_mirrors_) free_region(region);
   registrations_.reset();
   if (mailbox_out_mr_ != nullptr) ibv_dereg_mr(mailbox_out_mr_);
   if (pd_ != nullptr) ibv_dealloc_pd(pd_);  // after its queue pair and every registration in it

@@ -134,6 +134,17 @@ class StreamLink {
   };
   void retire(uint32_t index, const Retired& leftovers);
   static void release(Retired& r);  // deregisters and frees what it holds
+
+  // The link's pool (docs/links.md, "A link's pool"): the registered first rings and mirrors of its
+  // finished channels, kept for its next channels, so that a short connection on a live link makes
+  // no ibv_reg_mr or ibv_dereg_mr (100-300 us each on the emulated testbed, a tenth of a setup; more
+  // than a round trip on a real NIC). At most kSpares of each kind, kept only while the process is
+  // not crowded (pin_room_for_spares): pinned memory still follows the connections. A spare is
+  // registered in this link's protection domain, so only this link's peer ever reaches it, as before.
+  static constexpr size_t kSpares = 2;
+  // A spare ring (`ring`: registered for the peer to write, its mailbox after it) or mirror registered
+  // for exactly `length` bytes, zeroed as fresh pages are (page_memory.h); empty when there is none.
+  Region take_spare(uint64_t length, bool ring);
   bool is_retired(uint32_t index) const { return index < retired_.size() && retired_[index].has_value(); }
   // A message for a retired channel: taken and ignored; a release frees it when nothing is left.
   void on_retired_message(uint32_t index, bool release);
@@ -273,6 +284,11 @@ class StreamLink {
   std::vector<std::optional<Retired>> retired_;  // by index
   std::vector<int> sends_by_channel_;  // by index
   void free_retired_if_done(uint32_t index);
+  // Keeps the retired channel's first ring and mirror as spares when there is room for them, then
+  // deregisters and frees the rest.
+  void recycle(Retired& r);
+  std::mutex spares_mu_;  // a leaf lock: taken alone, and nothing is called while it is held
+  std::vector<Region> spare_rings_, spare_mirrors_;  // with spares_mu_
   int receive_capacity_ = 0;
   int crowd_receives_ = 0;
   size_t live_channels_ = 0;  // attached and not retired (attached())

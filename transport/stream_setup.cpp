@@ -85,6 +85,12 @@ Status RdmaStream::create_channel_memory(bool first) {
   ring_size_ = uint64_t{1} << first_ring_log2(options_);
   // A link's first channel carries the link's setup area after its mailbox (wire.h, kSetupArea).
   uint64_t length = ring_size_ + kMailboxSlot + (first ? kSetupArea : 0);
+  if (StreamLink::Region spare = link_->take_spare(length, true); spare.mr != nullptr) {
+    ring_ = spare.memory;
+    ring_mr_ = spare.mr;
+    ++regions_from_pool_;
+    return Status::kOk;
+  }
   ring_ = allocate_pages(length);
   if (ring_ == nullptr) return Status::kResources;
   // Registered at iova 0: the peer addresses our ring by offset, so no address crosses the wire.
@@ -105,10 +111,16 @@ Status RdmaStream::start(uint8_t peer_ring_log2, uint32_t peer_rkey, uint8_t pee
   }
   peer_ring_size_ = uint64_t{1} << peer_ring_log2;
   peer_rkey_ = peer_mailbox_rkey_ = peer_rkey;
-  bounce_ = allocate_pages(peer_ring_size_);
-  if (bounce_ == nullptr) return Status::kResources;
-  bounce_mr_ = ibv_reg_mr(link_->pd(), bounce_, peer_ring_size_, 0);
-  if (bounce_mr_ == nullptr) return registration_failure(errno);
+  if (StreamLink::Region spare = link_->take_spare(peer_ring_size_, false); spare.mr != nullptr) {
+    bounce_ = spare.memory;
+    bounce_mr_ = spare.mr;
+    ++regions_from_pool_;
+  } else {
+    bounce_ = allocate_pages(peer_ring_size_);
+    if (bounce_ == nullptr) return Status::kResources;
+    bounce_mr_ = ibv_reg_mr(link_->pd(), bounce_, peer_ring_size_, 0);
+    if (bounce_mr_ == nullptr) return registration_failure(errno);
+  }
   uint64_t ours = stream_cursor_origin(client_nonce_, server_nonce_, is_client);
   uint64_t theirs = stream_cursor_origin(client_nonce_, server_nonce_, !is_client);
   flow_ = std::make_unique<FlowControl>(FlowConfig{peer_ring_size_, ours, peer_depth, peer_depth, ring_size_, theirs,

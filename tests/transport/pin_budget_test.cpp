@@ -68,6 +68,15 @@ TEST(PinBudget, ACrowdedProcessStartsGrowingRingsAt8KiB) {
   EXPECT_EQ(crowded_first_ring_log2(12, limited(256 * kMiB, 200 * kMiB)), 12u);  // never larger than asked
 }
 
+TEST(PinBudget, LinksKeepSparesOnlyWhileTheProcessIsNotCrowded) {
+  // A link's pool keeps finished channels' memory on the same line as crowding: below an eighth of
+  // the limit pinned, and never in a crowded process, whose next rings need the room.
+  EXPECT_TRUE(spares_welcome(PinState{}));
+  EXPECT_TRUE(spares_welcome(limited(8 * kMiB, kMiB - 1)));
+  EXPECT_FALSE(spares_welcome(limited(8 * kMiB, kMiB)));
+  EXPECT_FALSE(spares_welcome(limited(8 * kMiB, 8 * kMiB)));
+}
+
 TEST(PinBudget, TenThousandGrowingStreamsFitInAGibibyteMachine) {
   // Issue 17's target: 10 000 connections in a 1 GiB machine (the limit is a quarter: 256 MiB) with
   // the default rule (rings start at 64 KiB and grow), each stream a channel of a link: its ring,
