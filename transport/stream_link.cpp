@@ -168,15 +168,11 @@ void StreamLink::on_channel_send_completed(uint32_t index) {
   if (is_retired(index)) free_retired_if_done(index);
 }
 
-namespace {
-
-void free_region(StreamLink::Region& region) {
+void StreamLink::free_region(Region& region) {
   if (region.mr != nullptr) ibv_dereg_mr(region.mr);
   std::free(region.memory);
-  region = StreamLink::Region{};
+  region = Region{};
 }
-
-}  // namespace
 
 void StreamLink::release(Retired& r) {
   free_region(r.ring);
@@ -186,14 +182,24 @@ void StreamLink::release(Retired& r) {
 }
 
 void StreamLink::recycle(Retired& r) {
+  // A full list gives its oldest up for the newest: sizes change (a crowded process's rings, a peer's),
+  // and spares nobody takes any more must not hold the places for good.
+  Region evicted[2];
   if (!stopped_ && pin_room_for_spares()) {
     std::lock_guard lock(spares_mu_);
+    int i = 0;
     for (auto [region, spares] : {std::pair{&r.ring, &spare_rings_}, std::pair{&r.bounce, &spare_mirrors_}}) {
-      if (region->mr == nullptr || spares->size() >= kSpares) continue;
+      Region& out = evicted[i++];
+      if (region->mr == nullptr) continue;
+      if (spares->size() >= kSpares) {
+        out = spares->front();
+        spares->erase(spares->begin());
+      }
       spares->push_back(*region);
       *region = Region{};
     }
   }
+  for (Region& region : evicted) free_region(region);  // outside the leaf lock
   release(r);
 }
 

@@ -134,6 +134,7 @@ class StreamLink {
   };
   void retire(uint32_t index, const Retired& leftovers);
   static void release(Retired& r);  // deregisters and frees what it holds
+  static void free_region(Region& region);  // deregisters and frees one registration, leaves it empty
 
   // The link's pool (docs/links.md, "A link's pool"): the registered first rings and mirrors of its
   // finished channels, kept for its next channels, so that a short connection on a live link makes

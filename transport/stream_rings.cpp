@@ -38,12 +38,6 @@ StreamLink::Region registered(ibv_pd* pd, uint64_t size, bool ring) {
   return r;
 }
 
-void free_region(StreamLink::Region* r) {
-  if (r->mr != nullptr) ibv_dereg_mr(r->mr);
-  std::free(r->memory);
-  *r = StreamLink::Region{};
-}
-
 }  // namespace
 
 void RdmaStream::maybe_grow_ring() {
@@ -115,7 +109,7 @@ void RdmaStream::answer_ring_offer() {
   }
   // No byte of ours is read from the mirror before the last move any more: it goes, and the one we
   // write into now becomes the one before this move.
-  free_region(&mirror_before_);
+  StreamLink::free_region(mirror_before_);
   StreamLink::Region next{};
   if (!back_home) {
     PinReservation pin = PinReservation::for_growth(static_cast<uint32_t>(std::countr_zero(size)));  // the mirror
@@ -136,7 +130,7 @@ void RdmaStream::settle_rings() {
   // every byte the peer put there is read (the first ring stays: our mailbox is after it).
   if (flow_->ring_declined()) {
     if (offered_ring_.memory != nullptr && offered_gen_ == flow_->offered_ring_gen()) {
-      free_region(&offered_ring_);
+      StreamLink::free_region(offered_ring_);
     }
     // A larger ring refused: not that size again (the peer will not mirror it, or could not pin it),
     // half of it at most. A smaller one (our first, look_idle) is offered again at a later idle look.
@@ -149,7 +143,7 @@ void RdmaStream::settle_rings() {
     bool grew = flow_->offered_ring_size() > flow_->our_ring_size();
     flow_->on_old_ring_retired();
     // The old ring goes (unless it was the first); the offered one, if any, is the ring now.
-    free_region(&grown_ring_);
+    StreamLink::free_region(grown_ring_);
     if (offered_ring_.memory != nullptr && offered_gen_ == flow_->our_ring_gen()) {
       grown_ring_ = offered_ring_;
       grown_gen_ = offered_gen_;
@@ -165,7 +159,7 @@ void RdmaStream::settle_rings() {
   }
   // Our side as the writer: the grown mirror of before our last move, once no byte of ours needs it.
   if (mirror_before_.memory != nullptr && !previous_mirror_needed()) {
-    free_region(&mirror_before_);
+    StreamLink::free_region(mirror_before_);
   }
 }
 

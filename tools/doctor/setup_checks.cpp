@@ -95,9 +95,8 @@ std::vector<const config::Rule*> rules_selecting_rdma(const RuleFile& rules) {
 }
 
 uint64_t largest_rdma_buffer(const RuleFile& rules) {
-  if (rules.path.empty() || !rules.loaded.ok()) return 0;
   uint64_t largest = 0;
-  for (const config::Rule* rule : rdma_rules(rules.loaded.rules)) {
+  for (const config::Rule* rule : rules_selecting_rdma(rules)) {
     largest = std::max(largest, rule->options.buffer_size);
   }
   return largest;
