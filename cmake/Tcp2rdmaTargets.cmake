@@ -78,21 +78,27 @@ function(tcp2rdma_shim_env var rules)
       PARENT_SCOPE)
 endfunction()
 
-# tcp2rdma_vm_test(<name> LABEL rdma|integration TOPOLOGY loop|pair [TIMEOUT s] [SANITIZE]
-#                  GUEST "shell" | GUEST_A "shell" GUEST_B "shell")
+# tcp2rdma_vm_test(<name> LABEL rdma|integration TOPOLOGY loop|pair COST s [TIMEOUT s] [SANITIZE]
+#                  [OWN_GUESTS] GUEST "shell" | GUEST_A "shell" GUEST_B "shell")
 # Runs shell commands inside the Soft-RoCE testbed (integration/vm). In "loop" GUEST runs in one VM;
 # in "pair" GUEST_A runs on host A (10.77.0.1) and GUEST_B on host B (10.77.0.2). The guest sees the
-# host's filesystem read-only, so build outputs are reachable by their absolute paths. VM tests share
-# the two cores, so they never run at the same time (RESOURCE_LOCK).
+# host's filesystem read-only, so build outputs are reachable by their absolute paths. One test of
+# each topology runs at a time (RESOURCE_LOCK softroce_vm_loop, softroce_vm_pair): a loop test and a
+# pair test may run side by side (under TCG a guest waiting on a timer leaves the cores to the other).
 # In a sanitized build (TCP2RDMA_SANITIZE) only the tests marked SANITIZE are registered, with the
 # label "sanitize" too: each guest runs its command with the sanitizer's reports going to files in the
 # work directory, and fails when there is any (integration/guest/sanitizer-reports), whatever the
 # command's own status. Their timeouts grow with the sanitizer's slowdown.
+# COST is what the test takes in a test-all run on the CI machine type, in seconds (build/test-all.tests
+# lists them): the suite has a budget, and testbed.vm_budget fails when the declared costs exceed it
+# (docs/testbed.md, "What a run costs"). A test runs in the session of guests test-all keeps booted
+# for its topology, on guests left as a fresh boot leaves them; OWN_GUESTS boots guests for it alone
+# (a test that powers a guest off).
 function(tcp2rdma_vm_test name)
   if(NOT TCP2RDMA_VM_TESTS)
     return()
   endif()
-  cmake_parse_arguments(ARG "SANITIZE" "LABEL;TOPOLOGY;TIMEOUT;GUEST;GUEST_A;GUEST_B" "" ${ARGN})
+  cmake_parse_arguments(ARG "SANITIZE;OWN_GUESTS" "LABEL;TOPOLOGY;COST;TIMEOUT;GUEST;GUEST_A;GUEST_B" "" ${ARGN})
   if(TCP2RDMA_SANITIZER_FLAGS AND NOT ARG_SANITIZE)
     return()
   endif()
@@ -101,10 +107,19 @@ function(tcp2rdma_vm_test name)
     message(FATAL_ERROR "tcp2rdma_vm_test(${name}): stray arguments '${ARG_UNPARSED_ARGUMENTS}' "
                         "(a ';' in a GUEST string? join commands with && or || or newlines)")
   endif()
+  if(NOT ARG_COST MATCHES "^[0-9]+$")
+    message(FATAL_ERROR "tcp2rdma_vm_test(${name}): COST <seconds> is missing: declare what the test "
+                        "takes in a test-all run (build/test-all.tests; docs/testbed.md, 'What a run costs')")
+  endif()
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 120)
   endif()
-  set(labels ${ARG_LABEL})
+  # The programs the guests run, built by the target vm_test_programs (a sanitized build's VM tests
+  # need only these and the module: integration/test-all builds no more of it).
+  string(REGEX MATCHALL "\\$<TARGET_FILE:[A-Za-z0-9_]+>" programs "${ARG_GUEST}${ARG_GUEST_A}${ARG_GUEST_B}")
+  list(TRANSFORM programs REPLACE "^\\$<TARGET_FILE:([A-Za-z0-9_]+)>$" "\\1")
+  set_property(GLOBAL APPEND PROPERTY TCP2RDMA_VM_PROGRAMS tcp2rdma ${programs})
+  set(labels ${ARG_LABEL} vm_${ARG_TOPOLOGY})  # vm_loop or vm_pair: test-all runs each group in one session
   set(vm_options "")  # not a caller's variable of the same name (a function sees its caller's scope)
   if(TCP2RDMA_SANITIZER_FLAGS)
     if(TCP2RDMA_SANITIZE STREQUAL "thread")
@@ -123,6 +138,9 @@ function(tcp2rdma_vm_test name)
   set(vm ${PROJECT_SOURCE_DIR}/integration/vm)
   set(work ${PROJECT_BINARY_DIR}/vm-work/${name})
   list(APPEND vm_options --share ${PROJECT_BINARY_DIR})  # the guest sees it wherever it lies (docs/testbed.md)
+  if(NOT ARG_OWN_GUESTS)
+    list(APPEND vm_options --session)  # guests kept booted from test to test (TCP2RDMA_VM_SESSIONS=1)
+  endif()
   if(ARG_TOPOLOGY STREQUAL "loop")
     add_test(NAME ${name} COMMAND ${vm} loop --timeout ${ARG_TIMEOUT} --work ${work} ${vm_options} ${ARG_GUEST})
   elseif(ARG_TOPOLOGY STREQUAL "pair")
@@ -137,8 +155,18 @@ function(tcp2rdma_vm_test name)
   else()
     math(EXPR ctest_timeout "${ARG_TIMEOUT} + 90")
   endif()
-  set_tests_properties(${name} PROPERTIES LABELS "${labels}" RESOURCE_LOCK softroce_vm
+  set_tests_properties(${name} PROPERTIES LABELS "${labels}" RESOURCE_LOCK softroce_vm_${ARG_TOPOLOGY}
                                           TIMEOUT ${ctest_timeout})
+  tcp2rdma_vm_cost(${name} ${ARG_COST})
+endfunction()
+
+# tcp2rdma_vm_cost(<test> <seconds>): a VM test's declared cost, counted against the suite's budget
+# (the plain build's; a sanitized build runs few of them, each slower: docs/testbed.md).
+function(tcp2rdma_vm_cost test seconds)
+  set_tests_properties(${test} PROPERTIES COST ${seconds})
+  if(NOT TCP2RDMA_SANITIZER_FLAGS)
+    set_property(GLOBAL APPEND PROPERTY TCP2RDMA_VM_COSTS "${seconds} ${test}")
+  endif()
 endfunction()
 
 # tcp2rdma_sanitized_guest(<out-var> "shell"): the guest command with every sanitizer's reports sent to
@@ -153,4 +181,24 @@ ${command}
 status=$?
 sh ${PROJECT_SOURCE_DIR}/integration/guest/sanitizer-reports || status=1
 exit $status" PARENT_SCOPE)
+endfunction()
+
+# tcp2rdma_vm_tests_done(): after every VM test is registered: the target vm_test_programs, which
+# builds what they run, and the check testbed.vm_budget of their declared costs against the budget.
+function(tcp2rdma_vm_tests_done)
+  get_property(programs GLOBAL PROPERTY TCP2RDMA_VM_PROGRAMS)
+  list(REMOVE_DUPLICATES programs)
+  add_custom_target(vm_test_programs)
+  if(programs)
+    add_dependencies(vm_test_programs ${programs})
+  endif()
+  get_property(costs GLOBAL PROPERTY TCP2RDMA_VM_COSTS)
+  if(costs)
+    list(JOIN costs "\n" lines)
+    file(WRITE ${PROJECT_BINARY_DIR}/vm-test-costs.txt "${lines}\n")
+    add_test(NAME testbed.vm_budget
+             COMMAND ${PROJECT_SOURCE_DIR}/tests/testbed/vm_budget.sh ${PROJECT_BINARY_DIR}/vm-test-costs.txt
+                     ${TCP2RDMA_VM_BUDGET_S})
+    set_tests_properties(testbed.vm_budget PROPERTIES LABELS unit)
+  endif()
 endfunction()

@@ -36,21 +36,4 @@ cd "$T2R_WORK" || testbed_fail "no work directory"
 
 # A heartbeat on the shared work directory: when a guest hangs or its link stalls, the harness shows
 # the last few beats (uptime, the link's packet counters, rxe's counters, what runs) of each guest.
-heartbeat() {
-  local rx tx
-  while :; do
-    read -r rx < "/sys/class/net/$T2R_NETDEV/statistics/rx_packets"
-    read -r tx < "/sys/class/net/$T2R_NETDEV/statistics/tx_packets"
-    # The link's root qdisc ("netem" while a test cuts the wire on purpose: integration/vm tells
-    # such a cut from a stalled wire by it).
-    printf '%s up %s | %s rx %s tx %s | rxe sent %s rcvd %s retry-exceeded %s | qdisc %s | %s\n' \
-      "$(date +%T)" "$(cut -d' ' -f1 /proc/uptime)" "$T2R_NETDEV" "$rx" "$tx" \
-      "$(cat /sys/class/infiniband/rxe0/ports/1/hw_counters/sent_pkts 2>/dev/null)" \
-      "$(cat /sys/class/infiniband/rxe0/ports/1/hw_counters/rcvd_pkts 2>/dev/null)" \
-      "$(cat /sys/class/infiniband/rxe0/ports/1/hw_counters/retry_exceeded_err 2>/dev/null)" \
-      "$(tc qdisc show dev "$T2R_NETDEV" 2>/dev/null | awk '$1 == "qdisc" && / root / { print $2; exit }')" \
-      "$(ps -N --ppid 2 -o comm= 2>/dev/null | grep -v -x -E 'kthreadd|sleep|ps|tr|cut|grep' | tr '\n' ' ' | cut -c1-160)"
-    sleep 5
-  done
-}
-heartbeat > "$T2R_WORK/heartbeat-$T2R_HOST.log" 2>&1 &
+bash "$T2R_SOURCE_DIR/integration/testbed/heartbeat.sh" &
