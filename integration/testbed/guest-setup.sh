@@ -1,7 +1,10 @@
 # Sourced first by every run script inside the guest (chroot of the host's root): brings up the link
 # named by T2R_NETDEV with T2R_SELF (and T2R_SELF6), puts the Soft-RoCE device rxe0 on it and waits
 # until its port is ACTIVE. Exits with 97 (testbed failure, not a test failure) when that cannot be done.
-export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/tmp
+# `sleep` is busybox's (static): the scripts' wait loops start one every 0.05 to 0.5 s, and under TCG
+# coreutils' (dynamically linked) costs about five times the CPU, which the guests' work needs.
+mkdir -p /run/t2r-bin && ln -sf /bin/busybox /run/t2r-bin/sleep
+export PATH=/run/t2r-bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/tmp
 export T2R_RDMA_DEV=rxe0
 testbed_fail() { echo "testbed: $*" >&2; echo 97 > "$T2R_WORK/exit-$T2R_HOST"; exit 97; }
 

@@ -25,43 +25,56 @@ mkfifo "$state_dir/never"
 exec 7<> "$state_dir/never"
 pause() { read -r -t "$1" -u 7 _ || true; }   # sleeps $1 seconds without a process
 
-# What a job must leave as it was: the guest's network and RDMA set-up.
+# What a job must leave as it was: the guest's network and RDMA set-up. Builtins but for ip and tc:
+# every process a guest starts costs tens of milliseconds of the host's CPU under TCG.
 guest_state() {
-  ip -o link show | sed 's/ state [A-Z]* / /; s/ qlen [0-9]*//' | cut -d' ' -f2-9
-  ip -o addr show | awk '{ print $2, $3, $4 }'
+  local dev flags mtu port state name fam addr mnt fs line
+  for dev in /sys/class/net/*; do
+    read -r flags < "$dev/flags"; read -r mtu < "$dev/mtu"; echo "link ${dev##*/} $flags $mtu"
+  done
+  while read -r _ name fam addr _; do echo "addr $name $fam $addr"; done <<< "$(ip -o addr show)"
   ip neigh show nud permanent
-  tc qdisc show dev "$T2R_NETDEV" | awk '$1 == "qdisc" { print $2, $4, $5 }'
-  rdma link show 2>/dev/null | awk '{ print $2, $4, $6, $8 }'
-  cut -d' ' -f1 /proc/modules | sort
-  awk '{ print $2, $3 }' /proc/mounts | grep -v "^$session_root "
+  tc qdisc show dev "$T2R_NETDEV"
+  for port in /sys/class/infiniband/*/ports/*; do
+    [ -e "$port/state" ] || continue
+    read -r state < "$port/state"; echo "rdma $port $state"
+  done
+  while read -r name _; do echo "module $name"; done < /proc/modules
+  while read -r _ mnt fs _; do echo "mount $mnt $fs"; done < /proc/mounts
 }
-session_root=$(dirname "$session")
 guest_state > "$state_dir/state.0"
 
-rxe_packets() {
-  cat /sys/class/infiniband/"$T2R_RDMA_DEV"/ports/1/hw_counters/sent_pkts \
-      /sys/class/infiniband/"$T2R_RDMA_DEV"/ports/1/hw_counters/rcvd_pkts 2>/dev/null | tr '\n' ' '
+rxe_packets() { # sets packets to the device's sent and received counts
+  local counters=/sys/class/infiniband/$T2R_RDMA_DEV/ports/1/hw_counters sent="" rcvd=""
+  read -r sent 2>/dev/null < "$counters/sent_pkts"; read -r rcvd 2>/dev/null < "$counters/rcvd_pkts"
+  packets="$sent $rcvd"
 }
 # Waits until the RDMA device has sent and received nothing for a second (at most 30 s): the
 # connection manager's last disconnect requests and replies of a killed job's connections.
 rxe_quiet() {
-  local last now i=0
-  last=$(rxe_packets)
+  local last i=0
+  rxe_packets; last=$packets
   while [ $i -lt 30 ]; do
-    pause 1; now=$(rxe_packets)
-    [ "$now" = "$last" ] && return 0
-    last=$now; i=$((i + 1))
+    pause 1; rxe_packets
+    [ "$packets" = "$last" ] && return 0
+    last=$packets; i=$((i + 1))
   done
   return 1
 }
 # Never a mount point or what holds one: the host's directories the guest must see (a checkout under
 # /tmp, say) are mounted there.
-holds_mount() { awk -v p="$1" '$2 == p || index($2, p "/") == 1 { found = 1 } END { exit !found }' /proc/mounts; }
+holds_mount() {
+  local mnt
+  while read -r _ mnt _; do
+    [ "$mnt" != "$1" ] && [ "${mnt#"$1"/}" = "$mnt" ] || return 0
+  done < /proc/mounts
+  return 1
+}
 empty_scratch() {
   local entry
   for entry in /tmp/* /tmp/.[!.]* /tmp/..?* /dev/shm/* /dev/shm/.[!.]* /run/* /run/.[!.]*; do
     [ -e "$entry" ] || [ -L "$entry" ] || continue
-    [ "$entry" != "$state_dir" ] || continue
+    [ "$entry" != "$state_dir" ] && [ "$entry" != /run/t2r-bin ] || continue
     holds_mount "$entry" || rm -rf --one-file-system "$entry"
   done
 }
