@@ -6,7 +6,9 @@
 #   - runs in a cgroup of its own, whose every process is killed when the command ends (servers it left
 #     in the background, daemons), or at once when the host writes the file `abort` in the work
 #     directory (its content is the status to report: 98, the other guest failed; 124, timed out);
-#   - writes output-HOST.log and exit-HOST in its work directory, as a guest of its own would;
+#   - writes output-HOST.log and exit-HOST in its work directory, as a guest of its own would, and
+#     reads the console as a guest of its own does (a program that reads its standard input, such as
+#     nc, waits there instead of meeting an end of file);
 #   - leaves the guest as it found it: after the kill the RDMA device must go quiet (no packet sent or
 #     received for a second: a test that expects no RDMA traffic must not count the last one's), /tmp,
 #     /run and /dev/shm are emptied, and the guest's network and RDMA set-up (addresses, links,
@@ -24,6 +26,7 @@ mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null
 mkfifo "$state_dir/never"
 exec 7<> "$state_dir/never"
 pause() { read -r -t "$1" -u 7 _ || true; }   # sleeps $1 seconds without a process
+exec 8<&0   # the console, the jobs' standard input (a background job's would be /dev/null)
 
 # What a job must leave as it was: the guest's network and RDMA set-up. Builtins but for ip and tc:
 # every process a guest starts costs tens of milliseconds of the host's CPU under TCG.
@@ -91,7 +94,7 @@ run_job() { # N WORK
   mkdir "$cg" || return 97
   (cd "$work" && export T2R_WORK="$work" &&
      exec sh -c 'echo $$ > "$1/cgroup.procs" && exec sh "$2"' job "$cg" "$work/job-$T2R_HOST.sh") \
-    > "$work/output-$T2R_HOST.log" 2>&1 < /dev/null 7<&- &
+    > "$work/output-$T2R_HOST.log" 2>&1 <&8 7<&- 8<&- &
   pid=$!
   while kill -0 $pid 2>/dev/null; do
     if [ -z "$aborted" ] && [ -s "$work/abort" ]; then
