@@ -82,16 +82,17 @@ endfunction()
 #                  [OWN_GUESTS] GUEST "shell" | GUEST_A "shell" GUEST_B "shell")
 # Runs shell commands inside the Soft-RoCE testbed (integration/vm). In "loop" GUEST runs in one VM;
 # in "pair" GUEST_A runs on host A (10.77.0.1) and GUEST_B on host B (10.77.0.2). The guest sees the
-# host's filesystem read-only, so build outputs are reachable by their absolute paths. One test of
-# each topology runs at a time (RESOURCE_LOCK softroce_vm_loop, softroce_vm_pair): a loop test and a
-# pair test may run side by side (under TCG a guest waiting on a timer leaves the cores to the other).
+# host's filesystem read-only, so build outputs are reachable by their absolute paths. Each test takes
+# one slot of the resource vm_loop or vm_pair (RESOURCE_GROUPS): with integration/testbed/
+# vm-resources.json (test-all's ctest runs) one loop test and two pair tests may run at a time, each
+# in a session of its own (under TCG a guest waiting on a timer leaves the cores to another).
 # In a sanitized build (TCP2RDMA_SANITIZE) only the tests marked SANITIZE are registered, with the
 # label "sanitize" too: each guest runs its command with the sanitizer's reports going to files in the
 # work directory, and fails when there is any (integration/guest/sanitizer-reports), whatever the
 # command's own status. Their timeouts grow with the sanitizer's slowdown.
-# COST is what the test takes in a test-all run on the CI machine type, in seconds (build/test-all.tests
-# lists them): the suite has a budget, and testbed.vm_budget fails when the declared costs exceed it
-# (docs/testbed.md, "What a run costs"). A test runs in the session of guests test-all keeps booted
+# COST is what the test takes on the CI machine type, in seconds, run alone in a session (`ctest -R`
+# with TCP2RDMA_VM_SESSIONS=1): the suite has a budget, and testbed.vm_budget fails when the declared
+# costs add up to more (docs/testbed.md, "What a run costs"). A test runs in the session of guests test-all keeps booted
 # for its topology, on guests left as a fresh boot leaves them; OWN_GUESTS boots guests for it alone
 # (a test that powers a guest off).
 function(tcp2rdma_vm_test name)
@@ -155,7 +156,7 @@ function(tcp2rdma_vm_test name)
   else()
     math(EXPR ctest_timeout "${ARG_TIMEOUT} + 90")
   endif()
-  set_tests_properties(${name} PROPERTIES LABELS "${labels}" RESOURCE_LOCK softroce_vm_${ARG_TOPOLOGY}
+  set_tests_properties(${name} PROPERTIES LABELS "${labels}" RESOURCE_GROUPS vm_${ARG_TOPOLOGY}:1
                                           TIMEOUT ${ctest_timeout})
   tcp2rdma_vm_cost(${name} ${ARG_COST})
 endfunction()

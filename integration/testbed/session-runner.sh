@@ -117,7 +117,8 @@ run_job() { # N WORK
     dirty="the job changed the guest's set-up: $(diff "$state_dir/state.0" "$state_dir/state.now" | grep '^[<>]' | tr '\n' ' ' | cut -c1-300)"
   fi
   echo "$session" > "$state_dir/current"
-  echo "$status" > "$work/exit-$T2R_HOST"
+  # Whole or not at all: the host may look between a file's creation and its write.
+  echo "$status" > "$work/exit-$T2R_HOST.tmp" && mv "$work/exit-$T2R_HOST.tmp" "$work/exit-$T2R_HOST"
   if [ -n "$dirty" ]; then
     echo "job $n ($work): $dirty" > "$session/dirty-$T2R_HOST"
     return 1

@@ -6,9 +6,10 @@
 # A session serves the tests whose work directories share a parent and whose guests would be booted
 # alike (topology, memory, shares, accelerator): its directory is that parent's .vm-session-MODE-KEY,
 # which the guests mount read-write (so every test's work directory is theirs too). One test at a time
-# uses it (a lock; a test that finds it taken boots its own guests). Anything that makes the session
-# doubtful -- a guest that does not take the job, dies, times out or whose wire stalls -- stops it,
-# and the test runs once more on fresh guests of its own, saying so; the next test boots a new one.
+# uses a session (a lock; a test that finds it taken uses a second or a third alike, DIR-2, DIR-3).
+# Anything that makes a session doubtful -- a guest that does not take the job, dies, times out or
+# whose wire stalls -- stops it, and the test runs once more on fresh guests of its own, saying so;
+# the next test boots a new one.
 # Sessions power off after TCP2RDMA_VM_SESSION_IDLE seconds without a job (600), or when
 # `vm stop-sessions DIR` asks.
 
@@ -149,16 +150,27 @@ session_job() {
   fi
   return 0
 }
-# session_run: the test in a session, booted first if none is alive. False when it could not run there.
+# session_run: the test in a session, booted first if none is alive. Tests that run side by side
+# (test-all lets two pair tests run at once) take the first free slot: the session's directory, then
+# DIR-2, DIR-3. False when it could not run there.
 session_run() {
-  local lock
+  local lock slot base
   session_plan
-  exec {lock}> "$sdir.lock"
-  flock -n "$lock" || { echo "vm: session $sdir is in use; booting guests of this test's own" >&2; return 1; }
-  if ! session_alive; then
-    session_boot || return 1
-  fi
-  session_job
+  base=$sdir
+  for slot in 1 2 3; do
+    sdir=$base; [ "$slot" = 1 ] || sdir=$base-$slot
+    exec {lock}> "$sdir.lock"
+    if flock -n "$lock"; then
+      if ! session_alive; then
+        session_boot || return 1
+      fi
+      session_job
+      return
+    fi
+    exec {lock}>&-
+  done
+  echo "vm: every session of $base is in use; booting guests of this test's own" >&2
+  return 1
 }
 # vm stop-sessions DIR: stops every session whose work directories lie in DIR.
 stop_sessions() {
