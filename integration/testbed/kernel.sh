@@ -55,6 +55,10 @@ build_initrd() {
   mv "$out.tmp" "$out"
 }
 
+# One preparation at a time: VM tests that start side by side would build the same initramfs.
+exec {cache_lock}> "$cache/.lock"
+flock "$cache_lock"
+
 pkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}')
 if [ -z "$pkg" ]; then
   apt-get update -qq 2>/dev/null || true
