@@ -95,6 +95,7 @@ std::vector<Check> run_checks(const Options& options) {
   checks.push_back(doctor::check_rule_addresses(inventory, rules));
   checks.push_back(doctor::check_device_files("/dev/infiniband"));
   checks.push_back(doctor::check_memlock(doctor::ring_plan(doctor::largest_rdma_buffer(rules))));
+  checks.push_back(doctor::check_descriptors());
   checks.push_back(doctor::check_rdma_cm());
   checks.push_back(doctor::check_module(find_module()));
   checks.push_back(doctor::check_rules(rules));

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <vector>
 
+#include "credential_epoch.h"
 #include "stream_link.h"
 
 namespace tcp2rdma::transport {
@@ -28,7 +29,7 @@ constexpr auto kIdleLinger = std::chrono::seconds(2);
 struct Table {
   std::mutex mu;
   std::condition_variable made;  // a making ended
-  pid_t owner = 0;  // the process the links belong to
+  Epoch owner;  // the process, and its credentials, the links were made under
   std::vector<Entry> entries;
   std::vector<sockaddr_storage> making;  // addresses a thread is making a link to
 };
@@ -43,17 +44,22 @@ size_t address_length(const sockaddr* a) {
 }
 
 // With the table's lock held: forgets a parent's links in a forked child (leaked, never destroyed:
-// the verbs resources are the parent's), and lets go of links that failed or stayed idle too long.
+// the verbs resources are the parent's) and the links of older credentials (credential_epoch.h: they
+// go with their last channel), and lets go of links that failed or stayed idle too long.
 void tidy(Table& t) {
-  pid_t me = getpid();
-  if (t.owner != me) {
-    if (!t.entries.empty()) new std::vector<Entry>(std::move(t.entries));  // never freed: the parent's
+  Epoch now_epoch = current_epoch();
+  std::vector<std::shared_ptr<StreamLink>> going;
+  if (t.owner != now_epoch) {
+    if (t.owner.pid != now_epoch.pid) {
+      if (!t.entries.empty()) new std::vector<Entry>(std::move(t.entries));  // never freed: the parent's
+      t.making.clear();  // the parent's threads, not in this process
+    } else {
+      for (Entry& e : t.entries) going.push_back(std::move(e.link));
+    }
     t.entries.clear();
-    t.making.clear();  // the parent's threads, not in this process
-    t.owner = me;
+    t.owner = now_epoch;
   }
   auto now = std::chrono::steady_clock::now();
-  std::vector<std::shared_ptr<StreamLink>> going;
   std::erase_if(t.entries, [&](Entry& e) {
     std::unique_lock link_lock(e.link->mu());
     bool dead = e.link->stopped() || e.link->disconnected();
@@ -123,7 +129,7 @@ std::shared_ptr<StreamLink> find_link(const sockaddr* address, int depth, std::c
 bool linked_to(const sockaddr* address) {
   Table& t = table();
   std::lock_guard lock(t.mu);
-  if (t.owner != getpid()) return false;  // a forked child: the links are its parent's
+  if (t.owner != current_epoch()) return false;  // a forked child's parent's links, or older credentials'
   for (Entry& e : t.entries) {
     if (!same_address(e.address, address)) continue;
     std::lock_guard link_lock(e.link->mu());
@@ -135,7 +141,7 @@ bool linked_to(const sockaddr* address) {
 int crowded_to(const sockaddr* address, int depth) {
   Table& t = table();
   std::lock_guard lock(t.mu);
-  if (t.owner != getpid()) return 0;
+  if (t.owner != current_epoch()) return 0;
   int largest = 0;
   for (Entry& e : t.entries) {
     if (!same_address(e.address, address)) continue;
@@ -153,6 +159,21 @@ void remember_link(const sockaddr* address, const std::shared_ptr<StreamLink>& l
   std::memcpy(&e.address, address, address_length(address));
   e.link = link;
   t.entries.push_back(e);
+}
+
+void let_go_of_idle_links() {
+  Table& t = table();
+  std::vector<std::shared_ptr<StreamLink>> going;
+  std::lock_guard lock(t.mu);
+  if (t.owner != current_epoch()) return;  // tidy's to forget
+  std::erase_if(t.entries, [&](Entry& e) {
+    std::unique_lock link_lock(e.link->mu());
+    if (e.link->attached() > 0 || e.link.use_count() > 1) return false;
+    link_lock.unlock();
+    going.push_back(std::move(e.link));
+    return true;
+  });
+  // Destroyed as this returns, after the table's lock (their destructors take no lock).
 }
 
 void link_made(const sockaddr* address) {

@@ -29,6 +29,9 @@ bool linked_to(const sockaddr* address);
 int crowded_to(const sockaddr* address, int depth);
 // Remembers `link` as one to `address`.
 void remember_link(const sockaddr* address, const std::shared_ptr<StreamLink>& link);
+// Destroys every link without channels now: before a change of credentials, while the link's rdma_cm
+// descriptor still takes its disconnect (credential_epoch.h).
+void let_go_of_idle_links();
 // The caller's making of a link to `address` (find_link) is over.
 void link_made(const sockaddr* address);
 

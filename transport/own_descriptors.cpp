@@ -76,6 +76,24 @@ int OwnDescriptors::move_up(int fd) noexcept {
     if (more <= raised_) break;
     raised_ = more;
   }
+  if (raised_ == 0) return move_to_top(fd);
+  errno = EMFILE;
+  return -1;
+}
+
+unsigned long OwnDescriptors::top_reserve(unsigned long limit) noexcept {
+  return std::min<unsigned long>(kTopReserve, limit / 8);
+}
+
+int OwnDescriptors::move_to_top(int fd) noexcept {
+  // F_DUPFD from floor - k gives the lowest free number from there: below the limit only if one is
+  // free there, so the first k that succeeds gives the highest free number of the reserve.
+  unsigned long reserve = top_reserve(floor_);
+  for (unsigned long k = 1; k <= reserve; ++k) {
+    int top = dup_at_least(fd, floor_ - k);
+    if (top >= 0) return top;
+    if (errno != EMFILE) break;
+  }
   errno = EMFILE;
   return -1;
 }

@@ -9,13 +9,14 @@
 // descriptor is moved to a number at or above the application's limit, and the soft limit goes back
 // to what the application had. A descriptor above the soft limit stays valid; the application can
 // open exactly as many as without the module, and getrlimit tells it what it set. When nothing lies
-// above the limit (the hard limit equals the soft one and may not rise: an unprivileged process after
-// `ulimit -n N`), the module gets no descriptor and the connection stays TCP (Status::kDescriptors).
+// above the limit (the hard limit equals the soft one and may not rise: memcached, nginx's
+// worker_rlimit_nofile, systemd's LimitNOFILE=N and `ulimit -n N` all set soft = hard, and an
+// unprivileged process cannot raise the hard one), the module takes the highest free numbers of the
+// application's range instead, at most top_reserve() of them (64, or an eighth of a small limit): the
+// application meets EMFILE at most that many descriptors earlier, and past that reserve a connection
+// stays TCP (Status::kDescriptors). The module needs O(links) descriptors, not O(connections).
 // Not covered: the two descriptors per RDMA device that librdmacm opens itself, once per process, at
-// its first use of the device. Opening them earlier ourselves (to place them) was tried: a device
-// context opened in a parent cannot issue commands in a forked child (the kernel refuses a write from
-// another credential: EACCES), and pre-fork servers' workers lost RDMA. Moving them afterwards would
-// race with other threads' use of the context.
+// its first use of the device: moving them would race with librdmacm's other users of the context.
 #pragma once
 
 namespace tcp2rdma::transport {
@@ -30,16 +31,21 @@ class OwnDescriptors {
   OwnDescriptors(const OwnDescriptors&) = delete;
   OwnDescriptors& operator=(const OwnDescriptors&) = delete;
 
-  // Moves fd (just made, in this window) above the application's limit, close-on-exec, and returns the
-  // new number; the old one is closed. -1 (fd closed, errno EMFILE) when there is no room there; a
-  // negative fd is returned as it is.
+  // Moves fd (just made, in this window) above the application's limit (or, with no room there, to
+  // the top of its range), close-on-exec, and returns the new number; the old one is closed. -1 (fd
+  // closed, errno EMFILE) when there is no room either way; a negative fd is returned as it is.
   int place(int fd) noexcept;
+  // How many descriptors of an application's range of `limit` the module takes at most when nothing
+  // lies above it.
+  static unsigned long top_reserve(unsigned long limit) noexcept;
+  static constexpr unsigned long kTopReserve = 64;
   // The same, but without room above the limit fd stays where it is (a descriptor the user asked for,
   // such as the log file, is better low than missing).
   int place_if_room(int fd) noexcept;
 
  private:
-  int move_up(int fd) noexcept;  // a copy of fd at or above the floor, or -1
+  int move_up(int fd) noexcept;  // a copy of fd at or above the floor (or at the top below it), or -1
+  int move_to_top(int fd) noexcept;  // a copy at the highest free number of the top reserve, or -1
 
   unsigned long floor_ = 0;  // the application's soft limit
   unsigned long hard_ = 0;   // and its hard one

@@ -45,19 +45,19 @@ Status expect_cm_event(rdma_event_channel* channel, int timeout_ms, rdma_cm_even
   return type == want ? Status::kOk : status_of_cm_event(type);
 }
 
-Status expect_established(rdma_event_channel* channel, int timeout_ms, AcceptReply* reply, Redirect* redirect) {
+Status expect_response(rdma_event_channel* channel, int timeout_ms, AcceptReply* reply, Redirect* redirect) {
   *redirect = Redirect{};
   rdma_cm_event* event = nullptr;
   if (Status s = next_cm_event(channel, timeout_ms, &event); s != Status::kOk) return s;
   rdma_cm_event_type type = event->event;
   bool whole = event->param.conn.private_data_len >= sizeof *reply;
-  if (type == RDMA_CM_EVENT_ESTABLISHED && whole) std::memcpy(reply, event->param.conn.private_data, sizeof *reply);
+  if (type == RDMA_CM_EVENT_CONNECT_RESPONSE && whole) std::memcpy(reply, event->param.conn.private_data, sizeof *reply);
   if (type == RDMA_CM_EVENT_REJECTED && event->param.conn.private_data != nullptr &&
       event->param.conn.private_data_len >= sizeof *redirect) {
     std::memcpy(redirect, event->param.conn.private_data, sizeof *redirect);
   }
   rdma_ack_cm_event(event);
-  if (type != RDMA_CM_EVENT_ESTABLISHED) return status_of_cm_event(type);
+  if (type != RDMA_CM_EVENT_CONNECT_RESPONSE) return status_of_cm_event(type);
   return whole ? Status::kOk : Status::kProtocolError;
 }
 

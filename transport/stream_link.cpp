@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "os_calls.h"
 #include "own_descriptors.h"
@@ -40,6 +41,9 @@ Status StreamLink::open_cm_channel() {
 
 Status StreamLink::create(const StreamOptions& options) {
   if (id_->verbs == nullptr) return Status::kNoDevice;
+  device_ = device_context_for(id_->verbs->device);
+  if (device_ == nullptr) return Status::kNoDevice;
+  ibv_context* context = device_->get();
   send_queue_depth_ = options.send_queue_depth;
   // Without an explicit ack timeout rdma_cm may leave it at 0 (seen with rxe): "never time out", so a
   // crashed peer host would never fail a send, and the keepalive could never notice it.
@@ -47,7 +51,7 @@ Status StreamLink::create(const StreamOptions& options) {
   rdma_set_option(id_, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &ack_timeout, sizeof ack_timeout);
   {
     OwnDescriptors window;
-    comp_channel_ = ibv_create_comp_channel(id_->verbs);
+    comp_channel_ = ibv_create_comp_channel(context);
     if (comp_channel_ == nullptr) return Status::kResources;
     if ((comp_channel_->fd = window.place(comp_channel_->fd)) < 0) return Status::kDescriptors;
   }
@@ -59,7 +63,7 @@ Status StreamLink::create(const StreamOptions& options) {
   // server with clients in many processes has a link to each. Channels of a deeper rule than the
   // first's may not fit: they take a link of their own.
   ibv_device_attr device{};
-  if (ibv_query_device(id_->verbs, &device) != 0) return Status::kResources;
+  if (ibv_query_device(context, &device) != 0) return Status::kResources;
   int first_quota = options.recv_queue_depth + 1 + static_cast<int>(kSetupSlots);
   // A crowd's link (size_for_crowd) takes twice the full one's, if the options say less.
   int sized_for = std::max(1, int{options.link_channels}) * (options.recv_queue_depth + 1) + static_cast<int>(kSetupSlots);
@@ -67,7 +71,7 @@ Status StreamLink::create(const StreamOptions& options) {
   receive_capacity_ = std::max(first_quota, std::min({kLinkReceives, full_link, device.max_qp_wr,
                                                      device.max_cqe - options.send_queue_depth}));
   int cq_size = options.send_queue_depth + receive_capacity_;
-  cq_ = ibv_create_cq(id_->verbs, cq_size, nullptr, comp_channel_, 0);
+  cq_ = ibv_create_cq(context, cq_size, nullptr, comp_channel_, 0);
   if (cq_ == nullptr) return Status::kResources;
   ibv_qp_init_attr attr{};
   attr.send_cq = attr.recv_cq = cq_;
@@ -80,14 +84,17 @@ Status StreamLink::create(const StreamOptions& options) {
   // can reach only the memory registered in its domain, so a peer can write into this link's rings
   // and mailboxes and nothing else of this process, whatever rkeys it guesses (rkeys are small and
   // sequential on rxe and mlx5; docs/architecture.md, "Security model").
-  pd_ = ibv_alloc_pd(id_->verbs);
+  pd_ = ibv_alloc_pd(context);
   if (pd_ == nullptr) return Status::kResources;
-  if (rdma_create_qp(id_, pd_, &attr) != 0) {
+  attr.sq_sig_all = 0;
+  qp_ = ibv_create_qp(pd_, &attr);
+  if (qp_ == nullptr) {
     // Some devices take no inline data at all: small pieces then go through the bounce buffer.
     attr.cap.max_inline_data = 0;
-    if (options.inline_threshold == 0 || rdma_create_qp(id_, pd_, &attr) != 0) return Status::kResources;
+    if (options.inline_threshold == 0 || (qp_ = ibv_create_qp(pd_, &attr)) == nullptr) return Status::kResources;
   }
   max_inline_ = attr.cap.max_inline_data;
+  if (Status s = move_qp(IBV_QPS_INIT); s != Status::kOk) return s;
   mailbox_out_ = allocate_pages(kMailboxSlot * options.send_queue_depth);
   if (mailbox_out_ == nullptr) return Status::kResources;
   mailbox_out_mr_ = ibv_reg_mr(pd_, mailbox_out_, kMailboxSlot * options.send_queue_depth, 0);
@@ -98,6 +105,36 @@ Status StreamLink::create(const StreamOptions& options) {
     registrations_ = std::make_unique<RegistrationCache>(pd_, options.registration_cache_entries);
   }
   return create_wait_sets();
+}
+
+Status StreamLink::move_qp(ibv_qp_state state) {
+  ibv_qp_attr attr{};
+  int mask = 0;
+  attr.qp_state = state;
+  if (rdma_init_qp_attr(id_, &attr, &mask) != 0) return Status::kResources;
+  if (state == IBV_QPS_RTR) {
+    // The kernel's rdma_ucm sets RoCE-only attribute bits (21-23) for InfiniBand ports too, which the
+    // device refuses: masked off there, as librdmacm does for its own queue pairs.
+    ibv_port_attr port{};
+    if (ibv_query_port(device_->get(), id_->port_num, &port) == 0 && port.link_layer == IBV_LINK_LAYER_INFINIBAND) {
+      mask &= ~0xe00000;
+    }
+  }
+  return ibv_modify_qp(qp_, &attr, mask) == 0 ? Status::kOk : Status::kResources;
+}
+
+Status StreamLink::ready_to_send() {
+  // INIT again first: the route may have changed the attributes of INIT since create() (the P_Key).
+  for (ibv_qp_state state : {IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS}) {
+    if (Status s = move_qp(state); s != Status::kOk) return s;
+  }
+  return Status::kOk;
+}
+
+void StreamLink::disconnect() {
+  disconnected_ = true;
+  flush_queue_pair();  // what rdma_disconnect does to a queue pair of its own
+  rdma_disconnect(id_);
 }
 
 Status StreamLink::create_wait_sets() {
@@ -274,7 +311,7 @@ void StreamLink::free_slot(uint32_t slot) { used_slots_ &= ~(uint64_t{1} << slot
 
 int StreamLink::post_send(ibv_send_wr* wr) {
   ibv_send_wr* bad = nullptr;
-  int e = ibv_post_send(id_->qp, wr, &bad);
+  int e = ibv_post_send(qp_, wr, &bad);
   if (e == 0) ++sends_outstanding_;
   return e;
 }
@@ -282,7 +319,7 @@ int StreamLink::post_send(ibv_send_wr* wr) {
 Status StreamLink::post_receive() {
   ibv_recv_wr wr{}, *bad = nullptr;  // no buffer: every message is an RDMA Write with immediate
   wr.wr_id = kWrReceive;
-  return ibv_post_recv(id_->qp, &wr, &bad) == 0 ? Status::kOk : Status::kResources;
+  return ibv_post_recv(qp_, &wr, &bad) == 0 ? Status::kOk : Status::kResources;
 }
 
 Status StreamLink::arm_and_poll(ibv_wc* wc, bool* got) {
@@ -340,20 +377,23 @@ void StreamLink::kick() { (void)eventfd_write(kick_fd_, 1); }
 
 void StreamLink::stop() {
   stopped_ = true;
-  if (id_ != nullptr && id_->qp != nullptr) {
-    ibv_qp_attr attr{};
-    attr.qp_state = IBV_QPS_ERR;
-    ibv_modify_qp(id_->qp, &attr, IBV_QP_STATE);
-  }
+  flush_queue_pair();
+}
+
+void StreamLink::flush_queue_pair() {
+  if (qp_ == nullptr) return;
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_ERR;
+  ibv_modify_qp(qp_, &attr, IBV_QP_STATE);
 }
 
 void StreamLink::destroy_queue_pair() {
-  if (id_ != nullptr && id_->qp != nullptr) rdma_destroy_qp(id_);
+  if (qp_ != nullptr) ibv_destroy_qp(std::exchange(qp_, nullptr));
 }
 
 StreamLink::~StreamLink() {
   // The peer learns that the link is gone (its channels, if any are left, read it as a disconnect).
-  if (id_ != nullptr && id_->qp != nullptr && !disconnected_ && !stopped_) rdma_disconnect(id_);
+  if (id_ != nullptr && qp_ != nullptr && !disconnected_ && !stopped_) disconnect();
   destroy_queue_pair();
   if (setup_owner_mr_ != nullptr) {
     ibv_dereg_mr(setup_owner_mr_);

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "channel_queue.h"
+#include "device_context.h"
 #include "registration_cache.h"
 #include "status.h"
 #include "wire.h"
@@ -73,8 +74,16 @@ class StreamLink {
 
   // Makes the completion channel and queue, the protection domain, the queue pair, the mailbox slots,
   // the registration cache (when zero-copy is on), posts every receive (so RNR is impossible from the
-  // start), and the wait sets.
+  // start), and the wait sets. All in a device context of this epoch (device_context.h), not in
+  // librdmacm's id->verbs; the queue pair is left in the INIT state.
   Status create(const StreamOptions& options);
+  // The queue pair from INIT to ready to receive and to send, with the attributes rdma_cm computed
+  // for the connection (rdma_init_qp_attr): the server's before its accept, the client's when the
+  // server's response came (then rdma_establish tells the server). rdma_cm moves a queue pair of its
+  // own itself; ours lives in another context than the id's, so it is ours to move.
+  Status ready_to_send();
+  uint32_t qp_num() const { return qp_->qp_num; }
+  void mark_established() { established_ = true; }
   // Before create(): the link is made because another link to (or from) the same peer, of
   // `full_receives` receives, is full: its receive queue takes twice that (as far as the device
   // allows, kLinkReceives at most) if the options' link_channels say less. A process with thousands
@@ -265,10 +274,7 @@ class StreamLink {
   // completion, and no receive is reposted from here (stopped()).
   void stop();
   bool stopped() const { return stopped_; }
-  void disconnect() {
-    disconnected_ = true;
-    rdma_disconnect(id_);
-  }
+  void disconnect();
   // We disconnected, or the peer did (a connection event seen): no channel can be opened on it.
   bool disconnected() const { return disconnected_; }
   // Teardown order: no work request may touch a buffer after it is deregistered, so the queue pair
@@ -277,6 +283,8 @@ class StreamLink {
 
  private:
   Status create_wait_sets();
+  Status move_qp(ibv_qp_state state);  // to `state`, with rdma_cm's attributes for it
+  void flush_queue_pair();  // to the error state: every work request completes, flushed
 
   std::mutex mu_;
   std::condition_variable cv_;
@@ -304,6 +312,8 @@ class StreamLink {
   uint64_t mailbox_updates_ = 0;
   rdma_event_channel* cm_channel_ = nullptr;
   rdma_cm_id* id_ = nullptr;
+  std::shared_ptr<DeviceContext> device_;  // the context everything below lives in
+  ibv_qp* qp_ = nullptr;
   ibv_comp_channel* comp_channel_ = nullptr;
   ibv_cq* cq_ = nullptr;
   ibv_pd* pd_ = nullptr;  // the link's own protection domain: its queue pair reaches only its memory

@@ -497,6 +497,12 @@ Status StreamListener::accept_held(size_t index, uint64_t server_nonce, const St
   param.private_data_len = sizeof reply;
   param.retry_count = RdmaStream::kRetryCount;
   param.rnr_retry_count = 0;
+  param.qp_num = stream->link_->qp_num();
+  if (stream->link_->ready_to_send() != Status::kOk) {
+    Decline d = decline_record(held.request, DeclineReason::kResources);
+    rdma_reject(held.id, &d, sizeof d);
+    return Status::kResources;
+  }
   // Its link takes later opens from the same client process (links.md); the listener answers them.
   links_.push_back(stream->link_);
   serve_link(stream->link_);

@@ -249,15 +249,19 @@ Status RdmaStream::connect_once(const sockaddr* address, const Pairing& pairing,
   param.private_data_len = sizeof request;
   param.retry_count = kRetryCount;
   param.rnr_retry_count = 0;  // receiver-not-ready must never happen: make it an error, not a retry
+  param.qp_num = stream->link_->qp_num();
   if (rdma_connect(id, &param) != 0) return Status::kReset;
   AcceptReply reply{};
   Redirect redirect{};
-  if (Status s = expect_established(channel, options.timeout_ms, &reply, &redirect); s != Status::kOk) {
+  if (Status s = expect_response(channel, options.timeout_ms, &reply, &redirect); s != Status::kOk) {
     if (s == Status::kRejected && valid_redirect(redirect, pairing.client_nonce)) *redirect_port = redirect.port;
     if (s == Status::kRejected) *declined = decline_reason(redirect, pairing.client_nonce);
     return s;
   }
   if (!valid_reply(reply, pairing.client_nonce)) return Status::kProtocolError;
+  if (Status s = stream->link_->ready_to_send(); s != Status::kOk) return s;
+  if (rdma_establish(id) != 0) return Status::kReset;
+  stream->link_->mark_established();
   stream->server_nonce_ = reply.server_nonce;
   if (Status s = stream->start(reply.ring_size_log2, reply.rkey, reply.queue_depth, true); s != Status::kOk) return s;
   remember_link(address, stream->link_);

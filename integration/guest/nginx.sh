@@ -9,6 +9,10 @@
 #   fetch-parallel  waits until each of the WORKERS workers has its RDMA listener (on the listener's
 #          port, or on its own), then fetches big and small four times each over eight connections at
 #          once (curl --parallel): every connection upgraded, every file's sha256 equal.
+#   wrk HOST SERVER_SHIM_LOG WORKERS CONNECTIONS  waits for the workers' RDMA listeners as
+#          fetch-parallel does, then loads small for 3 s with wrk (2 threads, CONNECTIONS keep-alive
+#          connections) under the shim: no socket error, no timeout, no answer but 200, and every
+#          connection wrk made upgraded (none stays tcp), RDMA packets moved.
 set -eu
 here=$(dirname "$0")
 case "$1" in
@@ -32,12 +36,29 @@ case "$1" in
       echo "nginx.sh: $f: sha256 equal"
     done
     ;;
-  fetch-parallel)
+  fetch-parallel|wrk)
     i=0
     until [ "$(cat "$3" 2>/dev/null | grep -c -e 'RDMA listener made' -e 'RDMA listener on rdma_cm port')" -ge "$4" ]; do
       i=$((i + 1)); [ $i -lt 300 ] || { echo "nginx.sh: not every worker made its RDMA listener:"; cat "$3"; exit 1; }
       sleep 0.1
     done
+    if [ "$1" = wrk ]; then
+      log="$T2R_WORK/shim-$T2R_HOST.log"
+      pkts() { "$here/rdma-counters" | awk '$1=="sent_pkts"||$1=="rcvd_pkts"{n+=$2} END{print n}'; }
+      before=$(pkts)
+      env LD_PRELOAD="$T2R_SHIM" TCP2RDMA_LOG="$log" wrk -t2 -c"$5" -d3s "http://$2:5019/small" > /tmp/wrk.out 2>&1 ||
+        { cat /tmp/wrk.out; echo "nginx.sh: wrk failed"; exit 1; }
+      cat /tmp/wrk.out
+      moved=$(( $(pkts) - before ))
+      upgraded=$(grep -c 'upgraded to rdma' "$log" || true)
+      echo "nginx.sh: wrk: $upgraded connections upgraded, $moved RDMA packets"
+      ! grep -E -q 'Socket errors|Non-2xx' /tmp/wrk.out || { echo "nginx.sh: wrk saw errors"; exit 1; }
+      grep -E -q '^ +[1-9][0-9]* requests in' /tmp/wrk.out || { echo "nginx.sh: no request answered"; exit 1; }
+      ! grep 'stays tcp' "$log" || { echo "nginx.sh: a connection stayed tcp"; exit 1; }
+      [ "$upgraded" -ge "$5" ] || { cat "$log"; echo "nginx.sh: fewer than $5 connections upgraded"; exit 1; }
+      [ "$moved" -ge 1000 ] || { echo "nginx.sh: fewer than 1000 RDMA packets"; exit 1; }
+      exit 0
+    fi
     urls=""
     for n in 1 2 3 4; do
       for f in big small; do urls="$urls -o /tmp/got-$f-$n http://$2:5019/$f"; done
@@ -52,5 +73,5 @@ case "$1" in
     done
     echo "nginx.sh: 8 parallel fetches: sha256 equal"
     ;;
-  *) echo "usage: nginx.sh files | fetch HOST SERVER_SHIM_LOG | fetch-parallel HOST SERVER_SHIM_LOG WORKERS" >&2; exit 2 ;;
+  *) echo "usage: nginx.sh files | fetch HOST SERVER_SHIM_LOG | fetch-parallel HOST SERVER_SHIM_LOG WORKERS | wrk HOST SERVER_SHIM_LOG WORKERS CONNECTIONS" >&2; exit 2 ;;
 esac

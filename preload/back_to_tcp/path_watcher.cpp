@@ -248,6 +248,11 @@ void run(Watcher* w) {
   int sleep_ms = -1;
   for (;;) {
     int n = real().epoll_wait(w->epfd, events, 64, sleep_ms);
+    if (w->retired.load(std::memory_order_acquire)) {
+      real().close(w->epfd);
+      real().close(w->wake_fd);
+      return;
+    }
     for (int i = 0; i < n; ++i) {
       uint64_t data = events[i].data.u64;
       if (data == kWake) {
@@ -314,6 +319,16 @@ void forget_path_watcher_after_fork() noexcept {
   if (parent->epfd >= 0) real().close(parent->epfd);
   if (parent->wake_fd >= 0) real().close(parent->wake_fd);
   transport::keep_forever(parent);
+}
+
+void retire_path_watcher() noexcept {
+  Watcher* old = std::exchange(watcher_slot(), new Watcher);
+  std::lock_guard lock(old->mutex);
+  if (old->running) {
+    old->retired.store(true, std::memory_order_release);
+    wake(old);
+  }
+  transport::keep_forever(old);  // its thread may still be reading it
 }
 
 }  // namespace tcp2rdma::preload

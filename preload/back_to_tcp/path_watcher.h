@@ -31,5 +31,10 @@ FailoverWait await_failover(TrackedSocket* socket, int fd, bool nonblocking) noe
 // In a forked child: the watcher, its lock and its epoll set are the parent's; the child starts its own
 // at its first connection on RDMA.
 void forget_path_watcher_after_fork() noexcept;
+// After a change of credentials (interpose/credentials.cpp): the watcher's thread lived through it and
+// has a cred object of its own, so its keepalives on links made from now on would be refused (EACCES
+// on rxe's doorbell). It ends; the next connection to watch starts a new one from the thread that
+// made the change.
+void retire_path_watcher() noexcept;
 
 }  // namespace tcp2rdma::preload

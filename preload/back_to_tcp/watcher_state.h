@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <atomic>
 #include <mutex>
 #include <queue>
 #include <unordered_map>
@@ -70,6 +71,7 @@ struct Watcher {
   int epfd = -1;
   int wake_fd = -1;
   std::unordered_map<uint64_t, Job> jobs;  // the watcher thread's alone
+  std::atomic<bool> retired{false};  // replaced after a change of credentials: its thread ends
 };
 
 }  // namespace tcp2rdma::preload::watcher

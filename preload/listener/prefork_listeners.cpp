@@ -131,6 +131,23 @@ void hand_on_marked_listeners(bool forked) noexcept {
   });
 }
 
+void drop_listeners_for_credentials() noexcept {
+  unsigned here = fork_generation();
+  for_each_listener([here](int fd, TrackedSocket*, ListenerState* l) {
+    if (l->listener_generation != here || (l->rdma_listener == nullptr && l->directory_listener == nullptr)) return;
+    stop_directory_service(l);
+    std::lock_guard lock(l->mutex);
+    if (ListenerDirectory* directory = l->directory.load(); directory != nullptr) directory->release_holder(getpid());
+    l->rdma_listener.reset();
+    l->directory_listener.reset();
+    l->own_rdma_port = 0;
+    l->claim_generation = ~0u;
+    l->rdma_handed_on.store(true);
+    log_line("fd %d listener: the process changes its credentials: the RDMA listener is made again under the new ones",
+             fd);
+  });
+}
+
 void renew_listener_locks() noexcept {
   for_each_listener([](int, TrackedSocket*, ListenerState* l) { new (&l->mutex) std::mutex; });
 }
@@ -168,7 +185,9 @@ void claim_rdma_listener(int fd, TrackedSocket* socket) noexcept {
   }
   transport::Status s = take_listeners_port(fd, socket);
   if (s == transport::Status::kOk) {
-    log_line("fd %d listener: RDMA listener made in this process of a pre-fork server", fd);
+    log_line(directory != nullptr ? "fd %d listener: RDMA listener made in this process of a pre-fork server"
+                                  : "fd %d listener: RDMA listener made in this process, under its credentials now",
+             fd);
     start_directory_service(fd, listener);
     return;
   }

@@ -18,6 +18,10 @@ void mark_listeners_to_hand_on() noexcept;
 // After fork, in the parent (or after a failed fork): drops the marked RDMA listeners (or unmarks);
 // a parent that keeps a listener's port starts answering for its children.
 void hand_on_marked_listeners(bool forked) noexcept;
+// Before a change of this process's credentials (interpose/credentials.cpp): every RDMA listener of
+// this process is destroyed while its rdma_cm descriptor still answers, and made again, under the new
+// credentials, at the next accept or epoll registration (claim_rdma_listener), as a pre-fork worker's.
+void drop_listeners_for_credentials() noexcept;
 // In a forked child: the listeners' locks are made anew. A thread of the parent (the directory's, a
 // background accept) may have held one at the fork, and that thread does not exist here.
 void renew_listener_locks() noexcept;

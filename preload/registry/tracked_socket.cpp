@@ -14,6 +14,8 @@
 #include "keep_forever.h"
 #include "libc/real_calls.h"
 #include "news_list.h"
+#include "credential_epoch.h"
+#include "device_context.h"
 #include "own_descriptors.h"
 #include "rdma_stream.h"
 #include "registry/fd_table.h"
@@ -60,6 +62,10 @@ SocketHold SocketHold::live(uint64_t serial) noexcept {
 }
 
 unsigned fork_generation() noexcept { return g_fork_generation.load(std::memory_order_relaxed); }
+void note_credentials_changed() noexcept {
+  g_fork_generation.fetch_add(1, std::memory_order_relaxed);
+  transport::note_credentials_changed();
+}
 void note_forked_child() noexcept {
   g_fork_generation.fetch_add(1, std::memory_order_relaxed);
   stats::forget_parent_segment();  // the child's connections go into a segment of its own
@@ -67,6 +73,7 @@ void note_forked_child() noexcept {
   // Another thread of the parent may have held the lock at the fork; the child has only this one.
   transport::keep_forever(std::exchange(live_mutex_slot(), new std::mutex));
   transport::own_descriptors_after_fork();
+  transport::device_contexts_after_fork();
   transport::news_lists_after_fork();
   forget_closing_after_fork();
 }

@@ -33,10 +33,15 @@ class ListenerParts {
   ListenerParts& operator=(const ListenerParts&) = delete;
 };
 
-// Counts the forks on the way to this process (0 in the process the module was loaded into; the fork
-// wrapper bumps it in each child). Cheaper than getpid() on every call.
+// The resource generation: counts the forks on the way to this process and the changes of
+// credentials in it (0 in the process the module was loaded into; the fork wrapper bumps it in each
+// child, the credential wrappers after each change). Streams, listeners and the module's threads of an
+// older generation are never used to make or carry anything new. Cheaper than getpid() on every call.
 unsigned fork_generation() noexcept;
 void note_forked_child() noexcept;
+// After a change of this process's credentials (interpose/credentials.cpp): a new generation, and a
+// new epoch for the transport's device contexts and links (transport/credential_epoch.h).
+void note_credentials_changed() noexcept;
 // The fork wrapper closes the gate before it settles the sessions and opens it after the real fork
 // (in the child: a gate of its own): no upgrade session starts in between (start_session waits).
 void close_fork_gate() noexcept;

@@ -268,3 +268,21 @@ TEST(DoctorChecks, AModulePathThatLdPreloadCannotCarryFails) {
 
 }  // namespace
 }  // namespace tcp2rdma::tools::doctor
+
+namespace tcp2rdma::tools::doctor {
+namespace {
+
+TEST(DoctorDescriptors, SoftEqualToHardWithoutPrivilegeWarnsOfTheTopReserve) {
+  Check c = judge_descriptors(2048, 2048, false);
+  EXPECT_EQ(c.verdict, Verdict::kWarn);
+  EXPECT_NE(c.finding.find("up to 64 descriptors from the top"), std::string::npos) << c.finding;
+  EXPECT_EQ(judge_descriptors(128, 128, false).finding.find("up to 16 descriptors") != std::string::npos, true);
+}
+
+TEST(DoctorDescriptors, RoomAboveTheLimitPasses) {
+  EXPECT_EQ(judge_descriptors(1024, 4096, false).verdict, Verdict::kOk);
+  EXPECT_EQ(judge_descriptors(2048, 2048, true).verdict, Verdict::kOk);
+}
+
+}  // namespace
+}  // namespace tcp2rdma::tools::doctor

@@ -61,7 +61,7 @@ TEST_F(Doctor, AHostWithoutRdmaFailsAtTheDevicesCheck) {
   EXPECT_TRUE(has_line_starting(r.output, "FAIL  devices: no RDMA device")) << r.output;
   EXPECT_NE(r.output.find("-- fix: load the driver of the RDMA NIC"), std::string::npos) << r.output;
   EXPECT_EQ(check_names(r.output), (std::vector<std::string>{"devices", "ports", "addresses", "rule addresses",
-                                                             "device files", "memlock", "rdma_cm", "module", "rules"}))
+                                                             "device files", "memlock", "descriptors", "rdma_cm", "module", "rules"}))
       << r.output;
   EXPECT_TRUE(has_line_starting(r.output, "ok    module: ")) << r.output;  // built beside the tool
   EXPECT_TRUE(has_line_starting(r.output, "ok    rules: no rule file: every connection stays TCP")) << r.output;

@@ -20,6 +20,11 @@ Check check_addresses(const Inventory& inventory);
 // dir: where the device files are (/dev/infiniband; tests pass their own).
 Check check_device_files(const std::string& dir);
 Check check_memlock(const RingPlan& plan);
+// RLIMIT_NOFILE as a server started from here gets it: with soft = hard and no privilege to raise the
+// hard limit, the module's descriptors come from the top of the application's range
+// (transport/own_descriptors.h), which it should know. judge_descriptors is the judgement alone.
+Check check_descriptors();
+Check judge_descriptors(unsigned long soft, unsigned long hard, bool may_raise_hard);
 Check check_rdma_cm();
 Check check_module(const std::string& path);
 

@@ -1,5 +1,6 @@
 // memlock, module and rules: what this machine's setup lets the module do once it is loaded.
 #include <dlfcn.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 
 #include "checks.h"
 #include "module_path.h"
+#include "own_descriptors.h"
 
 namespace tcp2rdma::tools::doctor {
 namespace {
@@ -33,6 +35,28 @@ std::string count_of(size_t n, const char* one, const char* many) {
 }  // namespace
 
 Check check_memlock(const RingPlan& plan) { return judge_memlock(read_memlock_facts(), plan); }
+
+Check judge_descriptors(unsigned long soft, unsigned long hard, bool may_raise_hard) {
+  std::string limits = "RLIMIT_NOFILE " + std::to_string(soft) + " (hard " + std::to_string(hard) + ")";
+  if (soft < hard || may_raise_hard) {
+    return passed("descriptors", limits + ": the module's descriptors live above the application's limit");
+  }
+  unsigned long reserve = transport::OwnDescriptors::top_reserve(soft);
+  return warned("descriptors", limits + ", and nothing may rise above it: the module takes up to " +
+                                   std::to_string(reserve) +
+                                   " descriptors from the top of the application's range, which then meets EMFILE "
+                                   "that many earlier (a hard limit above the soft one avoids it: LimitNOFILE=soft:hard)");
+}
+
+Check check_descriptors() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return warned("descriptors", "cannot read RLIMIT_NOFILE");
+  // Whether the hard limit may rise (CAP_SYS_RESOURCE): tried, and put back.
+  rlimit up{limit.rlim_cur, limit.rlim_max == RLIM_INFINITY ? limit.rlim_max : limit.rlim_max + 1};
+  bool may_raise = limit.rlim_max == RLIM_INFINITY || setrlimit(RLIMIT_NOFILE, &up) == 0;
+  if (may_raise && limit.rlim_max != RLIM_INFINITY) setrlimit(RLIMIT_NOFILE, &limit);
+  return judge_descriptors(limit.rlim_cur, limit.rlim_max, may_raise);
+}
 
 Check check_module(const std::string& path) {
   // RTLD_LOCAL: its wrappers stay out of this process's symbol lookups, so loading it proves it loads

@@ -1,0 +1,67 @@
+// Device contexts by device and epoch (device_context.h).
+#include "device_context.h"
+
+#include <unistd.h>
+
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "keep_forever.h"
+#include "own_descriptors.h"
+
+namespace tcp2rdma::transport {
+namespace {
+
+struct Contexts {
+  std::mutex mu;
+  Epoch epoch;
+  std::vector<std::pair<ibv_device*, std::shared_ptr<DeviceContext>>> open;
+};
+
+Contexts*& contexts_slot() {
+  static Contexts* c = new Contexts;  // never destroyed: links may outlive static destructors at exit
+  return c;
+}
+
+Contexts& contexts() { return *contexts_slot(); }
+
+// A new context with its descriptors moved up: nothing else holds it yet, so nothing reads the old
+// numbers (the provider reads cmd_fd from the context at each command; its mappings hold the file).
+ibv_context* open_placed(ibv_device* device) {
+  OwnDescriptors window;
+  ibv_context* context = ibv_open_device(device);
+  if (context == nullptr) return nullptr;
+  context->cmd_fd = window.place_if_room(context->cmd_fd);
+  if (context->async_fd >= 0) context->async_fd = window.place_if_room(context->async_fd);
+  return context;
+}
+
+}  // namespace
+
+DeviceContext::~DeviceContext() {
+  if (epoch_.pid == getpid()) ibv_close_device(context_);
+}
+
+std::shared_ptr<DeviceContext> device_context_for(ibv_device* device) {
+  Contexts& c = contexts();
+  std::lock_guard lock(c.mu);
+  Epoch now = current_epoch();
+  if (c.epoch != now) {
+    // An older epoch's contexts: the links that hold them close them when they go.
+    c.open.clear();
+    c.epoch = now;
+  }
+  for (auto& [d, context] : c.open) {
+    if (d == device) return context;
+  }
+  ibv_context* opened = open_placed(device);
+  if (opened == nullptr) return nullptr;
+  auto context = std::make_shared<DeviceContext>(opened);
+  c.open.emplace_back(device, context);
+  return context;
+}
+
+void device_contexts_after_fork() noexcept { keep_forever(std::exchange(contexts_slot(), new Contexts)); }
+
+}  // namespace tcp2rdma::transport

@@ -1,0 +1,45 @@
+// The verbs device contexts the links are made in: one per RDMA device and epoch (credential_epoch.h),
+// opened by this process under its current credentials.
+//
+// librdmacm opens a context per device once per process and gives it to every rdma_cm id (id->verbs).
+// A process that inherited it (a pre-fork server's worker, whose master bound an RDMA listener to an
+// address) or changed its credentials since (a worker that dropped to `nobody`) cannot use it: the
+// kernel refuses rxe's send doorbell, a write(), with EACCES. So a link's queue pair, completion
+// queue and protection domain live in a context of the link's own epoch, and rdma_cm is given the
+// queue pair's number only (stream_link.h, "ready_to_send").
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <memory>
+
+#include "credential_epoch.h"
+
+namespace tcp2rdma::transport {
+
+class DeviceContext {
+ public:
+  explicit DeviceContext(ibv_context* context) : context_(context), epoch_(current_epoch()) {}
+  // Closed in the process that opened it; a forked child never closes its parent's (the close would
+  // not reach the parent, but an object built on it might still be in use by a copy of a link).
+  ~DeviceContext();
+  DeviceContext(const DeviceContext&) = delete;
+  DeviceContext& operator=(const DeviceContext&) = delete;
+
+  ibv_context* get() const { return context_; }
+
+ private:
+  ibv_context* context_;
+  Epoch epoch_;
+};
+
+// The context of `device` for this epoch, opened on first use (its two descriptors above the
+// application's range when there is room: own_descriptors.h). Null, errno set, when it cannot be
+// opened. Contexts of an older epoch stay open while a link holds one.
+std::shared_ptr<DeviceContext> device_context_for(ibv_device* device);
+
+// In a forked child, before anything else of the module runs: the parent's contexts are forgotten
+// (never closed) and the lock made anew (another thread may have held it at the fork).
+void device_contexts_after_fork() noexcept;
+
+}  // namespace tcp2rdma::transport
