@@ -100,6 +100,11 @@ struct Readiness {
   bool writable = false;  // write() would take at least one byte, or fail at once
   bool failed = false;    // reset or protocol error: every call now fails
   bool peer_closed = false;
+  bool read_shut = false;  // shutdown(SHUT_RD) here: the receiving side is over too
+  bool error_pending = false;  // an error SO_ERROR would report (the kernel's POLLERR without a reset)
+  // Both directions are over (the kernel's POLLHUP): our sending side shut down (or reset by the
+  // peer's leaving) and the receiving side ended (the peer's end, or our SHUT_RD).
+  bool hung_up = false;
   uint64_t bytes_readable = 0;  // what read() would return now, at most
   bool moved = false;  // both directions went back to TCP and nothing is left to read (RdmaStream::moved)
 };
@@ -148,6 +153,13 @@ class RdmaStream {
   Status read(const iovec* iov, int iovcnt, int flags, size_t* done);
   // Sends an orderly end after the bytes already written; reading goes on.
   Status shutdown_write();
+  // shutdown(SHUT_RD): nothing is sent; a read with nothing buffered returns the end of the stream
+  // instead of waiting (bytes that arrive are still read), and pollers see the receiving side ended
+  // (POLLIN, POLLRDHUP), as with the kernel's.
+  void shutdown_read();
+  // The error SO_ERROR reports and clears: EPIPE once after a write the peer's leaving reset (see
+  // wrote_after_peer_left_), else 0.
+  int take_error();
   // Waits (up to timeout_ms) until every byte written so far is in the peer's memory (acknowledged),
   // where the peer reads it even if a reset follows. Sends nothing of its own.
   Status flush();
@@ -570,6 +582,15 @@ class RdmaStream {
   bool disconnect_seen_ = false;
   bool disconnected_ = false;  // we called rdma_disconnect
   bool write_shut_ = false;  // shutdown_write() was called: writes fail from here
+  bool read_shut_ = false;   // shutdown_read() was called
+  // The peer closed in order and left (its end, then its release or disconnect), and a write came after: kernel
+  // TCP takes that write (the peer's host answers it with a reset) and fails every later one with
+  // EPIPE, both directions then being over (POLLHUP). The write was taken and dropped here.
+  bool wrote_after_peer_left_ = false;
+  bool error_pending_ = false;  // that reset's EPIPE, until a write or SO_ERROR takes it (POLLERR meanwhile)
+  // The first write after the peer left, taken whole and dropped (wrote_after_peer_left_); false when
+  // the peer has not left in order, or a write came after it already.
+  bool take_write_after_peer_left(size_t len, size_t* done);
   bool close_owed_ = false;  // our close is still to be posted (no receive credit when asked)
   bool move_owed_ = false;  // our "to TCP" is to be sent (we move, or the peer did)
   bool move_sent_ = false;  // our "to TCP" is sent: our bytes go on on TCP

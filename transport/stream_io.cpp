@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <utility>
 
 #include "own_calls.h"
 #include "rdma_stream.h"
@@ -47,6 +48,14 @@ Status RdmaStream::write_piece(const uint8_t* src, size_t len, int flags, size_t
   if (write_shut_) return Status::kShutDown;
   if (failed()) return failure_;
   if (len == 0) return Status::kOk;
+  if (wrote_after_peer_left_) {  // the peer's host has answered that write with its reset
+    error_pending_ = false;
+    return Status::kReset;
+  }
+  progress();  // the peer's end and leaving may be news
+  // After the peer's end (rare): has it left too? Its disconnect shows only on the channels.
+  if (flow_->peer_closed() && !disconnect_seen_) drain_channels();
+  if (take_write_after_peer_left(len, done)) return Status::kOk;
   if (size_t head = zero_copy_part(len, options_); link_->registrations() != nullptr && head > 0) {
     Status s = write_zero_copy(src, head, flags, done, lock);
     if (s == Status::kMemoryLock || s == Status::kResources) {
@@ -57,6 +66,22 @@ Status RdmaStream::write_piece(const uint8_t* src, size_t len, int flags, size_t
     }
   }
   return write_copy(src + *done, len - *done, flags, done, lock);
+}
+
+bool RdmaStream::take_write_after_peer_left(size_t len, size_t* done) {
+  // Its end came first: every byte it sent is here, and it ended in order (a release, or its link's
+  // disconnect when the channel was the link's last).
+  if (!disconnect_seen_ || wrote_after_peer_left_ || failed() || !flow_->peer_closed()) return false;
+  wrote_after_peer_left_ = true;
+  error_pending_ = true;
+  *done += len;
+  return true;
+}
+
+int RdmaStream::take_error() {
+  OwnCalls own;  // own_calls.h
+  std::lock_guard lock(mu_);
+  return std::exchange(error_pending_, false) ? EPIPE : 0;
 }
 
 Status RdmaStream::write_copy(const uint8_t* src, size_t len, int flags, size_t* done,
@@ -286,7 +311,8 @@ Status RdmaStream::read(const iovec* iov, int iovcnt, int flags, size_t* done) {
       s = *done > 0 ? Status::kOk : failure_;
       break;
     }
-    if (flow_->peer_closed() || want == 0) break;  // the end of the stream (after any bytes read)
+    // The end of the stream (after any bytes read): the peer's, or our own shutdown(SHUT_RD).
+    if (flow_->peer_closed() || read_shut_ || want == 0) break;
     if (flags & kNonBlocking) {
       if (*done == 0 && !failed()) {
         drain_channels();  // a peer that disconnected without an end shows only there
@@ -309,6 +335,13 @@ Status RdmaStream::read(const iovec* iov, int iovcnt, int flags, size_t* done) {
   reader_busy_ = false;
   cv_.notify_all();
   return outward(s);
+}
+
+void RdmaStream::shutdown_read() {
+  OwnCalls own;  // own_calls.h
+  std::lock_guard lock(mu_);
+  read_shut_ = true;
+  cv_.notify_all();  // a reader asleep meanwhile returns the end, as from the kernel's shutdown
 }
 
 Status RdmaStream::shutdown_write() {

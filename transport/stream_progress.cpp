@@ -762,8 +762,11 @@ Readiness RdmaStream::readiness(bool want_writable) {
     progress();
     r.failed = failed();
     r.peer_closed = flow_->peer_closed();
+    r.read_shut = read_shut_;
+    r.error_pending = error_pending_;
+    r.hung_up = (write_shut_ || wrote_after_peer_left_) && (r.peer_closed || read_shut_);
     r.bytes_readable = flow_->readable() + prefix_left();
-    r.readable = r.failed || r.peer_closed || r.bytes_readable > 0;
+    r.readable = r.failed || r.peer_closed || read_shut_ || r.bytes_readable > 0;
     r.writable = r.failed || write_shut_ || move_sent_ || disconnect_seen_ ||
                  (flow_->data_room(1) > 0 && send_queue_has_room(2));
     r.moved = moved_locked();

@@ -177,9 +177,14 @@ ssize_t stream_send(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, 
 int stream_shutdown(const StreamRef& ref, int fd, int how) noexcept {
   // Only the sending side has something to tell the peer; the TCP connection stays whole as the
   // control channel.
-  if (how != SHUT_WR && how != SHUT_RDWR) return 0;
+  if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR) {
+    errno = EINVAL;
+    return -1;
+  }
+  transport::RdmaStream* stream = ref;
+  if (how != SHUT_WR) stream->shutdown_read();
+  if (how == SHUT_RD) return 0;
   return keeping_errno_on_success([&] {
-    transport::RdmaStream* stream = ref;
     Status s = stream->shutdown_write();
     if (s == Status::kMovedToTcp) return real().shutdown(fd, SHUT_WR);  // our bytes go on TCP now
     if (s == Status::kPathFailed) {
@@ -191,6 +196,12 @@ int stream_shutdown(const StreamRef& ref, int fd, int how) noexcept {
     errno = s == Status::kReset ? ENOTCONN : errno_of(s);
     return -1;
   });
+}
+
+int stream_take_error(const StreamRef& ref) noexcept {
+  if (ref.prefixed() || ref.session() != nullptr) return 0;
+  transport::RdmaStream* stream = ref;
+  return stream->take_error();
 }
 
 int stream_readable_bytes(transport::RdmaStream* stream) noexcept {

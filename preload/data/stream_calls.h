@@ -41,6 +41,9 @@ ssize_t stream_send(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, 
 ssize_t session_recv(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept;
 ssize_t session_send(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept;
 int stream_shutdown(const StreamRef& ref, int fd, int how) noexcept;
+// SO_ERROR's value for a connection on RDMA: the stream's pending error (RdmaStream::take_error),
+// taken; 0 when there is none, or the connection is in its upgrade or on a prefix.
+int stream_take_error(const StreamRef& ref) noexcept;
 // Bytes readable now (FIONREAD).
 int stream_readable_bytes(transport::RdmaStream* stream) noexcept;
 

@@ -178,6 +178,9 @@ T2R_INTERPOSE int getsockopt(int fd, int level, int name, void* value, socklen_t
       if (rc == 0 && *static_cast<int*>(value) == 0) {
         if (socket->upgrade_pending()) tcp2rdma::preload::finish_pending_upgrade(fd, socket.get());
         if (int error = socket->pending_error.exchange(0); error != 0) *static_cast<int*>(value) = error;
+        if (auto s = tcp2rdma::preload::route_for_call(fd); s && *static_cast<int*>(value) == 0) {
+          *static_cast<int*>(value) = tcp2rdma::preload::stream_take_error(s);
+        }
       }
       return rc;
     }

@@ -12,8 +12,11 @@ short poll_events_of(const transport::Readiness& r, short requested) noexcept {
   if (r.readable) events |= static_cast<short>(requested & (POLLIN | POLLRDNORM));
   if (r.writable) events |= static_cast<short>(requested & (POLLOUT | POLLWRNORM));
   if (r.failed) events |= POLLERR | POLLHUP;
-  // A reset ends the receiving side too: the kernel reports POLLRDHUP for it as for the peer's end.
-  if (r.failed || r.peer_closed) events |= static_cast<short>(requested & POLLRDHUP);
+  if (r.hung_up) events |= POLLHUP;
+  if (r.error_pending) events |= POLLERR;
+  // A reset ends the receiving side too: the kernel reports POLLRDHUP for it as for the peer's end
+  // (and for a shutdown(SHUT_RD) here).
+  if (r.failed || r.peer_closed || r.read_shut) events |= static_cast<short>(requested & POLLRDHUP);
   return events;
 }
 

@@ -1,0 +1,161 @@
+"""same_semantics.py ADDRESS PORT SHIM_LOG: a connection's behaviour at its ends, step by step.
+
+Runs the same steps on fresh connections to itself on ADDRESS:PORT (both ends in this process) and
+prints one line per step: what each call returned, the errno it failed with, the poll events it
+reported, and the SIGPIPEs raised meanwhile. integration.semantics_same.loop runs it once on a port the
+rules put on RDMA and once on a port they keep on TCP: the two transcripts must be equal. With
+SHIM_LOG (not "-"), every connection waits, before its steps, until the log shows both ends upgraded.
+"""
+import errno
+import select
+import signal
+import socket
+import sys
+import time
+
+SETTLE = 0.5  # for the peer's end, release or reset to arrive
+EVENTS = select.POLLIN | select.POLLOUT | select.POLLRDHUP | select.POLLPRI
+NAMES = [(select.POLLIN, "IN"), (select.POLLOUT, "OUT"), (select.POLLERR, "ERR"), (select.POLLHUP, "HUP"),
+         (select.POLLRDHUP, "RDHUP"), (select.POLLNVAL, "NVAL"), (select.POLLPRI, "PRI")]
+sigpipes = 0
+
+
+def on_sigpipe(_signum, _frame):
+    global sigpipes
+    sigpipes += 1
+
+
+def events(sock):
+    p = select.poll()
+    p.register(sock, EVENTS)
+    got = p.poll(0)
+    mask = got[0][1] if got else 0
+    return "|".join(name for bit, name in NAMES if mask & bit) or "-"
+
+
+def call(what, fn):
+    before = sigpipes
+    try:
+        result = fn()
+        if isinstance(result, bytes):
+            result = "bytes %r" % result
+        out = "%s = %s" % (what, result)
+    except OSError as e:
+        out = "%s: %s" % (what, errno.errorcode.get(e.errno, e.errno))
+    if sigpipes != before:
+        out += " (SIGPIPE x%d)" % (sigpipes - before)
+    print(out, flush=True)
+
+
+def upgraded_lines(log):
+    try:
+        with open(log) as f:
+            return sum(1 for line in f if "upgraded to rdma" in line)
+    except FileNotFoundError:
+        return 0
+
+
+def pair(address, port, log):
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((address, port))
+    listener.listen(1)
+    before = upgraded_lines(log) if log != "-" else 0
+    client = socket.create_connection((address, port))
+    server, _ = listener.accept()
+    listener.close()
+    if log != "-":
+        deadline = time.monotonic() + 20
+        while upgraded_lines(log) < before + 2:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the connection was not upgraded on both ends")
+            time.sleep(0.05)
+    return client, server
+
+
+def main(address, port, log):
+    signal.signal(signal.SIGPIPE, on_sigpipe)
+    c, s = pair(address, port, log)
+    print("-- both ends shut their sending side", flush=True)
+    call("client send", lambda: c.send(b"hello"))
+    time.sleep(SETTLE)
+    call("server recv", lambda: s.recv(100))
+    call("client poll", lambda: events(c))
+    call("server shutdown SHUT_WR", lambda: s.shutdown(socket.SHUT_WR))
+    time.sleep(SETTLE)
+    call("client poll", lambda: events(c))
+    call("client recv", lambda: c.recv(100))
+    call("server poll", lambda: events(s))
+    call("client shutdown SHUT_WR", lambda: c.shutdown(socket.SHUT_WR))
+    time.sleep(SETTLE)
+    call("client poll", lambda: events(c))
+    call("server poll", lambda: events(s))
+    call("server recv", lambda: s.recv(100))
+    call("client send", lambda: c.send(b"x"))
+    call("client send MSG_NOSIGNAL", lambda: c.send(b"x", socket.MSG_NOSIGNAL))
+    c.close()
+    s.close()
+
+    c, s = pair(address, port, log)
+    print("-- the peer closes, then we write", flush=True)
+    call("server send", lambda: s.send(b"bye"))
+    call("server close", s.close)
+    time.sleep(SETTLE)
+    call("client poll", lambda: events(c))
+    call("client recv", lambda: c.recv(100))
+    call("client recv", lambda: c.recv(100))
+    call("client send", lambda: c.send(b"after"))
+    time.sleep(SETTLE)
+    call("client poll", lambda: events(c))
+    call("client SO_ERROR", lambda: c.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR))
+    call("client poll", lambda: events(c))
+    call("client send", lambda: c.send(b"again"))
+    call("client send", lambda: c.send(b"again"))
+    call("client recv", lambda: c.recv(100))
+    call("client poll", lambda: events(c))
+    c.close()
+
+    c, s = pair(address, port, log)
+    print("-- the peer closes, we write twice", flush=True)
+    call("server close", s.close)
+    time.sleep(SETTLE)
+    call("client send", lambda: c.send(b"one"))
+    time.sleep(SETTLE)
+    call("client send", lambda: c.send(b"two"))
+    call("client poll", lambda: events(c))
+    call("client SO_ERROR", lambda: c.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR))
+    c.close()
+
+    c, s = pair(address, port, log)
+    print("-- shutdown of the receiving side", flush=True)
+    call("client shutdown SHUT_RD", lambda: c.shutdown(socket.SHUT_RD))
+    call("client poll", lambda: events(c))
+    c.setblocking(False)
+    call("client recv", lambda: c.recv(100))
+    call("server send", lambda: s.send(b"late"))
+    time.sleep(SETTLE)
+    call("client recv", lambda: c.recv(100))
+    call("client recv", lambda: c.recv(100))
+    call("client send", lambda: c.send(b"still"))
+    time.sleep(SETTLE)
+    call("server recv", lambda: s.recv(100))
+    call("client shutdown SHUT_WR", lambda: c.shutdown(socket.SHUT_WR))
+    call("client poll", lambda: events(c))
+    call("client shutdown 7", lambda: c.shutdown(7))
+    c.close()
+    s.close()
+
+    c, s = pair(address, port, log)
+    print("-- both sides at once", flush=True)
+    call("client shutdown SHUT_RDWR", lambda: c.shutdown(socket.SHUT_RDWR))
+    call("client poll", lambda: events(c))
+    time.sleep(SETTLE)
+    call("server poll", lambda: events(s))
+    call("server recv", lambda: s.recv(100))
+    call("server send", lambda: s.send(b"z"))
+    c.close()
+    s.close()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]), sys.argv[3])
