@@ -9,6 +9,7 @@
 #include <cstring>
 #include <memory>
 #include <span>
+#include <string>
 
 #include "libc/real_calls.h"
 #include "listener/rdma_listener.h"
@@ -18,6 +19,7 @@
 #include "registry/upgrade_session.h"
 #include "tuple_address.h"
 #include "stats/stats_writer.h"
+#include "upgrade/refusals.h"
 #include "upgrade/switch.h"
 #include "upgrade/switch_frames.h"
 #include "util/log.h"
@@ -114,6 +116,20 @@ UpgradeOutcome no_rdma_listener(TrackedSocket* listener) {
   return outcome;
 }
 
+// What a client's attempt says about the server for the next ones (refusals.h): a no that it would
+// give again (no listener, its rules, its memory) or silence is remembered; a no about this one
+// connection's timing (busy, expired, too late, a duplicate) is not; an RDMA connection forgets it.
+void remember_answer(const sockaddr_storage& server, transport::Status s, transport::DeclineReason declined) {
+  using transport::DeclineReason;
+  if (s == transport::Status::kOk) {
+    note_acceptance(server);
+  } else if (s == transport::Status::kTimeout ||
+             (s == transport::Status::kRejected && declined != DeclineReason::kBusy && declined != DeclineReason::kExpired &&
+              declined != DeclineReason::kTooLate && declined != DeclineReason::kDuplicate)) {
+    note_refusal(server);
+  }
+}
+
 UpgradeOutcome run_upgrade_steps(const Connection& c, UpgradeSession* session, Answer* answer) {
   // Settled while it waited in a pool's queue (closed, fork, exec): no RDMA connection is made for it.
   if (session->phase() == UpgradeSession::Phase::kOver) {
@@ -121,6 +137,13 @@ UpgradeOutcome run_upgrade_steps(const Connection& c, UpgradeSession* session, A
   }
   if (!c.have_tuple) return {false, true, "no addresses for the connection"};
   if (!c.is_client && c.listener == nullptr) return {false, true, "no RDMA listener on this port"};
+  if (c.is_client) {
+    if (auto left = refused_for(c.server); left.count() > 0) {
+      UpgradeOutcome outcome{false, true, "the server refused RDMA lately", stats::TcpReason::kPeerDeclined};
+      outcome.detail = "asked again in " + std::to_string(left.count()) + " ms";
+      return outcome;
+    }
+  }
   std::unique_ptr<transport::RdmaStream> stream;
   transport::DeclineReason declined = transport::DeclineReason::kNone;
   // What the client has sent on TCP so far: its HELLO if it writes nothing more before it freezes (an
@@ -135,6 +158,7 @@ UpgradeOutcome run_upgrade_steps(const Connection& c, UpgradeSession* session, A
     return {false, true, "no RDMA request from the client in time", stats::TcpReason::kPeerDeclined};
   }
   if (s == transport::Status::kRejected && !c.is_client) return no_rdma_listener(c.listener);
+  if (c.is_client) remember_answer(c.server, s, declined);
   // The server's word on why, when it gave one (a Decline record); else "no tcp2rdma listener".
   if (s == transport::Status::kRejected) {
     return {false, true, transport::to_string(declined), stats::TcpReason::kPeerDeclined};

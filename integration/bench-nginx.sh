@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# bench-nginx.sh [ROUNDS]: nginx as deployed under a load tool, in the pair VMs. On A nginx
+# (integration/nginx/bench.conf: two workers as nobody) under the module, on port 5019, which the rules
+# put on RDMA (integration/rules/server-background.yaml), and on port 5029, which they keep on TCP: the
+# reference, same server, same run. On B wrk under the module (2 threads, 32 keep-alive connections,
+# 5 s), alternating the two ports for ROUNDS rounds (default 3), then with `Connection: close` (8
+# connections, 5 s: a connection per request) on each port once.
+# BENCH_SERVER_MEMLOCK=0 starts nginx under `ulimit -l 0`: its workers (no CAP_IPC_LOCK as nobody) can
+# register no memory, so every switch fails (the server declines it): the measure of "a failed switch
+# costs nothing" (within 3 % of the TCP port). Each line: port, mode, requests per second, wrk's socket
+# errors and timeouts, connections upgraded and staying TCP on both ends. Figures with date and
+# machine go to docs/benchmarks.md.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+rounds=${1:-3}
+lib=${TCP2RDMA_LIB:-$root/build/preload/libtcp2rdma.so}
+[ -f "$lib" ] || { echo "no $lib: build first (integration/test-all or cmake --build build)" >&2; exit 1; }
+rules=$root/integration/rules/server-background.yaml
+memlock=${BENCH_SERVER_MEMLOCK:-unlimited}
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+server="mkdir -p /tmp/www && head -c 1000 /dev/urandom > /tmp/www/small && touch \$T2R_WORK/shim-a.log && chmod 666 \$T2R_WORK/shim-a.log && ulimit -l $memlock && env T2R_SHIM=$lib TCP2RDMA_RULES=$rules sh $root/integration/guest/app-servers.sh nginx 'nginx -e stderr -c $root/integration/nginx/bench.conf' 'start worker process'; echo \"server log: \$(grep -c 'upgraded to rdma' \$T2R_WORK/shim-a.log) upgraded, \$(grep -c 'stays tcp' \$T2R_WORK/shim-a.log) stayed tcp\""
+client="ROUNDS=$rounds sh $root/integration/guest/bench-nginx-client.sh $lib $rules"
+set +e
+"$root/integration/vm" pair --timeout 1200 --share "$(dirname "$(dirname "$lib")")" "$server" "$client" > "$out" 2>&1
+status=$?
+set -e
+echo "bench-nginx: nginx 2 workers as nobody (memlock $memlock), wrk -t2; two Soft-RoCE VMs (1 GiB, 1 vCPU each), $(date -u +%F), host $(nproc) cores, commit $(git -C "$root" rev-parse --short HEAD)"
+grep -E '^\[b\] (result|  why)' "$out" | sed 's/^\[b\] //'
+grep -E '^\[a\] server ' "$out" | sed 's/^\[a\] //' || true
+if [ $status -ne 0 ]; then
+  echo "bench-nginx: the run failed (status $status); its output:" >&2
+  tail -n 60 "$out" >&2
+  exit $status
+fi
