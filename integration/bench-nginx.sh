@@ -3,8 +3,8 @@
 # (integration/nginx/bench.conf: two workers as nobody) under the module, on port 5019, which the rules
 # put on RDMA (integration/rules/server-background.yaml), and on port 5029, which they keep on TCP: the
 # reference, same server, same run. On B wrk under the module (2 threads, 32 keep-alive connections,
-# 5 s), alternating the two ports for ROUNDS rounds (default 3), then with `Connection: close` (8
-# connections, 5 s: a connection per request) on each port once.
+# BENCH_SECONDS long, default 5), then with `Connection: close` (8 connections, as long: a connection
+# per request), alternating the two ports, for ROUNDS rounds (default 3).
 # BENCH_SERVER_MEMLOCK=0 starts nginx under `ulimit -l 0`: its workers (no CAP_IPC_LOCK as nobody) can
 # register no memory, so every switch fails (the server declines it): the measure of "a failed switch
 # costs nothing" (within 3 % of the TCP port). Each line: port, mode, requests per second, wrk's socket
@@ -19,13 +19,13 @@ rules=$root/integration/rules/server-background.yaml
 memlock=${BENCH_SERVER_MEMLOCK:-unlimited}
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-server="mkdir -p /tmp/www && head -c 1000 /dev/urandom > /tmp/www/small && touch \$T2R_WORK/shim-a.log && chmod 666 \$T2R_WORK/shim-a.log && ulimit -l $memlock && env T2R_SHIM=$lib TCP2RDMA_RULES=$rules sh $root/integration/guest/app-servers.sh nginx 'nginx -e stderr -c $root/integration/nginx/bench.conf' 'start worker process'; echo \"server log: \$(grep -c 'upgraded to rdma' \$T2R_WORK/shim-a.log) upgraded, \$(grep -c 'stays tcp' \$T2R_WORK/shim-a.log) stayed tcp\""
-client="ROUNDS=$rounds sh $root/integration/guest/bench-nginx-client.sh $lib $rules"
+server="mkdir -p /tmp/www && head -c 1000 /dev/urandom > /tmp/www/small && touch \$T2R_WORK/shim-a.log && chmod 666 \$T2R_WORK/shim-a.log && ulimit -l $memlock && env T2R_SHIM=$lib TCP2RDMA_RULES=$rules sh $root/integration/guest/app-servers.sh nginx 'nginx -e stderr -c $root/integration/nginx/bench.conf' 'start worker process'; echo \"server log: \$(grep -c 'upgraded to rdma' \$T2R_WORK/shim-a.log) upgraded, \$(grep -c 'stays tcp' \$T2R_WORK/shim-a.log) stayed tcp\"; grep -o 'stays tcp (.*' \$T2R_WORK/shim-a.log | sed 's/ ([0-9]* ms)//' | sort | uniq -c | sort -rn | head -3 | sed 's/^/server why: /'"
+client="ROUNDS=$rounds SECONDS_EACH=${BENCH_SECONDS:-5} sh $root/integration/guest/bench-nginx-client.sh $lib $rules"
 set +e
 "$root/integration/vm" pair --timeout 1200 --share "$(dirname "$(dirname "$lib")")" "$server" "$client" > "$out" 2>&1
 status=$?
 set -e
-echo "bench-nginx: nginx 2 workers as nobody (memlock $memlock), wrk -t2; two Soft-RoCE VMs (1 GiB, 1 vCPU each), $(date -u +%F), host $(nproc) cores, commit $(git -C "$root" rev-parse --short HEAD)"
+echo "bench-nginx: nginx 2 workers as nobody (memlock $memlock), wrk -t2 for ${BENCH_SECONDS:-5} s a run; two Soft-RoCE VMs (1 GiB, 1 vCPU each), $(date -u +%F), host $(nproc) cores, commit $(git -C "$root" rev-parse --short HEAD)"
 grep -E '^\[b\] (result|  why)' "$out" | sed 's/^\[b\] //'
 grep -E '^\[a\] server ' "$out" | sed 's/^\[a\] //' || true
 if [ $status -ne 0 ]; then

@@ -170,6 +170,13 @@ bool serves_rdma(TrackedSocket* socket) {
   return listener->rdma_listener != nullptr && listener->listener_generation == fork_generation();
 }
 
+bool surely_without_rdma(TrackedSocket* socket) {
+  ListenerState* listener = listener_state(socket);
+  if (listener == nullptr) return true;
+  std::unique_lock lock(listener->mutex, std::try_to_lock);
+  return lock.owns_lock() && (listener->rdma_listener == nullptr || listener->listener_generation != fork_generation());
+}
+
 RequestWait::RequestWait(TrackedSocket* listener, const transport::TcpTuple& tuple,
                          const config::ConnectionOptions& options)
     : listener_(listener),

@@ -106,6 +106,9 @@ void decline(TrackedSocket* listener, const transport::TcpTuple& tuple, transpor
 // Whether this process has an rdma_cm listener beside `listener` (one lock, no system call): a server
 // connection that stays TCP has a request to decline only then.
 bool serves_rdma(TrackedSocket* listener);
+// Whether the listener surely has no RDMA listener here, without waiting for its lock (an accept that
+// waits for its request may hold it for seconds): false when the lock is busy.
+bool surely_without_rdma(TrackedSocket* listener);
 // Why listen_rdma could not make the rdma_cm listener beside `listener` (kMemoryLock: a process that
 // may register no memory at all makes none, transport/status.h), or kOk when it did or was not asked.
 transport::Status why_no_rdma_listener(TrackedSocket* listener);

@@ -123,6 +123,13 @@ void upgrade_beside(int fd, config::Role role, TrackedSocket* listener, const co
     epoll_move_pending(fd, false);
     return;
   }
+  if (std::optional<UpgradeOutcome> known = without_request(*c)) {
+    // No request can come (the listener has no RDMA listener here): concluded in the application's
+    // call, no thread woken, so that a server whose switches all fail so costs what it costs without
+    // the module.
+    conclude(*c, session, *known, true);
+    return;
+  }
   socket->add_ref();  // the upgrade's, until it is done with the socket and its listener (let_go)
   if (listener != nullptr) listener->add_ref();
   if (c->is_client || !c->have_tuple || listener == nullptr) {

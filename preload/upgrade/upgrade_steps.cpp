@@ -176,6 +176,11 @@ UpgradeOutcome run_upgrade_steps(const Connection& c, UpgradeSession* session, A
 
 }  // namespace
 
+std::optional<UpgradeOutcome> without_request(const Connection& c) {
+  if (c.is_client || c.listener == nullptr || !surely_without_rdma(c.listener)) return std::nullopt;
+  return no_rdma_listener(c.listener);
+}
+
 UpgradeOutcome run_upgrade(const Connection& c, UpgradeSession* session, Answer* answer) noexcept {
   try {
     return run_upgrade_steps(c, session, answer);

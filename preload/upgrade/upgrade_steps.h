@@ -4,6 +4,8 @@
 // them in the application's call, background.cpp beside it.
 #pragma once
 
+#include <optional>
+
 #include <sys/socket.h>
 
 #include <chrono>
@@ -46,6 +48,10 @@ struct Answer {
 // C call): memory short anywhere keeps the connection on TCP, or, past the switch's point of no
 // return, resets it; either way with a log line.
 UpgradeOutcome run_upgrade(const Connection& c, UpgradeSession* session, Answer* answer = nullptr) noexcept;
+// A server connection whose listener has no RDMA listener beside it (none could be made, or this
+// process of a pre-fork server has none): no request can come, and the outcome is known at once.
+// Null when the listener has one (or its lock is busy: the usual way then finds out).
+std::optional<UpgradeOutcome> without_request(const Connection& c);
 
 // The log line and the end of the session. After a switch (the phase is kSwitching, so the descriptor
 // is still the application's), epoll registrations move onto the stream; a connection broken half-way
