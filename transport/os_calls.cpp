@@ -23,6 +23,8 @@ OsCalls resolve_all() noexcept {
   resolve(calls.epoll_create1, "epoll_create1");
   resolve(calls.epoll_ctl, "epoll_ctl");
   resolve(calls.epoll_wait, "epoll_wait");
+  resolve(calls.getrlimit, "getrlimit");
+  resolve(calls.setrlimit, "setrlimit");
   return calls;
 }
 

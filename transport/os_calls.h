@@ -14,6 +14,7 @@
 
 #include <poll.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 
 namespace tcp2rdma::transport {
 
@@ -24,6 +25,10 @@ struct OsCalls {
   int (*epoll_create1)(int flags);
   int (*epoll_ctl)(int epfd, int op, int fd, epoll_event* event);
   int (*epoll_wait)(int epfd, epoll_event* events, int maxevents, int timeout_ms);
+  // RLIMIT_NOFILE's wrappers wait for the module's own descriptor window (own_descriptors.h), which
+  // holds its lock while it calls these.
+  int (*getrlimit)(__rlimit_resource_t resource, rlimit* limit);
+  int (*setrlimit)(__rlimit_resource_t resource, const rlimit* limit);
 };
 
 // Resolved once, on first use (any thread; a constructor resolves it at load).

@@ -37,11 +37,11 @@ void close_raw(int fd) { os().close(fd); }
 // too). The new soft limit, or 0 when nothing lies above the floor.
 unsigned long raise_limit(unsigned long floor, unsigned long room) {
   rlimit now{};
-  if (getrlimit(RLIMIT_NOFILE, &now) != 0) return 0;
+  if (os().getrlimit(RLIMIT_NOFILE, &now) != 0) return 0;
   rlimit want{floor + room, std::max<rlim_t>(now.rlim_max, floor + room)};
-  if (setrlimit(RLIMIT_NOFILE, &want) == 0) return want.rlim_cur;
+  if (os().setrlimit(RLIMIT_NOFILE, &want) == 0) return want.rlim_cur;
   rlimit within{std::min<rlim_t>(floor + room, now.rlim_max), now.rlim_max};
-  if (within.rlim_cur <= floor || setrlimit(RLIMIT_NOFILE, &within) != 0) return 0;
+  if (within.rlim_cur <= floor || os().setrlimit(RLIMIT_NOFILE, &within) != 0) return 0;
   return within.rlim_cur;
 }
 
@@ -50,7 +50,7 @@ unsigned long raise_limit(unsigned long floor, unsigned long room) {
 OwnDescriptors::OwnDescriptors() noexcept {
   mutex_slot()->lock();
   rlimit now{};
-  if (getrlimit(RLIMIT_NOFILE, &now) != 0) return;
+  if (os().getrlimit(RLIMIT_NOFILE, &now) != 0) return;
   floor_ = now.rlim_cur;
   hard_ = now.rlim_max;
   raised_ = raise_limit(floor_, kRoom);
@@ -59,9 +59,9 @@ OwnDescriptors::OwnDescriptors() noexcept {
 OwnDescriptors::~OwnDescriptors() {
   if (raised_ != 0) {
     rlimit now{};
-    if (getrlimit(RLIMIT_NOFILE, &now) == 0 && now.rlim_cur == raised_) {
+    if (os().getrlimit(RLIMIT_NOFILE, &now) == 0 && now.rlim_cur == raised_) {
       rlimit theirs{floor_, hard_};  // both as the application had them (root's hard one may have risen)
-      setrlimit(RLIMIT_NOFILE, &theirs);
+      os().setrlimit(RLIMIT_NOFILE, &theirs);
     }
   }
   mutex_slot()->unlock();
@@ -113,6 +113,8 @@ int OwnDescriptors::place_if_room(int fd) noexcept {
   close_raw(fd);
   return high;
 }
+
+std::unique_lock<std::mutex> hold_descriptor_limit() noexcept { return std::unique_lock(*mutex_slot()); }
 
 void own_descriptors_after_fork() noexcept { keep_forever(std::exchange(mutex_slot(), new std::mutex)); }
 

@@ -19,6 +19,8 @@
 // its first use of the device: moving them would race with librdmacm's other users of the context.
 #pragma once
 
+#include <mutex>
+
 namespace tcp2rdma::transport {
 
 class OwnDescriptors {
@@ -51,6 +53,11 @@ class OwnDescriptors {
   unsigned long hard_ = 0;   // and its hard one
   unsigned long raised_ = 0;  // the soft limit during the window (0: not raised: no room)
 };
+
+// The lock every window holds while the soft limit may be raised: the application's own calls on
+// RLIMIT_NOFILE (preload/interpose/limits.cpp) take it, so that none reads the raised limit or sees its
+// own change undone.
+std::unique_lock<std::mutex> hold_descriptor_limit() noexcept;
 
 // In a forked child, before anything else of the module runs: the lock is made anew (another thread
 // may have held it at the fork).

@@ -85,7 +85,7 @@ PinState read_pin_state() {
   if (!read_status(&pinned, &ipc_lock)) ipc_lock = geteuid() == 0;
   state.pinned = pinned;
   rlimit limit{};
-  if (!ipc_lock && getrlimit(RLIMIT_MEMLOCK, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
+  if (!ipc_lock && os().getrlimit(RLIMIT_MEMLOCK, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
     state.limited = true;
     state.limit = limit.rlim_cur;
   }

@@ -5,6 +5,8 @@
 
 #include <cerrno>
 
+#include "os_calls.h"
+
 namespace tcp2rdma::transport {
 
 const char* to_string(Status status) {
@@ -55,7 +57,7 @@ Status registration_failure(int error) {
 
 bool memlock_holds_no_stream() {
   rlimit limit{};
-  if (geteuid() == 0 || getrlimit(RLIMIT_MEMLOCK, &limit) != 0) return false;
+  if (geteuid() == 0 || os().getrlimit(RLIMIT_MEMLOCK, &limit) != 0) return false;
   return limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur <= 32 * 1024;
 }
 
