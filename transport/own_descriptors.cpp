@@ -2,12 +2,16 @@
 
 #include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <mutex>
+#include <new>
 #include <utility>
+#include <vector>
 
 #include "keep_forever.h"
 #include "os_calls.h"
@@ -31,6 +35,25 @@ std::mutex*& mutex_slot() {
 // call that made it to its close, and a close it did not see makes the kernel's next use of the
 // number (another thread's open()) look like an unsynchronised write.
 int dup_at_least(int fd, unsigned long floor) { return os().fcntl(fd, F_DUPFD_CLOEXEC, floor); }
+
+// The placements at the top of the application's range, with the window's lock: each number with the
+// file it held then, so that one closed since (its number free, or the application's now) is told
+// apart from one still the module's.
+struct AtTop {
+  int fd;
+  dev_t dev;
+  ino_t ino;
+};
+std::vector<AtTop>& at_top() {
+  static auto* placements = new std::vector<AtTop>;  // never destroyed: windows may open at exit
+  return *placements;
+}
+std::atomic<size_t> g_at_top_count{0};  // at_top().size(), read without the lock
+
+bool same_file(const AtTop& p) {
+  struct stat now {};
+  return fstat(p.fd, &now) == 0 && now.st_dev == p.dev && now.st_ino == p.ino;
+}
 void close_raw(int fd) { os().close(fd); }
 
 // Sets the soft limit to floor + room, or as far as the hard limit goes (root may raise the hard limit
@@ -91,7 +114,18 @@ int OwnDescriptors::move_to_top(int fd) noexcept {
   unsigned long reserve = top_reserve(floor_);
   for (unsigned long k = 1; k <= reserve; ++k) {
     int top = dup_at_least(fd, floor_ - k);
-    if (top >= 0) return top;
+    if (top >= 0) {
+      struct stat file {};
+      if (fstat(top, &file) == 0) {
+        try {
+          at_top().push_back({top, file.st_dev, file.st_ino});
+          g_at_top_count.store(at_top().size(), std::memory_order_relaxed);
+        } catch (const std::bad_alloc&) {
+          // Not counted: the gauge is short by one.
+        }
+      }
+      return top;
+    }
     if (errno != EMFILE) break;
   }
   errno = EMFILE;
@@ -115,6 +149,14 @@ int OwnDescriptors::place_if_room(int fd) noexcept {
 }
 
 std::unique_lock<std::mutex> hold_descriptor_limit() noexcept { return std::unique_lock(*mutex_slot()); }
+
+size_t own_descriptors_at_top() noexcept {
+  if (g_at_top_count.load(std::memory_order_relaxed) == 0) return 0;
+  std::lock_guard lock(*mutex_slot());
+  std::erase_if(at_top(), [](const AtTop& p) { return !same_file(p); });
+  g_at_top_count.store(at_top().size(), std::memory_order_relaxed);
+  return at_top().size();
+}
 
 void own_descriptors_after_fork() noexcept { keep_forever(std::exchange(mutex_slot(), new std::mutex)); }
 

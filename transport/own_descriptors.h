@@ -19,6 +19,7 @@
 // its first use of the device: moving them would race with librdmacm's other users of the context.
 #pragma once
 
+#include <cstddef>
 #include <mutex>
 
 namespace tcp2rdma::transport {
@@ -58,6 +59,11 @@ class OwnDescriptors {
 // RLIMIT_NOFILE (preload/interpose/limits.cpp) take it, so that none reads the raised limit or sees its
 // own change undone.
 std::unique_lock<std::mutex> hold_descriptor_limit() noexcept;
+
+// How many of the module's descriptors sit at the top of the application's range now (placed there
+// for want of room above its limit, and still open): what the application's range is short by.
+// Without any such placement, a load and no system call.
+size_t own_descriptors_at_top() noexcept;
 
 // In a forked child, before anything else of the module runs: the lock is made anew (another thread
 // may have held it at the fork).

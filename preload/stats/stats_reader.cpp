@@ -147,6 +147,7 @@ TotalsView totals_of(const Totals& t) {
   v.zcopy_bytes_out = get(t.zcopy_bytes_out);
   for (size_t i = 0; i < std::size(v.setup_ms_log2); ++i) v.setup_ms_log2[i] = get(t.setup_ms_log2[i]);
   v.slots_exhausted = get(t.slots_exhausted);
+  v.descriptors_at_top = get(t.descriptors_at_top);
   return v;
 }
 

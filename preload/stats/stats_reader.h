@@ -38,6 +38,7 @@ struct TotalsView {
   uint64_t tcp_bytes_in = 0, tcp_bytes_out = 0, rdma_bytes_in = 0, rdma_bytes_out = 0, zcopy_bytes_out = 0;
   uint64_t setup_ms_log2[16] = {};
   uint64_t slots_exhausted = 0;
+  uint64_t descriptors_at_top = 0;  // a gauge (stats_segment.h): summed, never less a baseline
 };
 
 struct ProcessView {

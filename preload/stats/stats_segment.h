@@ -60,6 +60,10 @@ struct Totals {
   std::atomic<uint64_t> zcopy_bytes_out;
   std::atomic<uint64_t> setup_ms_log2[16];            // setups by duration: [i] counts 2^(i-1) .. 2^i ms
   std::atomic<uint64_t> slots_exhausted;              // connections not shown: every slot was taken
+  // A gauge, not a count: the module's descriptors at the top of the application's range now, for
+  // want of room above its RLIMIT_NOFILE (transport/own_descriptors.h); refreshed at each connection's
+  // decision and end.
+  std::atomic<uint64_t> descriptors_at_top;
 };
 
 struct Header {

@@ -30,6 +30,7 @@
 #include <ctime>
 
 #include "os_calls.h"
+#include "own_descriptors.h"
 #include "stats/segment_file.h"
 
 namespace tcp2rdma::stats {
@@ -158,6 +159,7 @@ int32_t open_slot(const SlotIdentity& who) {
   Header* h = segment();
   if (h == nullptr) return kNoSlot;
   (who.decided_rdma ? h->totals.decided_rdma : h->totals.decided_tcp).fetch_add(1, std::memory_order_relaxed);
+  h->totals.descriptors_at_top.store(transport::own_descriptors_at_top(), std::memory_order_relaxed);
   uint32_t start = g_hint.load(std::memory_order_relaxed);
   for (uint32_t n = 0; n < kSlotCount; ++n) {
     uint32_t index = (start + n) & (kSlotCount - 1);

@@ -150,7 +150,7 @@ TEST_F(StatCli, StatsSumsTheCountersAndResetStartsThemFromZero) {
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_EQ(r.output,
             "{\"processes\":1,\"since_ms\":null,\"connections\":{\"decided_rdma\":2,\"decided_tcp\":1,\"upgraded\":1,"
-            "\"slots_exhausted\":0},\"open\":{\"tcp\":2,\"switching\":0,\"rdma\":1,\"back-on-tcp\":0},"
+            "\"slots_exhausted\":0},\"descriptors_at_top\":0,\"open\":{\"tcp\":2,\"switching\":0,\"rdma\":1,\"back-on-tcp\":0},"
             "\"on_tcp_by_reason\":{\"none\":0,\"rule\":1,\"peer-declined\":1,\"no-rdma\":0,\"resources\":0,"
             "\"switch-failed\":0,\"moved-back\":0,\"failed-over\":0,\"closed-early\":0,\"other\":0},"
             "\"bytes\":{\"tcp_in\":107,\"tcp_out\":209,\"rdma_in\":3000000,\"rdma_out\":5000000,\"zcopy_out\":4000000},"

@@ -120,6 +120,17 @@ TEST(OwnDescriptors, WithNoRoomAboveTheLimitTheTopOfTheRangeServes) {
                 ours.push_back(fd);
               }
               if (how_many_can_open() != before - static_cast<int>(reserve)) return 3;
+              if (own_descriptors_at_top() != reserve) return 7;
+              ::close(ours[0]);
+              if (own_descriptors_at_top() != reserve - 1) return 8;  // closed: no longer counted
+              int theirs = ::open("/dev/null", O_RDONLY);  // the application's, at the top now
+              if (own_descriptors_at_top() != reserve - 1) return 9;  // a number reused is not ours
+              ::close(theirs);
+              ours[0] = -1;
+              {
+                OwnDescriptors refill;
+                ours[0] = refill.place(eventfd(0, 0));
+              }
               OwnDescriptors window;  // the reserve is full: no more
               int fd = eventfd(0, 0);
               if (window.place(fd) != -1 || errno != EMFILE) return 4;

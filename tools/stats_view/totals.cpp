@@ -75,6 +75,7 @@ Sum sum_live(const std::vector<ProcessView>& processes, const Baseline* baseline
       }
     }
     for (size_t i = 0; i < kCounterCount; ++i) *to[i] += now[i];
+    sum.totals.descriptors_at_top += p.totals.descriptors_at_top;  // a gauge: now, whatever the baseline
     for (const stats::ConnectionView& c : p.connections) {
       auto path = static_cast<size_t>(c.path);
       if (path < std::size(sum.open)) ++sum.open[path];
@@ -112,6 +113,8 @@ std::string format_text(const Sum& sum, const std::string& since) {
   out += bytes_line("  tcp", bytes_text(t.tcp_bytes_in), bytes_text(t.tcp_bytes_out));
   out += bytes_line("  rdma", bytes_text(t.rdma_bytes_in), bytes_text(t.rdma_bytes_out));
   out += bytes_line("  rdma zero-copy", "-", bytes_text(t.zcopy_bytes_out));
+  out += "descriptors\n";
+  out += count_line("at the top of the application's range", t.descriptors_at_top);
   out += "setup time of the upgrades\n";
   bool any = false;
   for (size_t i = 0; i < kBuckets; ++i) {
@@ -129,6 +132,7 @@ std::string format_json(const Sum& sum, const Baseline* baseline) {
                     ",\"since_ms\":" + (baseline ? u(baseline->written_ms) : "null");
   out += ",\"connections\":{\"decided_rdma\":" + u(t.decided_rdma) + ",\"decided_tcp\":" + u(t.decided_tcp) +
          ",\"upgraded\":" + u(t.upgraded) + ",\"slots_exhausted\":" + u(t.slots_exhausted) + "}";
+  out += ",\"descriptors_at_top\":" + u(t.descriptors_at_top);
   out += ",\"open\":{";
   for (size_t path = 1; path < std::size(sum.open); ++path) {
     out += (path > 1 ? "," : "") + json_string(stats::to_string(static_cast<stats::SlotPath>(path))) + ":" +

@@ -41,7 +41,7 @@ Sum sum_live(const std::vector<stats::ProcessView>& processes, const Baseline* b
 // The report for people: counts, reasons, bytes (exact, with the size people read), the setup times'
 // non-empty buckets. `since` is what the counts start from ("the processes' start", a reset's time).
 std::string format_text(const Sum& sum, const std::string& since);
-// One line: {"processes":..,"since_ms":..|null,"connections":{..,"slots_exhausted":..},"open":{..},
+// One line: {"processes":..,"since_ms":..|null,"connections":{..,"slots_exhausted":..},"descriptors_at_top":..,"open":{..},
 // "on_tcp_by_reason":{..},"bytes":{..},"setup_ms":[{"from":..,"to":..|null,"count":..}]}, exact integers.
 std::string format_json(const Sum& sum, const Baseline* baseline);
 
