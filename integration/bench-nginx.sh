@@ -8,8 +8,10 @@
 # BENCH_SERVER_MEMLOCK=0 starts nginx under `ulimit -l 0`: its workers (no CAP_IPC_LOCK as nobody) can
 # register no memory, so every switch fails (the server declines it): the measure of "a failed switch
 # costs nothing" (within 3 % of the TCP port). Each line: port, mode, requests per second, wrk's socket
-# errors and timeouts, connections upgraded and staying TCP on both ends. Figures with date and
-# machine go to docs/benchmarks.md.
+# errors and timeouts, connections upgraded and staying TCP on both ends; at the end the server's
+# switches: how long each took, from the RDMA connection established to the connection on it (its
+# log's "switch N ms"), p50, p99 and max.
+# Figures with date and machine go to docs/benchmarks.md.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 rounds=${1:-3}
@@ -19,7 +21,7 @@ rules=$root/integration/rules/server-background.yaml
 memlock=${BENCH_SERVER_MEMLOCK:-unlimited}
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-server="mkdir -p /tmp/www && head -c 1000 /dev/urandom > /tmp/www/small && touch \$T2R_WORK/shim-a.log && chmod 666 \$T2R_WORK/shim-a.log && ulimit -l $memlock && env T2R_SHIM=$lib TCP2RDMA_RULES=$rules sh $root/integration/guest/app-servers.sh nginx 'nginx -e stderr -c $root/integration/nginx/bench.conf' 'start worker process'; echo \"server log: \$(grep -c 'upgraded to rdma' \$T2R_WORK/shim-a.log) upgraded, \$(grep -c 'stays tcp' \$T2R_WORK/shim-a.log) stayed tcp\"; grep -o 'stays tcp (.*' \$T2R_WORK/shim-a.log | sed 's/ ([0-9]* ms)//' | sort | uniq -c | sort -rn | head -3 | sed 's/^/server why: /'"
+server="mkdir -p /tmp/www && head -c 1000 /dev/urandom > /tmp/www/small && touch \$T2R_WORK/shim-a.log && chmod 666 \$T2R_WORK/shim-a.log && ulimit -l $memlock && env T2R_SHIM=$lib TCP2RDMA_RULES=$rules sh $root/integration/guest/app-servers.sh nginx 'nginx -e stderr -c $root/integration/nginx/bench.conf' 'start worker process'; echo \"server log: \$(grep -c 'upgraded to rdma' \$T2R_WORK/shim-a.log) upgraded, \$(grep -c 'stays tcp' \$T2R_WORK/shim-a.log) stayed tcp\"; grep -o 'stays tcp (.*' \$T2R_WORK/shim-a.log | sed 's/ ([0-9]* ms)//' | sort | uniq -c | sort -rn | head -3 | sed 's/^/server why: /'; grep -o 'switch [0-9]* ms)' \$T2R_WORK/shim-a.log | tr -dc '0-9\\n' | sort -n | awk '{v[NR]=\$1} END {if (NR) printf \"server switch: %d switches took p50 %d ms, p99 %d ms, max %d ms (established to on RDMA)\\n\", NR, v[int((NR+1)/2)], v[int(NR*0.99+0.5)>0?int(NR*0.99+0.5):1], v[NR]}'"
 client="ROUNDS=$rounds SECONDS_EACH=${BENCH_SECONDS:-5} sh $root/integration/guest/bench-nginx-client.sh $lib $rules"
 set +e
 "$root/integration/vm" pair --timeout 1200 --share "$(dirname "$(dirname "$lib")")" "$server" "$client" > "$out" 2>&1

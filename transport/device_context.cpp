@@ -52,6 +52,13 @@ std::shared_ptr<DeviceContext> device_context_for(ibv_device* device) {
     c.open.clear();
     c.epoch = now;
   }
+  // A context whose device went away (removed, perhaps added again under the same ibv_device
+  // address) answers no query: it is let go (its links close it) and a new one opened. A query per
+  // new link, not per connection.
+  std::erase_if(c.open, [&](const auto& open) {
+    ibv_device_attr attr{};
+    return open.first == device && ibv_query_device(open.second->get(), &attr) != 0;
+  });
   for (auto& [d, context] : c.open) {
     if (d == device) return context;
   }
