@@ -2,11 +2,16 @@
 
 #include <sys/socket.h>
 
+#include <cstdio>
+#include <cstring>
+
 #include "libc/real_calls.h"
 #include "registry/connection_policy.h"
 #include "registry/fd_table.h"
 #include "registry/upgrade_session.h"
+#include "stats/stats_writer.h"
 #include "upgrade/background.h"
+#include "upgrade/refusals.h"
 #include "upgrade/upgrade_steps.h"
 #include "util/log.h"
 #include "util/saved_errno.h"
@@ -27,6 +32,29 @@ bool upgrade_now(int fd, config::Role role, TrackedSocket* listener, const confi
   return conclude(c, session, run_upgrade(c, session), false);
 }
 
+// A client connection to a server that refused RDMA lately (refusals.h) stays TCP at once, as one
+// whose rule says TCP does: no session, no upgrade thread, no system call but the log line's. The
+// connect()'s own address names the server; a rule that requires RDMA goes the whole way (and fails).
+bool stays_for_refusal(int fd, const config::Decision& decision, const sockaddr* remote, socklen_t len) {
+  if (remote == nullptr || len == 0 || len > sizeof(sockaddr_storage) ||
+      decision.options->upgrade == config::UpgradeMode::kRequired) {
+    return false;
+  }
+  sockaddr_storage server{};
+  std::memcpy(&server, remote, len);
+  auto left = refused_for(server);
+  if (left.count() == 0) return false;
+  char why[96];
+  std::snprintf(why, sizeof why, "stays tcp (the server refused RDMA lately: asked again in %lld ms)",
+                static_cast<long long>(left.count()));
+  log_connection(fd, config::Role::kClient, decision, why, remote, len);
+  if (SocketHold socket = SocketHold::of(fd)) {
+    stats::slot_on_tcp(socket->stats_slot.load(std::memory_order_relaxed), stats::TcpReason::kPeerDeclined,
+                       "the server refused RDMA lately");
+  }
+  return true;
+}
+
 }  // namespace
 
 bool upgrade_connection(int fd, config::Role role, TrackedSocket* listener, const config::Decision& decision,
@@ -37,6 +65,7 @@ bool upgrade_connection(int fd, config::Role role, TrackedSocket* listener, cons
     if (role == config::Role::kServer) decline_request(fd, listener, transport::DeclineReason::kServerStaysTcp);
     return true;
   }
+  if (role == config::Role::kClient && stays_for_refusal(fd, decision, remote_hint, remote_hint_len)) return true;
   if (decision.options->upgrade == config::UpgradeMode::kBackground) {
     upgrade_beside(fd, role, listener, decision);
     return true;
