@@ -25,7 +25,10 @@ constexpr unsigned long kRoom = 4096;
 // Made on first use (the module's constructors may log before this file's statics are set up), and
 // anew in a forked child (own_descriptors_after_fork).
 std::mutex*& mutex_slot() {
-  static std::mutex* mutex = new std::mutex;
+  // The first lock is a static object, constant-initialized: no allocation, so that an application's
+  // getrlimit before any initializer of the process ran (a sanitizer runtime's own start) may take it.
+  static constinit std::mutex first;
+  static constinit std::mutex* mutex = &first;
   return mutex;
 }
 

@@ -4,7 +4,11 @@
 // reads the raised value and a setrlimit is never undone by the module putting its limit back. The
 // module's windows read the limit afresh each time: they follow whatever the application set last.
 // Other resources, and prlimit on another process, go straight through.
+// Each wrapper makes the prlimit64 system call itself (what glibc's own functions do on x86-64), never
+// through the table of real calls: a sanitizer runtime calls getrlimit while it starts, before
+// anything of the process (dlsym, malloc) may be used.
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <mutex>
@@ -12,46 +16,45 @@
 #include "libc/interposed.h"
 #include "own_descriptors.h"
 
-using tcp2rdma::preload::real;
+static_assert(sizeof(struct rlimit) == sizeof(struct rlimit64), "prlimit64 takes both (x86-64, 64-bit)");
 
 namespace {
 
 // The window's lock when the call is about this process's descriptor limit, else none.
-std::unique_lock<std::mutex> hold_if_descriptors(__rlimit_resource_t resource, pid_t pid = 0) {
+std::unique_lock<std::mutex> hold_if_descriptors(int resource, pid_t pid = 0) {
   if (resource != RLIMIT_NOFILE || (pid != 0 && pid != getpid())) return {};
   return tcp2rdma::transport::hold_descriptor_limit();
+}
+
+int prlimit_call(pid_t pid, int resource, const void* new_limit, void* old_limit) {
+  auto hold = hold_if_descriptors(resource, pid);
+  return static_cast<int>(syscall(SYS_prlimit64, pid, resource, new_limit, old_limit));
 }
 
 }  // namespace
 
 T2R_INTERPOSE int getrlimit(__rlimit_resource_t resource, struct rlimit* limit) {
-  auto hold = hold_if_descriptors(resource);
-  return real().getrlimit(resource, limit);
+  return prlimit_call(0, resource, nullptr, limit);
 }
 
 T2R_INTERPOSE int setrlimit(__rlimit_resource_t resource, const struct rlimit* limit) {
-  auto hold = hold_if_descriptors(resource);
-  return real().setrlimit(resource, limit);
+  return prlimit_call(0, resource, limit, nullptr);
 }
 
 T2R_INTERPOSE int getrlimit64(__rlimit_resource_t resource, struct rlimit64* limit) {
-  auto hold = hold_if_descriptors(resource);
-  return real().getrlimit64(resource, limit);
+  return prlimit_call(0, resource, nullptr, limit);
 }
 
 T2R_INTERPOSE int setrlimit64(__rlimit_resource_t resource, const struct rlimit64* limit) {
-  auto hold = hold_if_descriptors(resource);
-  return real().setrlimit64(resource, limit);
+  return prlimit_call(0, resource, limit, nullptr);
 }
 
 T2R_INTERPOSE int prlimit(pid_t pid, enum __rlimit_resource resource, const struct rlimit* new_limit,
                           struct rlimit* old_limit) {
-  auto hold = hold_if_descriptors(resource, pid);
-  return real().prlimit(pid, resource, new_limit, old_limit);
+  return prlimit_call(pid, resource, new_limit, old_limit);
 }
 
 T2R_INTERPOSE int prlimit64(pid_t pid, enum __rlimit_resource resource, const struct rlimit64* new_limit,
                             struct rlimit64* old_limit) {
-  auto hold = hold_if_descriptors(resource, pid);
-  return real().prlimit64(pid, resource, new_limit, old_limit);
+  return prlimit_call(pid, resource, new_limit, old_limit);
 }
