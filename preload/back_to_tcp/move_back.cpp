@@ -1,6 +1,8 @@
 #include "back_to_tcp/move_back.h"
 
 #include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <vector>
@@ -74,6 +76,63 @@ void move_streams_back(const char* why) noexcept {
       socket->move_path(Path::kMovingBack, Path::kRdma);
     }
   }
+}
+
+namespace {
+
+// A descriptor of `socket` in this process, or -1 (its last one is being closed).
+int descriptor_of(const TrackedSocket* socket) noexcept {
+  int end = fd_table().high_water();
+  for (int fd = 0; fd < end; ++fd) {
+    if (fd_table().find(fd) == socket) return fd;
+  }
+  return -1;
+}
+
+// What is left of a prefix, taken whole for a child.
+HandBack prefix_for_child(TrackedSocket* socket) noexcept {
+  HandBack answer;
+  answer.outcome = socket->prefix.take_all(&answer.bytes) ? HandBack::Outcome::kMoved : HandBack::Outcome::kParents;
+  answer.then_end = socket->prefix.then_end();
+  return answer;
+}
+
+}  // namespace
+
+HandBack move_back_for_child(TrackedSocket* socket, const char* why) noexcept {
+  SavedErrno keep_errno;
+  // Another thread of ours may be moving it (the peer's move, a failover): its end is waited for.
+  for (int i = 0; i < 1000 && socket->being_moved(); ++i) usleep(10000);
+  if (socket->back_on_tcp()) return prefix_for_child(socket);
+  transport::RdmaStream* stream = socket->stream();
+  HandBack answer;
+  answer.outcome = HandBack::Outcome::kParents;
+  if (stream == nullptr || !socket->move_path(Path::kRdma, Path::kMovingBack)) {
+    return socket->back_on_tcp() ? prefix_for_child(socket) : answer;
+  }
+  int fd = descriptor_of(socket);
+  std::vector<uint8_t> unread;
+  bool peer_ended = false;
+  auto started = std::chrono::steady_clock::now();
+  transport::Status s = stream->move_to_tcp(&unread, &peer_ended);
+  if (s != transport::Status::kOk || (peer_ended && !socket->prefix.set({}, true))) {
+    if (s == transport::Status::kOk) stream->set_unread_prefix(std::move(unread));  // no memory: ours again
+    socket->move_path(Path::kMovingBack, Path::kRdma);
+    log_line("%s: stays on rdma in this process, not moved for %s: %s", connection_label(socket), why,
+             s == transport::Status::kOk ? "no memory for the end" : transport::to_string(s));
+    return answer;
+  }
+  // Our sending side's end, if any, is shut down on the shared socket here (complete_move_back); the
+  // child needs to do it only when this process had no descriptor left to do it with.
+  answer.write_shut = fd < 0 && stream->write_was_shut();
+  complete_move_back(socket, fd, /*by_mover=*/true);
+  auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - started);
+  log_line("%s: back on tcp for %s (%zu bytes of the peer's for the child%s; %lld us)", connection_label(socket), why,
+           unread.size(), peer_ended ? ", then its end" : "", static_cast<long long>(us.count()));
+  answer.outcome = HandBack::Outcome::kMoved;
+  answer.bytes = std::move(unread);
+  answer.then_end = peer_ended;
+  return answer;
 }
 
 void complete_move_back(TrackedSocket* socket, int fd, bool by_mover) noexcept {

@@ -6,6 +6,8 @@
 // to TCP when they reach it (tcp_after_move).
 #pragma once
 
+#include "registry/lent_streams.h"
+
 namespace tcp2rdma::transport {
 class RdmaStream;
 }
@@ -21,6 +23,14 @@ void move_streams_back(const char* why) noexcept;
 
 // One connection (fd names it, stream is its socket's): true when it is back on TCP.
 bool move_back(TrackedSocket* socket, transport::RdmaStream* stream, int fd, const char* why) noexcept;
+
+// A child's claim of a connection this process lent it at a fork (process/fork_service.h): the
+// connection goes back to TCP here as it would before a fork, and the peer's unread bytes go to the
+// child instead of this process's prefix (the kernel gives a byte to whichever process reads it first,
+// and the child is the one reading). One back on TCP already hands the child what is left of its
+// prefix. A move that fails leaves the connection on RDMA here (kParents).
+// `why` names the children's side for the log ("a child that uses it").
+HandBack move_back_for_child(TrackedSocket* socket, const char* why) noexcept;
 
 // The socket's stream has moved both ways (RdmaStream::moved()): the socket is the kernel's again.
 // mark_connection_back_on_tcp (registry/connection_path.h) and the epoll registrations back onto the

@@ -10,6 +10,7 @@
 #include "back_to_tcp/move_back.h"
 #include "back_to_tcp/path_watcher.h"
 #include "libc/real_calls.h"
+#include "process/fork_service.h"
 #include "rdma_stream.h"
 #include "registry/fd_table.h"
 #include "registry/tracked_socket.h"
@@ -50,6 +51,11 @@ StreamRef route_for_call(int fd) noexcept { return route_for_call(SocketHold::of
 StreamRef route_for_call(SocketHold socket, int fd) noexcept {
   // Held throughout: an upgrade or a switch may take a while, and a close meanwhile must not free
   // the socket.
+  if (socket && socket->stream_of_parent()) {
+    // A forked child's first use of a connection its parent lent it: the parent hands it over on TCP
+    // (process/fork_service.h), or it fails loudly here.
+    claim_from_parent(socket.get(), fd);
+  }
   StreamRef route = route_of(SocketHold(socket.get()));
   if (route.kind() == StreamRef::Kind::kPending) {
     // The call that finds the non-blocking connect complete runs its upgrade (once: the others see

@@ -1,8 +1,8 @@
 // Processes. The child of fork() inherits the descriptors and, as a copy of this memory, the fd table
-// that describes them, which stays true for sockets that are on TCP. A connection on RDMA goes back
-// to TCP before the fork (move_back.h), so that both processes can use it, unless its rule says
-// on_fork: parent; then it is the parent's, and in the child it fails loudly (disown_parent_streams),
-// never touching the parent's RDMA resources.
+// that describes them, which stays true for sockets that are on TCP. A connection on RDMA stays on
+// RDMA in the parent and is lent to the child (process/fork_service.h): a child that never uses its
+// copy costs it nothing, and one that does asks the parent, which moves it back to TCP for both. A
+// connection whose rule says on_fork: parent is the parent's alone and fails loudly in the child.
 #include <unistd.h>
 
 #include <cstdarg>
@@ -13,6 +13,7 @@
 #include "libc/interposed.h"
 #include "listener/prefork_listeners.h"
 #include "process/exec_guard.h"
+#include "process/fork_service.h"
 #include "process/spawn_guard.h"
 #include "readiness/epoll_sets.h"
 #include "registry/socket_registry.h"
@@ -24,10 +25,13 @@ using tcp2rdma::preload::real;
 T2R_INTERPOSE pid_t fork(void) {
   // A connection whose upgrade is still on TCP stays TCP, so that the child can use it too; one in
   // the middle of its switch is waited for (and is then the parent's, as every upgraded one).
-  // No session starts from here until the real fork is done: it could not be settled.
+  // No session starts from here until the real fork is done: it could not be settled. Connections
+  // this process holds from its own parent become its own first (its child could not ask for them).
   tcp2rdma::preload::close_fork_gate();
   tcp2rdma::preload::settle_all_sessions();
-  tcp2rdma::preload::move_streams_back("fork");
+  tcp2rdma::preload::claim_all_from_parent();
+  tcp2rdma::preload::ForkLending lending;
+  if (!lending.prepare()) tcp2rdma::preload::move_streams_back("fork");
   tcp2rdma::preload::mark_listeners_to_hand_on();
   tcp2rdma::preload::epoll_hold_for_fork();
   tcp2rdma::preload::spawn_hold_for_fork();
@@ -38,17 +42,16 @@ T2R_INTERPOSE pid_t fork(void) {
   tcp2rdma::preload::spawn_release_after_fork();
   tcp2rdma::preload::epoll_release_after_fork();
   tcp2rdma::preload::open_fork_gate(pid == 0);
-  errno = saved;
   if (pid == 0) {
     tcp2rdma::preload::note_forked_child();  // inherited streams and listeners are not ours to use
     tcp2rdma::preload::forget_path_watcher_after_fork();
     tcp2rdma::preload::renew_listener_locks();
-    tcp2rdma::preload::disown_parent_streams();
+    lending.in_child();
   } else {
-    int saved_errno = errno;
+    lending.in_parent(pid);
     tcp2rdma::preload::hand_on_marked_listeners(pid > 0);
-    errno = saved_errno;
   }
+  errno = saved;
   return pid;
 }
 

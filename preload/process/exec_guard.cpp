@@ -13,6 +13,7 @@
 
 #include "back_to_tcp/move_back.h"
 #include "libc/real_calls.h"
+#include "process/fork_service.h"
 #include "rdma_stream.h"
 #include "registry/fd_table.h"
 #include "registry/socket_registry.h"
@@ -46,6 +47,14 @@ void reset_and_disown(TrackedSocket* socket, int fd) noexcept {
   for (int other = fd; other < end; ++other) {
     if (fd_table().find(other) == socket) replace_with_unconnected_socket(other, domain);
   }
+}
+
+// Connections our parent lent us that the new program keeps a descriptor of: claimed now (a child
+// that closes them all before exec, as Python's subprocess does, costs its parent nothing).
+void claim_inherited_that_survive() noexcept {
+  for_each_tracked_fd([](int fd, SocketHold& socket) {
+    if (socket->stream_of_parent() && survives_exec(socket.get())) claim_from_parent(socket.get(), fd);
+  });
 }
 
 // Streams: back to TCP where a descriptor goes on and the rule allows it; ended (or, carried on,
@@ -155,6 +164,10 @@ ExecGuard::ExecGuard(char* const* envp) noexcept : prefixes_(envp) {
   SavedErrno keep_errno;
   // Connections whose upgrade is still on TCP stay there, and the new program can use them.
   settle_all_sessions();
+  // Lent by our parent and handed on to the new program: ours on TCP first. Lent to our children:
+  // they get the connections now, since this image cannot answer them later (fork_service.h).
+  claim_inherited_that_survive();
+  answer_children_before_leaving();
   end_or_move_back_streams();
   hand_on_prefixes(&prefixes_);
   finish_closing();  // streams closed before exec end before the image that holds them goes

@@ -14,6 +14,7 @@
 
 #include "keep_forever.h"
 #include "rdma_stream.h"
+#include "registry/lent_streams.h"
 #include "registry/tracked_socket.h"
 #include "util/quiet_thread.h"
 
@@ -25,6 +26,7 @@ using transport::Deadline;
 struct Closing {
   transport::RdmaStream* stream;
   Deadline deadline;
+  uint64_t hand_back_serial = 0;  // not 0: handed back to the children that hold it, not ended
 };
 
 // Made on first use and never destroyed (exit handlers use them), anew in a forked child.
@@ -43,7 +45,11 @@ Closer*& closer_slot() {
 }
 
 void end_one(const Closing& c) {
-  c.stream->close(c.deadline);  // in order within the deadline, else a reset (rdma_stream.h)
+  if (c.hand_back_serial != 0) {
+    hand_back(c.stream, c.hand_back_serial);
+  } else {
+    c.stream->close(c.deadline);  // in order within the deadline, else a reset (rdma_stream.h)
+  }
   delete c.stream;
 }
 
@@ -69,6 +75,17 @@ bool start_thread(Closer* closer) {
   return true;
 }
 
+// Queues c for the thread (false: there is none to be had).
+bool queue(const Closing& c) {
+  Closer* closer = closer_slot();
+  std::lock_guard lock(closer->mutex);
+  if (!closer->running && !(closer->running = start_thread(closer))) return false;
+  closer->queue.push_back(c);
+  closer->latest = Deadline::later(closer->latest, c.deadline);
+  closer->work.notify_one();
+  return true;
+}
+
 }  // namespace
 
 void close_later(transport::RdmaStream* stream, int linger_seconds) noexcept {
@@ -87,17 +104,12 @@ void close_later(transport::RdmaStream* stream, int linger_seconds) noexcept {
     return;
   }
   stream->shutdown_write();  // queued now, in order after every byte written
-  Closer* closer = closer_slot();
-  {
-    std::lock_guard lock(closer->mutex);
-    if (closer->running || (closer->running = start_thread(closer))) {
-      closer->queue.push_back(c);
-      closer->latest = Deadline::later(closer->latest, c.deadline);
-      closer->work.notify_one();
-      return;
-    }
-  }
-  end_one(c);  // no thread to be had: here, bounded all the same
+  if (!queue(c)) end_one(c);  // no thread to be had: here, bounded all the same
+}
+
+void hand_back_later(transport::RdmaStream* stream, uint64_t serial) noexcept {
+  Closing c{stream, Deadline::in_ms(2 * stream->timeout_ms()), serial};
+  if (!queue(c)) end_one(c);
 }
 
 void finish_closing() noexcept {

@@ -8,6 +8,8 @@
 // it after the process was gone.
 #pragma once
 
+#include <cstdint>
+
 namespace tcp2rdma::transport {
 class RdmaStream;
 }
@@ -18,6 +20,9 @@ namespace tcp2rdma::preload {
 // the connection at once, above 0 waits here up to that long (as the kernel's close() does), -1 (off)
 // hands the end to the closer's thread.
 void close_later(transport::RdmaStream* stream, int linger_seconds) noexcept;
+// A stream a forked child still holds (registry/lent_streams.h): instead of its end, the closer's
+// thread moves it back to TCP and keeps the answer for the child (hand_back); then it goes.
+void hand_back_later(transport::RdmaStream* stream, uint64_t serial) noexcept;
 // Waits for every stream handed over so far to have ended (bounded by their timeouts).
 void finish_closing() noexcept;
 // In a forked child: the streams being closed are the parent's; the child forgets them.

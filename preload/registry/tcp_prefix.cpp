@@ -69,6 +69,21 @@ size_t TcpPrefix::take(const iovec* iov, int iovcnt, bool peek, bool* at_end) {
   return copied;
 }
 
+bool TcpPrefix::take_all(std::vector<uint8_t>* bytes) {
+  bytes->clear();
+  Shared* s = shared_.load(std::memory_order_acquire);
+  if (s == nullptr) return true;
+  RobustLock lock(&s->mutex);
+  try {
+    bytes->assign(s->bytes() + s->pos, s->bytes() + s->size);
+  } catch (const std::bad_alloc&) {
+    return false;
+  }
+  s->pos = s->size;
+  s->present.store(s->then_end, std::memory_order_release);
+  return true;
+}
+
 size_t TcpPrefix::size() const {
   Shared* s = shared_.load(std::memory_order_acquire);
   if (s == nullptr) return 0;

@@ -31,6 +31,9 @@ class TcpPrefix {
   // Copies the next bytes into iov (and consumes them unless `peek`); *at_end: none are left and the
   // end follows.
   size_t take(const iovec* iov, int iovcnt, bool peek, bool* at_end);
+  // Consumes every byte left (for another process that reads the connection from now on); false, with
+  // nothing taken, when there is no memory for them.
+  bool take_all(std::vector<uint8_t>* bytes);
   size_t size() const;
   bool then_end() const;
 

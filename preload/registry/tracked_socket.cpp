@@ -19,6 +19,7 @@
 #include "own_descriptors.h"
 #include "rdma_stream.h"
 #include "registry/fd_table.h"
+#include "registry/lent_streams.h"
 #include "registry/socket_registry.h"
 #include "registry/stream_closer.h"
 #include "registry/upgrade_session.h"
@@ -162,6 +163,21 @@ void TrackedSocket::set_stream(std::unique_ptr<transport::RdmaStream> stream) no
   live_by_serial().emplace(serial_, this);
 }
 
+void TrackedSocket::hand_over_to_children(transport::RdmaStream* s) noexcept {
+  note_handing_back(serial_);  // a child's claim from now on waits for the answer
+  if (!back_on_tcp()) {
+    hand_back_later(s, serial_);  // stream_closer.h: moved back to TCP off this thread
+    return;
+  }
+  // Moved back already (for one child, by the peer, by a failover): what is left of the prefix is
+  // the children's; the stream only disconnects.
+  HandBack answer;
+  answer.outcome = prefix.take_all(&answer.bytes) ? HandBack::Outcome::kMoved : HandBack::Outcome::kFailed;
+  answer.then_end = prefix.then_end();
+  keep_handed_back(serial_, std::move(answer));
+  close_later(s, -1);
+}
+
 void replace_with_unconnected_socket(int fd, int domain) noexcept {
   int placeholder = real().socket(domain, SOCK_STREAM, 0);
   if (placeholder >= 0) {
@@ -176,12 +192,6 @@ void reset_connection(int fd) noexcept {
   sockaddr unspec{};
   unspec.sa_family = AF_UNSPEC;
   real().connect(fd, &unspec, sizeof unspec);
-}
-
-void disown_parent_streams() noexcept {
-  for_each_tracked_fd([](int fd, SocketHold& socket) {
-    if (socket->stream_of_parent()) replace_with_unconnected_socket(fd, socket->domain());
-  });
 }
 
 bool ends_with_reset(transport::RdmaStream* s, int linger_seconds) noexcept {
@@ -236,7 +246,11 @@ TrackedSocket::~TrackedSocket() {
     live_by_serial().erase(serial_);
   }
   if (transport::RdmaStream* s = own_stream()) {
-    close_later(s, linger_seconds.load());  // stream_closer.h: close() returns at once, as the kernel's
+    if (is_lent(serial_)) {
+      hand_over_to_children(s);  // a child holds the connection still: it goes on there, on TCP
+    } else {
+      close_later(s, linger_seconds.load());  // stream_closer.h: close() returns at once, as the kernel's
+    }
   } else {
     transport::keep_forever(stream_.load());
   }

@@ -196,6 +196,8 @@ class TrackedSocket {
 
  private:
   ~TrackedSocket();
+  // The last descriptor is gone while a forked child still holds the connection (lent_streams.h).
+  void hand_over_to_children(transport::RdmaStream* s) noexcept;
 
   const int domain_;
   std::atomic<SocketRole> role_;
@@ -261,11 +263,6 @@ void for_each_tracked_fd(F&& f, int first = 0, int last = INT_MAX) {
     if (SocketHold socket = SocketHold::of(fd)) f(fd, socket);
   }
 }
-
-// In a forked child: every inherited connection that had moved to RDMA is made to fail loudly (its
-// descriptor now names an unconnected socket: ENOTCONN, EPIPE) instead of silently reading the idle
-// TCP socket underneath; pre-fork servers and accept-then-fork are not supported yet.
-void disown_parent_streams() noexcept;
 
 // Makes fd name a fresh unconnected socket (same number, same close-on-exec flag) and forgets it: a
 // stream that cannot be used here then fails loudly (ENOTCONN, EPIPE) instead of leaving the idle

@@ -1,7 +1,11 @@
-// accept_fork_echo PORT fork|exec|spawn [PAUSE_MS]: the shape of an accept-then-fork server (socat's
-// fork, inetd). It accepts one connection and forks (at once, or after PAUSE_MS); the parent keeps
-// its copy open until the child is done. The child serves the connection it inherited:
+// accept_fork_echo PORT MODE [PAUSE_MS]: the shape of an accept-then-fork server (socat's fork,
+// inetd, PostgreSQL's postmaster). It accepts one connection and forks (at once, or after PAUSE_MS);
+// the parent keeps its copy open until the child is done. The child serves the connection it
+// inherited, by MODE:
 //   fork   echoes until the client half-closes, then closes;
+//   handoff       the same, but the parent closes its copy at once and the child starts 300 ms later
+//                 (the postmaster's shape: the parent lets go before the child first uses it);
+//   handoff-exit  the parent exits at once without closing, the child starts 300 ms later;
 //   exec   makes the connection its standard input and output and runs cat, which echoes (inetd);
 //   spawn  the same cat, started with posix_spawnp and file actions that dup2 the connection onto
 //          its standard input and output (no fork of ours: the file actions hand the socket on);
@@ -64,9 +68,12 @@ int spawn_cat(int fd) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const char* mode = argc >= 3 ? argv[2] : "";
+  bool handoff = std::strcmp(mode, "handoff") == 0, handoff_exit = std::strcmp(mode, "handoff-exit") == 0;
   if (argc < 3 || argc > 4 ||
-      (std::strcmp(argv[2], "fork") != 0 && std::strcmp(argv[2], "exec") != 0 && std::strcmp(argv[2], "spawn") != 0)) {
-    std::fprintf(stderr, "usage: accept_fork_echo PORT fork|exec|spawn [PAUSE_MS]\n");
+      (std::strcmp(mode, "fork") != 0 && std::strcmp(mode, "exec") != 0 && std::strcmp(mode, "spawn") != 0 &&
+       !handoff && !handoff_exit)) {
+    std::fprintf(stderr, "usage: accept_fork_echo PORT fork|handoff|handoff-exit|exec|spawn [PAUSE_MS]\n");
     return 2;
   }
   int listener = tcp2rdma::test::listen_on(argv[1]);
@@ -82,10 +89,13 @@ int main(int argc, char** argv) {
   pid_t child = fork();
   if (child == 0) {
     close(listener);
-    std::exit(serve(fd, std::strcmp(argv[2], "exec") == 0));
+    if (handoff || handoff_exit) usleep(300000);
+    std::exit(serve(fd, std::strcmp(mode, "exec") == 0));
   }
+  if (handoff_exit) return 0;  // exit() with the connection open: the child carries it on
+  if (handoff) close(fd);
   int status = 0;
   waitpid(child, &status, 0);
-  close(fd);
+  if (!handoff) close(fd);
   return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }

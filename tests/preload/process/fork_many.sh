@@ -41,5 +41,6 @@ done
 echo "fork_many: every connection got its three lines in order"
 grep 'back on tcp' "$log" | sed 's/.*rdma: /fork_many: /'
 [ "$(grep -c 'upgraded to rdma' "$log")" -eq 8 ]
-[ "$(grep -c 'back on tcp before fork' "$log")" -eq 4 ]
+[ "$(grep -c 'back on tcp for a child that uses it' "$log")" -eq 4 ]
+[ "$(grep -c 'back on tcp from the parent at this process.s first use' "$log")" -eq 4 ]
 [ "$(grep -c 'back on tcp (the peer moved)' "$log")" -eq 4 ]

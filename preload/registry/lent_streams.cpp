@@ -1,0 +1,172 @@
+#include "registry/lent_streams.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <unordered_map>
+
+#include "keep_forever.h"
+#include "rdma_stream.h"
+#include "util/log.h"
+
+namespace tcp2rdma::preload {
+namespace {
+
+struct Lent {
+  std::vector<int> holders;  // the channels of the children that may still ask
+  bool handing = false;      // the parent let go; `answer` follows
+  std::optional<HandBack> answer;
+};
+
+// Made on first use and never destroyed (exit handlers use it); anew in a forked child.
+struct Registry {
+  std::mutex mutex;
+  std::condition_variable answered;
+  std::unordered_map<uint64_t, Lent> by_serial;
+  std::atomic<size_t> count{0};  // by_serial.size(), for the look without the lock
+};
+Registry*& registry_slot() {
+  static Registry* registry = new Registry;
+  return registry;
+}
+
+void erase_if_unheld(Registry* r, std::unordered_map<uint64_t, Lent>::iterator it) {
+  if (!it->second.holders.empty()) return;
+  r->by_serial.erase(it);
+  r->count.store(r->by_serial.size(), std::memory_order_release);
+}
+
+}  // namespace
+
+void lend_streams(int channel, const std::vector<uint64_t>& serials) noexcept {
+  Registry* r = registry_slot();
+  std::lock_guard lock(r->mutex);
+  try {
+    for (uint64_t serial : serials) r->by_serial[serial].holders.push_back(channel);
+  } catch (const std::bad_alloc&) {
+    // Those not entered are not lent: at the parent's close they end as if no child held them. The
+    // child's claim then finds them gone and fails loudly; nothing is silently lost.
+  }
+  r->count.store(r->by_serial.size(), std::memory_order_release);
+}
+
+bool is_lent(uint64_t serial) noexcept {
+  Registry* r = registry_slot();
+  if (r->count.load(std::memory_order_acquire) == 0) return false;
+  std::lock_guard lock(r->mutex);
+  return r->by_serial.count(serial) != 0;
+}
+
+bool is_lent_to(uint64_t serial, int channel) noexcept {
+  Registry* r = registry_slot();
+  std::lock_guard lock(r->mutex);
+  auto it = r->by_serial.find(serial);
+  if (it == r->by_serial.end()) return false;
+  const auto& holders = it->second.holders;
+  return std::find(holders.begin(), holders.end(), channel) != holders.end();
+}
+
+void note_handing_back(uint64_t serial) noexcept {
+  Registry* r = registry_slot();
+  std::lock_guard lock(r->mutex);
+  if (auto it = r->by_serial.find(serial); it != r->by_serial.end()) it->second.handing = true;
+}
+
+void keep_handed_back(uint64_t serial, HandBack answer) noexcept {
+  Registry* r = registry_slot();
+  std::lock_guard lock(r->mutex);
+  auto it = r->by_serial.find(serial);
+  if (it == r->by_serial.end()) return;  // every child that held it is gone meanwhile
+  it->second.handing = true;
+  it->second.answer = std::move(answer);
+  r->answered.notify_all();
+}
+
+std::optional<HandBack> handed_back_for(uint64_t serial, int wait_ms) noexcept {
+  Registry* r = registry_slot();
+  std::unique_lock lock(r->mutex);
+  auto it = r->by_serial.find(serial);
+  if (it == r->by_serial.end() || !it->second.handing) return std::nullopt;
+  r->answered.wait_for(lock, std::chrono::milliseconds(wait_ms), [&] {
+    it = r->by_serial.find(serial);
+    return it == r->by_serial.end() || it->second.answer.has_value();
+  });
+  if (it == r->by_serial.end() || !it->second.answer) {
+    HandBack failed;
+    failed.outcome = HandBack::Outcome::kFailed;  // the hand-back outlived its own timeout
+    return failed;
+  }
+  return it->second.answer;
+}
+
+void note_answered(uint64_t serial, int channel) noexcept {
+  Registry* r = registry_slot();
+  std::lock_guard lock(r->mutex);
+  auto it = r->by_serial.find(serial);
+  if (it == r->by_serial.end()) return;
+  auto& holders = it->second.holders;
+  holders.erase(std::remove(holders.begin(), holders.end(), channel), holders.end());
+  erase_if_unheld(r, it);
+}
+
+void forget_channel(int channel) noexcept {
+  Registry* r = registry_slot();
+  std::lock_guard lock(r->mutex);
+  for (auto it = r->by_serial.begin(); it != r->by_serial.end();) {
+    auto next = std::next(it);
+    auto& holders = it->second.holders;
+    holders.erase(std::remove(holders.begin(), holders.end(), channel), holders.end());
+    erase_if_unheld(r, it);
+    it = next;
+  }
+  r->answered.notify_all();
+}
+
+std::vector<std::pair<int, uint64_t>> unclaimed_hand_backs() noexcept {
+  Registry* r = registry_slot();
+  std::lock_guard lock(r->mutex);
+  std::vector<std::pair<int, uint64_t>> out;
+  try {
+    for (const auto& [serial, lent] : r->by_serial) {
+      if (!lent.answer) continue;
+      for (int channel : lent.holders) out.emplace_back(channel, serial);
+    }
+  } catch (const std::bad_alloc&) {
+  }
+  return out;
+}
+
+void hand_back(transport::RdmaStream* stream, uint64_t serial) noexcept {
+  auto started = std::chrono::steady_clock::now();
+  std::vector<uint8_t> unread;
+  bool peer_ended = false;
+  HandBack answer;
+  transport::Status s = stream->move_to_tcp(&unread, &peer_ended);
+  if (s == transport::Status::kOk) {
+    answer.outcome = HandBack::Outcome::kMoved;
+    answer.bytes = std::move(unread);
+    answer.then_end = peer_ended;
+    answer.write_shut = stream->write_was_shut();
+    stream->close();  // moved: the stream only disconnects; TCP carries the connection on
+  } else {
+    // The peer did not answer: neither side can know where the connection stands, so it is reset
+    // (the child that claims it resets its TCP socket): never a clean end after lost bytes.
+    answer.outcome = HandBack::Outcome::kFailed;
+    stream->abort();
+  }
+  auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - started);
+  log_line("stream %llu: handed back to tcp for the children that hold it (%s; %zu bytes of the peer's for them; %lld us)",
+           static_cast<unsigned long long>(serial), transport::to_string(s), answer.bytes.size(),
+           static_cast<long long>(us.count()));
+  keep_handed_back(serial, std::move(answer));
+}
+
+void lent_streams_after_fork() noexcept {
+  // The parent's lock may have been held at the fork by another of its threads; its lendings are its
+  // own (the child's channel to it is process/fork_service.h's).
+  transport::keep_forever(std::exchange(registry_slot(), new Registry));
+}
+
+}  // namespace tcp2rdma::preload

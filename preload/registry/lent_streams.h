@@ -1,0 +1,65 @@
+// Connections on RDMA that a fork lent to a child (docs/architecture.md, "Forks"): the parent goes on
+// using the stream, and a child that uses its copy of the descriptor asks for the connection
+// (process/fork_channel.h): the parent then moves it back to TCP and hands that child the peer's bytes
+// that were on the stream unread. Until every child that may ask is gone, the parent's last close of
+// the connection must not end it (the child goes on with it, as with a shared kernel socket): the
+// stream is moved back instead and the answer kept here for the child's claim.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <utility>
+#include <vector>
+
+namespace tcp2rdma::transport {
+class RdmaStream;
+}
+
+namespace tcp2rdma::preload {
+
+// What became of a connection the parent lent to its children.
+struct HandBack {
+  enum class Outcome : uint8_t {
+    kMoved,   // on TCP now: `bytes` first, then (if `then_end`) the end, else the kernel's bytes
+    kFailed,   // the parent let go and its move failed (the peer did not answer): the connection is reset
+    kParents,  // the parent could not move it and keeps it on RDMA: the child's copy fails loudly
+    kGone,     // the parent holds no such connection (it ended before the child asked)
+  };
+  Outcome outcome = Outcome::kGone;
+  bool then_end = false;    // the peer's sending side had ended on the stream
+  bool write_shut = false;  // the parent's sending side had: the TCP socket's must be shut down too
+  std::vector<uint8_t> bytes;
+};
+
+// After a fork: the child behind `channel` (this process's end of their fork channel) holds the
+// connections `serials` (TrackedSocket::serial).
+void lend_streams(int channel, const std::vector<uint64_t>& serials) noexcept;
+// Whether a child that may still ask holds `serial`.
+bool is_lent(uint64_t serial) noexcept;
+// Whether the child behind `channel` holds it (a claim of anything else is refused).
+bool is_lent_to(uint64_t serial, int channel) noexcept;
+// The parent lets go of `serial` (its last descriptor is closed, it exits or execs): a claim waits for
+// keep_handed_back from here on, instead of looking for the socket.
+void note_handing_back(uint64_t serial) noexcept;
+void keep_handed_back(uint64_t serial, HandBack answer) noexcept;
+// For a child's claim of `serial`: the answer kept for it (waiting up to `wait_ms` while the hand-back
+// is under way); nothing when this process has not let go of the connection (the caller moves it
+// back itself).
+std::optional<HandBack> handed_back_for(uint64_t serial, int wait_ms) noexcept;
+// `channel` answered the claim of `serial` (the child has what it needs).
+void note_answered(uint64_t serial, int channel) noexcept;
+// The child behind `channel` is gone: it holds nothing any more.
+void forget_channel(int channel) noexcept;
+// Every (channel, serial) whose answer is kept and that child has not claimed yet: at exit and exec,
+// when this process can answer no more, each is sent unasked.
+std::vector<std::pair<int, uint64_t>> unclaimed_hand_backs() noexcept;
+
+// The parent's end of a lent connection whose last descriptor is gone: moves the stream back to TCP
+// (up to its timeout) and keeps the answer for the children; then the stream only disconnects
+// (close) or, when the move failed, is aborted. The caller deletes it.
+void hand_back(transport::RdmaStream* stream, uint64_t serial) noexcept;
+
+// In a forked child: the parent's lendings are not its own.
+void lent_streams_after_fork() noexcept;
+
+}  // namespace tcp2rdma::preload

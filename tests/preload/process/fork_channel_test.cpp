@@ -1,0 +1,150 @@
+// The fork channel's messages (preload/process/fork_channel.h) and the parent's record of what it lent
+// (preload/registry/lent_streams.h), on the host: a socket pair stands in for the two processes.
+#include "process/fork_channel.h"
+
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <utility>
+#include <thread>
+
+#include "registry/lent_streams.h"
+
+namespace tcp2rdma::preload {
+namespace {
+
+struct Pair {
+  int ends[2] = {-1, -1};
+  Pair() { EXPECT_TRUE(open_fork_channel(ends)); }
+  ~Pair() {
+    for (int e : ends) {
+      if (e >= 0) close(e);
+    }
+  }
+};
+
+TEST(ForkChannel, AClaimArrivesWithItsSerial) {
+  Pair p;
+  ASSERT_TRUE(send_claim(p.ends[1], 0x1122334455667788ULL));
+  uint64_t serial = 0;
+  HandBack unused;
+  EXPECT_EQ(receive_message(p.ends[0], 1000, &serial, &unused), ChannelMessage::kClaim);
+  EXPECT_EQ(serial, 0x1122334455667788ULL);
+}
+
+TEST(ForkChannel, AnAnswerCarriesTheBytesAndTheFlagsExactly) {
+  Pair p;
+  HandBack sent;
+  sent.outcome = HandBack::Outcome::kMoved;
+  sent.then_end = true;
+  sent.write_shut = true;
+  for (int i = 0; i < 300000; ++i) sent.bytes.push_back(static_cast<uint8_t>(i * 7));
+  ASSERT_TRUE(send_answer(p.ends[0], 42, sent));
+  uint64_t serial = 0;
+  HandBack got;
+  ASSERT_EQ(receive_message(p.ends[1], 1000, &serial, &got), ChannelMessage::kAnswer);
+  EXPECT_EQ(serial, 42u);
+  EXPECT_EQ(got.outcome, HandBack::Outcome::kMoved);
+  EXPECT_TRUE(got.then_end);
+  EXPECT_TRUE(got.write_shut);
+  EXPECT_EQ(got.bytes, sent.bytes);
+}
+
+TEST(ForkChannel, AnAnswerWithoutBytesNeedsNoMemfd) {
+  Pair p;
+  HandBack sent;
+  sent.outcome = HandBack::Outcome::kParents;
+  ASSERT_TRUE(send_answer(p.ends[0], 7, sent));
+  uint64_t serial = 0;
+  HandBack got;
+  got.bytes = {1, 2, 3};
+  ASSERT_EQ(receive_message(p.ends[1], 1000, &serial, &got), ChannelMessage::kAnswer);
+  EXPECT_EQ(got.outcome, HandBack::Outcome::kParents);
+  EXPECT_TRUE(got.bytes.empty());
+  EXPECT_FALSE(got.then_end);
+}
+
+TEST(ForkChannel, AnAnswerSentBeforeTheParentLeftIsStillRead) {
+  Pair p;
+  HandBack sent;
+  sent.outcome = HandBack::Outcome::kMoved;
+  sent.bytes = {9, 8, 7};
+  ASSERT_TRUE(send_answer(p.ends[0], 5, sent));
+  close(std::exchange(p.ends[0], -1));  // the parent exits after answering unasked
+  EXPECT_FALSE(send_claim(p.ends[1], 5));
+  uint64_t serial = 0;
+  HandBack got;
+  ASSERT_EQ(receive_message(p.ends[1], 1000, &serial, &got), ChannelMessage::kAnswer);
+  EXPECT_EQ(got.bytes, sent.bytes);
+  EXPECT_EQ(receive_message(p.ends[1], 1000, &serial, &got), ChannelMessage::kClosed);
+}
+
+TEST(ForkChannel, NothingInTimeAndAClosedEndAreTold) {
+  Pair p;
+  uint64_t serial = 0;
+  HandBack got;
+  EXPECT_EQ(receive_message(p.ends[0], 10, &serial, &got), ChannelMessage::kNone);
+  close(std::exchange(p.ends[1], -1));
+  EXPECT_EQ(receive_message(p.ends[0], 1000, &serial, &got), ChannelMessage::kClosed);
+}
+
+TEST(ForkChannel, AMessageThatBreaksTheFormatClosesTheLine) {
+  Pair p;
+  const char junk[24] = "not a message at all!!";
+  ASSERT_EQ(send(p.ends[1], junk, sizeof junk, 0), static_cast<ssize_t>(sizeof junk));
+  uint64_t serial = 0;
+  HandBack got;
+  EXPECT_EQ(receive_message(p.ends[0], 1000, &serial, &got), ChannelMessage::kClosed);
+  ASSERT_EQ(send(p.ends[1], junk, 5, 0), 5);  // short
+  EXPECT_EQ(receive_message(p.ends[0], 1000, &serial, &got), ChannelMessage::kClosed);
+}
+
+TEST(LentStreams, AClaimFindsWhatThisChildWasLentOnly) {
+  lend_streams(101, {1, 2});
+  lend_streams(102, {2});
+  EXPECT_TRUE(is_lent_to(1, 101));
+  EXPECT_FALSE(is_lent_to(1, 102));
+  EXPECT_TRUE(is_lent_to(2, 102));
+  forget_channel(101);
+  EXPECT_FALSE(is_lent(1));
+  EXPECT_TRUE(is_lent(2));
+  forget_channel(102);
+  EXPECT_FALSE(is_lent(2));
+}
+
+TEST(LentStreams, AClaimDuringTheHandBackWaitsForItsAnswer) {
+  lend_streams(201, {10});
+  EXPECT_FALSE(handed_back_for(10, 0).has_value());  // still the parent's: it moves it itself
+  note_handing_back(10);
+  std::thread parent([] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    HandBack answer;
+    answer.outcome = HandBack::Outcome::kMoved;
+    answer.bytes = {4, 5};
+    keep_handed_back(10, answer);
+  });
+  auto got = handed_back_for(10, 5000);
+  parent.join();
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->outcome, HandBack::Outcome::kMoved);
+  EXPECT_EQ(got->bytes, (std::vector<uint8_t>{4, 5}));
+  EXPECT_EQ(unclaimed_hand_backs().size(), 1u);  // kept for the exit's unasked answer
+  note_answered(10, 201);
+  EXPECT_TRUE(unclaimed_hand_backs().empty());
+  EXPECT_FALSE(is_lent(10));
+}
+
+TEST(LentStreams, AHandBackThatNeverEndsAnswersFailed) {
+  lend_streams(301, {20});
+  note_handing_back(20);
+  auto got = handed_back_for(20, 20);
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->outcome, HandBack::Outcome::kFailed);
+  forget_channel(301);
+}
+
+}  // namespace
+}  // namespace tcp2rdma::preload
