@@ -3,7 +3,8 @@
 # redis-benchmark under the shim, rules in TCP2RDMA_RULES). A 1 MB value set with redis-cli must come
 # back byte for byte with GET, and redis-benchmark (hiredis: non-blocking connects, its own event
 # loop) must finish its SET and GET runs; every connection must have been upgraded, and RDMA packets
-# must have moved (app-run.sh checks both for each command). Then BGSAVE makes redis fork.
+# must have moved (app-run.sh checks both for each command). Then BGSAVE makes redis fork, alone and
+# under the benchmark's load: its connections stay on RDMA.
 set -eu
 here=$(dirname "$0")
 log="$T2R_WORK/shim-$T2R_HOST.log"
@@ -29,3 +30,19 @@ cat "$T2R_WORK"/shim-*.log | grep -q 'connections on rdma lent to child' || { ec
 env LD_PRELOAD="$T2R_SHIM" TCP2RDMA_LOG="$log" redis-cli -h "$1" -p "$2" --raw GET big | head -c -1 > /tmp/got
 cmp /tmp/value /tmp/got
 echo "redis-client: after BGSAVE the value came back intact"
+# BGSAVE under load: redis-benchmark's 8 clients run while redis forks for three snapshots (one every
+# 0.7 s). Every fork lends the benchmark's connections to its child, which never touches them: none
+# moves back to TCP, and the benchmark ends without an error.
+lent_before=$(cat "$T2R_WORK"/shim-*.log | grep -c 'connections on rdma lent to child')
+(for i in 1 2 3; do
+  sleep 0.7
+  env LD_PRELOAD="$T2R_SHIM" TCP2RDMA_LOG="$log" redis-cli -h "$1" -p "$2" BGSAVE > /dev/null || true
+done) &
+saver=$!
+T2R_EXPECT_OUTPUT='GET: [0-9.]+ requests per second' \
+  sh "$here/app-run.sh" 9 1000 redis-benchmark -h "$1" -p "$2" -c 8 -n 2000 -t set,get -q
+wait $saver
+lent=$(( $(cat "$T2R_WORK"/shim-*.log | grep -c 'connections on rdma lent to child') - lent_before ))
+if cat "$T2R_WORK"/shim-*.log | grep 'back on tcp'; then echo "redis-client: a fork under load moved a connection back to TCP"; exit 1; fi
+[ "$lent" -ge 2 ] || { echo "redis-client: only $lent forks lent connections under load"; exit 1; }
+echo "redis-client: $lent forks under load, every connection stayed on RDMA"
