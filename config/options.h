@@ -17,7 +17,7 @@ enum class UpgradeMode : uint8_t {
 
 // What a fork does to a connection that is on RDMA (the child cannot use the parent's RDMA resources).
 enum class ForkMode : uint8_t {
-  kTcp,     // the connection goes back to its TCP socket first, and both processes can use it
+  kTcp,     // lent to the child: back on its TCP socket when the child uses it, for both processes
   kParent,  // it stays on RDMA in the parent; the child's copy fails loudly (ENOTCONN, EPIPE)
 };
 
