@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench-links.sh [N] [BYTES]: many connections at once between two processes, the measure of issue 17
+# bench-links.sh [N] [BYTES]: many connections at once between two processes, the links' measure
 # (docs/links.md). Two Soft-RoCE VMs (1 GiB each): on A an asyncio echo server under the module
 # (tests/preload/stress_echo.py, rules integration/rules/stress.yaml: port 5030 upgrades in the
 # background, 5031 before connect() returns on the client); on B one asyncio process opens N

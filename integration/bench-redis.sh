@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench-redis.sh [N] [CLIENTS...]: redis-benchmark against a redis server in the pair VMs, the measure
-# of issue 17's "redis-benchmark -c 1000" target (docs/links.md). On A a redis server (Debian's
+# of the links' "redis-benchmark -c 1000" target (docs/links.md). On A a redis server (Debian's
 # redis-tools binary, as integration.redis_over_rdma.pair runs it) upgrading in the background; on B
 # `redis-benchmark -n N -t set,get -c C` for each C of CLIENTS (default 50 1000), first without the
 # module (kernel TCP: the reference), then under it (BENCH_RULES, default

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench-short.sh [N] [BYTES] [PROCESSES]: short-lived connections, issue 17's second measure
+# bench-short.sh [N] [BYTES] [PROCESSES]: short-lived connections, the links' second measure
 # (docs/links.md, "Short-lived connections"). Two Soft-RoCE VMs (1 GiB each): on A an asyncio echo
 # server under the module (tests/preload/stress_echo.py, rules integration/rules/stress.yaml: port
 # 5030 upgrades in the background, 5031 before connect() returns on the client); on B one process

@@ -4,7 +4,7 @@
 #   throughput: stream_bench bw (64 KiB and 1 MiB writes)  vs  ib_write_bw (same message sizes)
 #   latency:    stream_bench lat (64 B ping-pong, half RTT) vs  ib_send_lat (64 B, t_typical and t_avg)
 # Each measurement runs ROUNDS times (default 3), interleaved with its reference so that drift hits
-# both alike; the table shows medians and the ratios. Goals (issue 4): throughput >= 0.9 x
+# both alike; the table shows medians and the ratios. Goals: throughput >= 0.9 x
 # ib_write_bw at 64 KiB, latency <= 1.3 x ib_send_lat.
 # Environment: BENCH_ZCOPY_THRESHOLD and BENCH_BUSY_POLL_US are passed to stream_bench.
 set -euo pipefail

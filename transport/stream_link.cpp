@@ -59,7 +59,7 @@ Status StreamLink::create(const StreamOptions& options) {
   // one for its release) and the setup slots, as far as the device allows: a link that is full makes
   // the next stream take a new link. No more than that: the receive and completion queues live in
   // memory the device maps into the process, about 380 bytes a receive on rxe (stream_many in a loop
-  // guest, session 25: 3 MiB a link of 8192 receives, when 96 channels of depth 4 need 544), and a
+  // guest: 3 MiB a link of 8192 receives, when 96 channels of depth 4 need 544), and a
   // server with clients in many processes has a link to each. Channels of a deeper rule than the
   // first's may not fit: they take a link of their own.
   ibv_device_attr device{};

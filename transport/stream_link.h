@@ -51,10 +51,9 @@ class StreamLink {
   static constexpr size_t kMailboxSlot = 96;  // a MailboxRecord (wire.h: 88 bytes), rounded up to 32
   // Receives a link's queue holds at most (the device may allow fewer; rxe allows 16384): a link is
   // made with room for its options' link_channels channels of its first channel's depth (create()),
-  // and its receives are all the bound there is on its channels. (Until session 26 a link carried at
-  // most 96, because every channel's readiness set was nested in the application's epoll sets and the
-  // kernel limits the wakeup paths to one file through nested sets; no channel has a set now:
-  // docs/links.md, "Readiness per link".)
+  // and its receives are all the bound there is on its channels. (No channel has a readiness set of its
+  // own nested in the application's epoll sets, so the kernel's limit on the wakeup paths to one file
+  // through nested sets does not bound a link: docs/links.md, "Readiness per link".)
   static constexpr int kLinkReceives = 16384;
 
   StreamLink() = default;

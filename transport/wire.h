@@ -128,7 +128,7 @@ struct [[gnu::packed]] MailboxRecord {
 static_assert(sizeof(MailboxRecord) == 88);
 inline constexpr size_t kMailboxSize = sizeof(MailboxRecord);
 
-// Immediate data (version 3, docs/protocol.md "Messages"): bits 30-31 the message type, bits 16-29 the
+// Immediate data (docs/protocol.md "Messages"): bits 30-31 the message type, bits 16-29 the
 // receiver's channel index on the link, bits 0-15 an argument. A data message's length is its
 // completion's byte_len, which the verbs report for a Write with immediate; the argument repeats its
 // low 16 bits, a check that costs nothing. A wakeup's argument is the low 16 bits of the arm count it
@@ -162,7 +162,7 @@ inline constexpr uint32_t imm_arg(uint32_t imm) { return imm & kImmArgMask; }
 inline constexpr uint32_t kLinkOpen = 1;
 inline constexpr uint32_t kLinkAnswer = 2;
 inline constexpr uint32_t kSetupSlots = 64;     // opens a client may have unanswered on a link
-inline constexpr uint32_t kSetupRecord = 96;    // bytes a slot (64 before version 5)
+inline constexpr uint32_t kSetupRecord = 96;    // bytes a slot
 inline constexpr uint32_t kSetupArea = kSetupSlots * kSetupRecord;
 inline constexpr uint32_t link_imm_arg(uint32_t op, uint32_t slot) { return op << 12 | (slot & 0xfff); }
 inline constexpr uint32_t link_op(uint32_t arg) { return arg >> 12; }

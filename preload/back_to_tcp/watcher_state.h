@@ -56,7 +56,7 @@ struct Job {
 // When each watched connection is due next, earliest first: (time, serial). An entry whose time is
 // no longer its connection's `next` (forgotten, or watched again) is dropped when it comes up. The
 // watcher wakes for every event of every connection, so a tick may not walk all of them: with 2000
-// connections that walk was 7 % of an asyncio client's CPU (perf, session 25).
+// connections that walk was 7 % of an asyncio client's CPU (perf).
 using DueQueue = std::priority_queue<std::pair<Clock::time_point, uint64_t>,
                                      std::vector<std::pair<Clock::time_point, uint64_t>>, std::greater<>>;
 

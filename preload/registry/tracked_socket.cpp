@@ -154,7 +154,7 @@ bool TrackedSocket::move_path(Path from, Path to) noexcept {
 }
 
 void TrackedSocket::set_stream(std::unique_ptr<transport::RdmaStream> stream) noexcept {
-  generation_ = fork_generation();
+  generation_.store(fork_generation(), std::memory_order_relaxed);
   serial_ = g_next_serial.fetch_add(1, std::memory_order_relaxed);
   stream_.store(stream.release(), std::memory_order_release);
   move_path(Path::kTcp, Path::kRdma);

@@ -120,12 +120,14 @@ class TrackedSocket {
   bool path_is(Path p) const noexcept { return path_.load(std::memory_order_acquire) == p; }
   // The stream this process made, moved back or not (for its end).
   transport::RdmaStream* own_stream() const noexcept {
-    return generation_ == fork_generation() ? stream_.load(std::memory_order_acquire) : nullptr;
+    transport::RdmaStream* s = stream_.load(std::memory_order_acquire);  // generation_ is set before it
+    return s != nullptr && generation_.load(std::memory_order_relaxed) == fork_generation() ? s : nullptr;
   }
-  // Whether this socket moved to RDMA in an ancestor process and is still there (a forked child's
-  // inherited connection that did not go back to TCP before the fork).
+  // Whether this socket moved to RDMA in an ancestor process and is still there: a connection the
+  // parent lent this forked child (process/fork_service.h), not claimed yet.
   bool stream_of_parent() const noexcept {
-    return generation_ != fork_generation() && stream_.load(std::memory_order_acquire) != nullptr && !back_on_tcp();
+    return stream_.load(std::memory_order_acquire) != nullptr &&
+           generation_.load(std::memory_order_relaxed) != fork_generation() && !back_on_tcp();
   }
   void set_stream(std::unique_ptr<transport::RdmaStream> stream) noexcept;
 
@@ -205,7 +207,7 @@ class TrackedSocket {
   std::atomic<transport::RdmaStream*> stream_{nullptr};
   std::atomic<UpgradeSession*> session_{nullptr};
   std::atomic<Path> path_{Path::kTcp};
-  unsigned generation_ = 0;
+  std::atomic<unsigned> generation_{0};  // written before stream_ (release), read after it (acquire)
   uint64_t serial_ = 0;
   static constexpr uint8_t kShutAsked = 1, kOnTcp = 2;
   std::atomic<uint8_t> tcp_shut_{0};

@@ -46,8 +46,8 @@ TEST(PinBudget, DebiansDefaultLimitGivesEachStreamASixtyFourthAtMost) {
 }
 
 TEST(PinBudget, SixtyFourStreamsFitInEightMebibytes) {
-  // One after the other, each counted as pinned once made: the target of issue 17 for an unprivileged
-  // user, with room to spare.
+  // One after the other, each counted as pinned once made: the links' target for an unprivileged
+  // user (docs/links.md), with room to spare.
   uint64_t fixed = stream_fixed_pin(320);
   PinState state = limited(8 * kMiB);
   int made = 0;
@@ -78,7 +78,7 @@ TEST(PinBudget, LinksKeepSparesOnlyWhileTheProcessIsNotCrowded) {
 }
 
 TEST(PinBudget, TenThousandGrowingStreamsFitInAGibibyteMachine) {
-  // Issue 17's target: 10 000 connections in a 1 GiB machine (the limit is a quarter: 256 MiB) with
+  // The links' target: 10 000 connections in a 1 GiB machine (the limit is a quarter: 256 MiB) with
   // the default rule (rings start at 64 KiB and grow), each stream a channel of a link: its ring,
   // the mailbox page after it and the peer's ring mirrored, as large (the outgoing slots are the
   // link's). Without crowding the first rings refuse the last few thousand.

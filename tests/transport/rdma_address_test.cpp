@@ -1,4 +1,4 @@
-// rdma_address(): what rdma_cm is given for an application's socket address (issue 19: a dual-stack
+// rdma_address(): what rdma_cm is given for an application's socket address (a dual-stack
 // socket's IPv4 peers and local addresses appear IPv4-mapped; rdma_cm can use only the IPv4 form).
 #include "rdma_address.h"
 

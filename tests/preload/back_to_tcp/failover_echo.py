@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""failover_echo.py: connections that must outlive their RDMA path (issue 15), both ends event loops.
+"""failover_echo.py: connections that must outlive their RDMA path, both ends event loops.
 
   server PORT [PORT...]
       An epoll event loop (selectors) that echoes every connection on each port, byte for byte, and

@@ -4,7 +4,7 @@ bytes a second (default 6 MiB/s, so that the transfer is still under way when it
 hashing what it reads. Prints "listening" on standard error first, and at the end one line on
 standard output: "end: eof N SHA" or "end: reset N" or "end: error NAME N" (N bytes read). Exits 0
 only on a clean end after exactly SIZE bytes whose SHA-256 is SHA256: every byte arrived, in order,
-once, although the RDMA path broke under the transfer (issue 15)."""
+once, although the RDMA path broke under the transfer."""
 import hashlib
 import socket
 import sys

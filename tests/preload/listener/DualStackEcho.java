@@ -1,4 +1,4 @@
-// The JVM's half of integration.dual_stack.pair (issue 19). A JVM opens AF_INET6 sockets and names an
+// The JVM's half of integration.dual_stack.pair. A JVM opens AF_INET6 sockets and names an
 // IPv4 address in its IPv4-mapped form (::ffff:a.b.c.d), for its listeners and its connections alike.
 //   server ADDRESS PORT   a ServerSocket bound to ADDRESS, one thread per connection echoing every byte
 //                         back until the client's end, then ending its own.

@@ -1,5 +1,5 @@
 #!/bin/sh
-# dual_stack_clients.sh JAVA_CLASSES: the client guest's half of integration.dual_stack.pair (issue 19),
+# dual_stack_clients.sh JAVA_CLASSES: the client guest's half of integration.dual_stack.pair,
 # with T2R_SHIM and TCP2RDMA_RULES exported and the servers of the other guest ready (app-servers.sh):
 #   5050  a JVM ServerSocket bound to 10.77.0.1 (an AF_INET6 socket at ::ffff:10.77.0.1); a JVM NIO
 #         client, 16 connections of 2 MiB each way: both ends IPv4-mapped;

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The Python half of integration.dual_stack.pair (issue 19).
+"""The Python half of integration.dual_stack.pair.
 
   server PORT        listens on [::] with IPV6_V6ONLY off (a dual-stack socket: IPv4 clients arrive
                      as ::ffff:a.b.c.d), one thread per connection echoing every byte back until the

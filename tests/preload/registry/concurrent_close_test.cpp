@@ -1,10 +1,10 @@
 // Calls on a descriptor while another thread closes it and the kernel gives its number to a new
-// socket (issue 13, item 8). The kernel keeps a socket alive for a call in progress, and an
-// application may race a call with a close (badly written, but it must not crash the process): the
-// module's state for the socket must not be freed under a wrapper that is using it. Run under ASan
-// (integration/test-all), a wrapper that follows the table's answer without holding the socket
-// fails here with a heap-use-after-free. (TSan reports the race of the calls with close() itself: it
-// is this test's, on purpose.)
+// socket. The kernel keeps a socket alive for a call in progress, and an application may race a call
+// with a close (badly written, but it must not crash the process): the module's state for the socket
+// must not be freed under a wrapper that is using it. Run under ASan (integration/test-all), a
+// wrapper that follows the table's answer without holding the socket fails here with a
+// heap-use-after-free. (TSan reports the race of the calls with close() itself: it is this test's, on
+// purpose.)
 #include <fcntl.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>

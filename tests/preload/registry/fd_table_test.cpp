@@ -72,7 +72,7 @@ TEST_F(FdTableTest, ConcurrentWritersOnOnePageKeepEveryEntry) {
   EXPECT_EQ(table_.high_water(), kThreads * kPerThread);
 }
 
-// A lookup racing with another thread's close of the same descriptor (issue 13, item 8): the reference
+// A lookup racing with another thread's close of the same descriptor: the reference
 // is taken on the live socket or not at all, never on one the close has just freed (under ASan, a
 // lookup that adds its reference after the table's answer fails here with a heap-use-after-free).
 TEST_F(FdTableTest, HoldRacingWithCloseNeverTouchesAFreedSocket) {
