@@ -37,16 +37,12 @@ bool survives_exec(const TrackedSocket* socket) noexcept {
   return false;
 }
 
-// Every descriptor of `socket` from `fd` on names an unconnected socket; the connection itself is
-// reset if these were its last references (SO_LINGER {on, 0}).
+// Every descriptor of `socket` names an unconnected socket; the connection itself is reset if these
+// were its last references (SO_LINGER {on, 0}).
 void reset_and_disown(TrackedSocket* socket, int fd) noexcept {
   linger hard{1, 0};
   real().setsockopt(fd, SOL_SOCKET, SO_LINGER, &hard, sizeof hard);
-  int domain = socket->domain();  // the last track_close below may free `socket`
-  int end = fd_table().high_water();
-  for (int other = fd; other < end; ++other) {
-    if (fd_table().find(other) == socket) replace_with_unconnected_socket(other, domain);
-  }
+  replace_all_with_unconnected_sockets(socket);
 }
 
 // Connections our parent lent us that the new program keeps a descriptor of: claimed now (a child

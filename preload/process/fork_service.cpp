@@ -19,7 +19,6 @@
 #include "own_descriptors.h"
 #include "process/fork_channel.h"
 #include "registry/connection_path.h"
-#include "registry/fd_table.h"
 #include "registry/lent_streams.h"
 #include "registry/stream_closer.h"
 #include "registry/tracked_socket.h"
@@ -52,10 +51,22 @@ void answer_claim(int channel, uint64_t serial) {
   HandBack answer;
   if (!is_lent_to(serial, channel)) {
     answer.outcome = HandBack::Outcome::kGone;  // not this child's to ask for
-  } else if (auto kept = handed_back_for(serial, kAnswerWaitMs / 2)) {
-    answer = std::move(*kept);  // this process let go of it already
-  } else if (SocketHold socket = SocketHold::live(serial)) {
-    answer = move_back_for_child(socket.get(), "a child that uses it");
+  } else {
+    // Let go of already (its answer is kept), still this process's, or between the two: the last
+    // descriptor is being closed, the socket has left the live map and its hand-back is not noted yet.
+    // That takes moments; a socket gone for good (ended with no stream of this process's) answers
+    // kGone after them.
+    for (int look = 0; look < 100; ++look) {
+      if (auto handed = handed_back_for(serial, kAnswerWaitMs / 2)) {
+        answer = std::move(*handed);
+        break;
+      }
+      if (SocketHold socket = SocketHold::live(serial)) {
+        answer = move_back_for_child(socket.get(), "a child that uses it");
+        break;
+      }
+      usleep(10000);
+    }
   }
   send_answer(channel, serial, answer);
   note_answered(serial, channel);
@@ -168,15 +179,6 @@ HandBack ask_parent(ParentLine* p, uint64_t serial) {
   }
 }
 
-// Every descriptor of `socket` names an unconnected socket: a copy that cannot be used fails loudly.
-void disown_everywhere(TrackedSocket* socket) {
-  int domain = socket->domain();
-  int end = fd_table().high_water();
-  for (int fd = 0; fd < end; ++fd) {
-    if (fd_table().find(fd) == socket) replace_with_unconnected_socket(fd, domain);
-  }
-}
-
 const char* outcome_name(HandBack::Outcome outcome) {
   switch (outcome) {
     case HandBack::Outcome::kMoved: return "moved";
@@ -204,7 +206,7 @@ void take_answer(TrackedSocket* socket, int fd, HandBack& answer) {
   log_line("%s: the parent's connection cannot be used here (%s)%s", connection_label(socket),
            outcome_name(answer.outcome), reset ? ": reset" : "");
   if (reset) reset_connection(fd);
-  disown_everywhere(socket);
+  replace_all_with_unconnected_sockets(socket);  // a copy that cannot be used fails loudly
 }
 
 bool lent_here(const ParentLine* p, uint64_t serial) {

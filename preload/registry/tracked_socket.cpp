@@ -188,6 +188,14 @@ void replace_with_unconnected_socket(int fd, int domain) noexcept {
   track_close(fd);
 }
 
+void replace_all_with_unconnected_sockets(TrackedSocket* socket) noexcept {
+  int domain = socket->domain();
+  int end = fd_table().high_water();
+  for (int fd = 0; fd < end; ++fd) {
+    if (fd_table().find(fd) == socket) replace_with_unconnected_socket(fd, domain);
+  }
+}
+
 void reset_connection(int fd) noexcept {
   sockaddr unspec{};
   unspec.sa_family = AF_UNSPEC;

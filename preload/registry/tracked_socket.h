@@ -270,6 +270,8 @@ void for_each_tracked_fd(F&& f, int first = 0, int last = INT_MAX) {
 // stream that cannot be used here then fails loudly (ENOTCONN, EPIPE) instead of leaving the idle
 // TCP socket underneath to be read or written as if it were the connection.
 void replace_with_unconnected_socket(int fd, int domain) noexcept;
+// The same for every descriptor of `socket` (the caller holds it: the last one may otherwise free it).
+void replace_all_with_unconnected_sockets(TrackedSocket* socket) noexcept;
 
 // Resets fd's TCP connection (connect to AF_UNSPEC disconnects with a reset): the peer reads
 // ECONNRESET, never a clean end, and this side reads errors from then on.
