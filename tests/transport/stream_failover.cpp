@@ -196,15 +196,24 @@ std::string work_file(const char* name) {
   return std::string(work != nullptr ? work : "/tmp") + "/" + name;
 }
 
+// The guest's uptime, the clock wire_cut.sh logs its cut by.
+std::string uptime() {
+  std::string up = "?";
+  std::ifstream("/proc/uptime") >> up;
+  return up;
+}
+
 int run(Side& side, int seconds) {
   // The wire is cut only once both streams are up (wire_cut.sh waits for both files): a cut during
   // setup would fail the setup, not test the failover.
   std::ofstream(work_file((std::string("connected-") + side.role).c_str())) << "up\n";
   bool write_ok = false, read_ok = false;
   uint64_t sent = 0;
+  std::fprintf(stderr, "%s: stream up at %s\n", side.role, uptime().c_str());
   std::thread writer([&] { sent = write_for(side, seconds, &write_ok); });
   uint64_t received = read_all(side, &read_ok);
   writer.join();
+  std::fprintf(stderr, "%s: both directions ended at %s\n", side.role, uptime().c_str());
   std::ofstream(work_file((std::string("sent-") + side.role).c_str())) << sent << "\n";
   const char* peer_role = std::string_view(side.role) == "server" ? "client" : "server";
   uint64_t peer_sent = 0;

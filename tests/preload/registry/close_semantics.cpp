@@ -71,6 +71,14 @@ int serve(uint16_t port, const std::string& mode) {
     perror("close_semantics: listen");
     return 2;
   }
+  if (port == 0) {
+    // Port 0: the kernel picks a free one and the caller reads it from our first line, so a host
+    // run never collides with another test's ephemeral port.
+    socklen_t len = sizeof addr;
+    getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
+    std::printf("port %u\n", ntohs(addr.sin_port));
+    std::fflush(stdout);
+  }
   int fd = accept(listener, nullptr, nullptr);
   if (fd < 0) {
     perror("close_semantics: accept");
