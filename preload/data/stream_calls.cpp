@@ -10,6 +10,7 @@
 #include "back_to_tcp/move_back.h"
 #include "back_to_tcp/path_watcher.h"
 #include "libc/real_calls.h"
+#include "process/deferred_upgrade.h"
 #include "process/fork_service.h"
 #include "rdma_stream.h"
 #include "registry/fd_table.h"
@@ -55,6 +56,11 @@ StreamRef route_for_call(SocketHold socket, int fd) noexcept {
     // A forked child's first use of a connection its parent lent it: the parent hands it over on TCP
     // (process/fork_service.h), or it fails loudly here.
     claim_from_parent(socket.get(), fd);
+  }
+  if (socket && socket->has_deferred_upgrade()) {
+    // An upgrade a fork interrupted: this process uses the connection, and takes the upgrade up (a
+    // child after its parent's answer: process/deferred_upgrade.h).
+    take_up_deferred_upgrade(socket.get(), fd);
   }
   StreamRef route = route_of(SocketHold(socket.get()));
   if (route.kind() == StreamRef::Kind::kPending) {

@@ -12,6 +12,7 @@
 #include "back_to_tcp/path_watcher.h"
 #include "libc/interposed.h"
 #include "listener/prefork_listeners.h"
+#include "process/deferred_upgrade.h"
 #include "process/exec_guard.h"
 #include "process/fork_service.h"
 #include "process/spawn_guard.h"
@@ -23,15 +24,22 @@
 using tcp2rdma::preload::real;
 
 T2R_INTERPOSE pid_t fork(void) {
-  // A connection whose upgrade is still on TCP stays TCP, so that the child can use it too; one in
-  // the middle of its switch is waited for (and is then the parent's, as every upgraded one).
+  // A server connection whose upgrade is still on TCP is deferred: the process that uses it next takes
+  // the upgrade up (process/deferred_upgrade.h); any other session still on TCP stays TCP, so that the
+  // child can use it too; one in the middle of its switch is waited for (and is then the parent's, as
+  // every upgraded one).
   // No session starts from here until the real fork is done: it could not be settled. Connections
   // this process holds from its own parent become its own first (its child could not ask for them).
+  tcp2rdma::preload::hold_take_ups_for_fork();
   tcp2rdma::preload::close_fork_gate();
-  tcp2rdma::preload::settle_all_sessions();
+  tcp2rdma::preload::claim_inherited_deferred_upgrades(/*only_surviving_exec=*/false, /*lock_held=*/true);
+  tcp2rdma::preload::defer_sessions_for_fork();
   tcp2rdma::preload::claim_all_from_parent();
   tcp2rdma::preload::ForkLending lending;
-  if (!lending.prepare()) tcp2rdma::preload::move_streams_back("fork");
+  if (!lending.prepare()) {
+    tcp2rdma::preload::move_streams_back("fork");
+    tcp2rdma::preload::drop_deferred_upgrades();
+  }
   tcp2rdma::preload::mark_listeners_to_hand_on();
   tcp2rdma::preload::epoll_hold_for_fork();
   tcp2rdma::preload::spawn_hold_for_fork();
@@ -42,6 +50,7 @@ T2R_INTERPOSE pid_t fork(void) {
   tcp2rdma::preload::spawn_release_after_fork();
   tcp2rdma::preload::epoll_release_after_fork();
   tcp2rdma::preload::open_fork_gate(pid == 0);
+  tcp2rdma::preload::release_take_ups_after_fork(pid == 0);
   if (pid == 0) {
     tcp2rdma::preload::note_forked_child();  // inherited streams and listeners are not ours to use
     tcp2rdma::preload::forget_path_watcher_after_fork();

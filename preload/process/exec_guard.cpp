@@ -13,6 +13,7 @@
 
 #include "back_to_tcp/move_back.h"
 #include "libc/real_calls.h"
+#include "process/deferred_upgrade.h"
 #include "process/fork_service.h"
 #include "rdma_stream.h"
 #include "registry/fd_table.h"
@@ -163,7 +164,8 @@ ExecGuard::ExecGuard(char* const* envp) noexcept : prefixes_(envp) {
   // Lent by our parent and handed on to the new program: ours on TCP first. Lent to our children:
   // they get the connections now, since this image cannot answer them later (fork_service.h).
   claim_inherited_that_survive();
-  answer_children_before_leaving();
+  claim_inherited_deferred_upgrades(/*only_surviving_exec=*/true, /*lock_held=*/false);
+  answer_children_before_leaving(survives_exec);
   end_or_move_back_streams();
   hand_on_prefixes(&prefixes_);
   finish_closing();  // streams closed before exec end before the image that holds them goes

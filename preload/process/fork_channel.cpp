@@ -143,7 +143,7 @@ ChannelMessage receive_message(int channel, int timeout_ms, uint64_t* serial, Ha
   }
   *serial = wire.serial;
   if (wire.kind == kClaimKind && mfd < 0) return ChannelMessage::kClaim;
-  if (wire.kind != kAnswerKind || wire.outcome > static_cast<uint8_t>(HandBack::Outcome::kGone)) return closed();
+  if (wire.kind != kAnswerKind || wire.outcome > static_cast<uint8_t>(HandBack::Outcome::kStaysTcp)) return closed();
   answer->outcome = static_cast<HandBack::Outcome>(wire.outcome);
   answer->then_end = (wire.flags & kThenEnd) != 0;
   answer->write_shut = (wire.flags & kWriteShut) != 0;

@@ -17,6 +17,7 @@
 #include "keep_forever.h"
 #include "libc/real_calls.h"
 #include "own_descriptors.h"
+#include "process/deferred_upgrade.h"
 #include "process/fork_channel.h"
 #include "registry/connection_path.h"
 #include "registry/lent_streams.h"
@@ -62,7 +63,14 @@ void answer_claim(int channel, uint64_t serial) {
         break;
       }
       if (SocketHold socket = SocketHold::live(serial)) {
-        answer = move_back_for_child(socket.get(), "a child that uses it");
+        if (socket->own_stream() == nullptr) {
+          // Its upgrade was on TCP at the fork (deferred_upgrade.h): waits for this process to let
+          // go, without the hold.
+          socket = SocketHold();
+          answer = answer_deferred_claim(serial);
+        } else {
+          answer = move_back_for_child(socket.get(), "a child that uses it");
+        }
         break;
       }
       usleep(10000);
@@ -179,16 +187,6 @@ HandBack ask_parent(ParentLine* p, uint64_t serial) {
   }
 }
 
-const char* outcome_name(HandBack::Outcome outcome) {
-  switch (outcome) {
-    case HandBack::Outcome::kMoved: return "moved";
-    case HandBack::Outcome::kFailed: return "its move failed: reset";
-    case HandBack::Outcome::kParents: return "the parent keeps it on rdma";
-    case HandBack::Outcome::kGone: return "the parent holds it no more";
-  }
-  return "?";
-}
-
 // The answer, applied to this process's copy of the connection.
 void take_answer(TrackedSocket* socket, int fd, HandBack& answer) {
   if (answer.outcome == HandBack::Outcome::kMoved &&
@@ -204,7 +202,7 @@ void take_answer(TrackedSocket* socket, int fd, HandBack& answer) {
   // after a failed move, rather than read on as if nothing were missing.
   bool reset = answer.outcome == HandBack::Outcome::kFailed || answer.outcome == HandBack::Outcome::kMoved;
   log_line("%s: the parent's connection cannot be used here (%s)%s", connection_label(socket),
-           outcome_name(answer.outcome), reset ? ": reset" : "");
+           to_string(answer.outcome), reset ? ": reset" : "");
   if (reset) reset_connection(fd);
   replace_all_with_unconnected_sockets(socket);  // a copy that cannot be used fails loudly
 }
@@ -212,6 +210,9 @@ void take_answer(TrackedSocket* socket, int fd, HandBack& answer) {
 bool lent_here(const ParentLine* p, uint64_t serial) {
   return std::find(p->lent.begin(), p->lent.end(), serial) != p->lent.end();
 }
+
+// In the child, before any other thread of it runs: what the parent lent this process.
+bool lent_to_this_child(uint64_t serial) { return lent_here(parent_slot(), serial); }
 
 }  // namespace
 
@@ -225,9 +226,13 @@ ForkLending::~ForkLending() {
 
 bool ForkLending::prepare() noexcept {
   try {
+    unsigned here = fork_generation();
     for_each_tracked_fd([&](int, SocketHold& socket) {
-      if (socket->stream() == nullptr || !socket->path_is(Path::kRdma)) return;
-      if (!socket->follows_fork.load(std::memory_order_relaxed)) return;
+      // An upgrade this process deferred at this fork (or an earlier one) is lent as a stream is.
+      const TrackedSocket::DeferredUpgrade* deferred = socket->deferred_upgrade();
+      bool lend_deferred = deferred != nullptr && deferred->generation == here;
+      if (!lend_deferred && (socket->stream() == nullptr || !socket->path_is(Path::kRdma))) return;
+      if (!lend_deferred && !socket->follows_fork.load(std::memory_order_relaxed)) return;
       if (std::find(serials_.begin(), serials_.end(), socket->serial()) == serials_.end()) {
         serials_.push_back(socket->serial());
       }
@@ -285,6 +290,7 @@ void ForkLending::in_child() noexcept {
   ParentLine* line = parent_slot();
   line->channel = std::exchange(ends_[1], -1);
   line->lent = std::move(serials_);
+  drop_inherited_deferred_upgrades(lent_to_this_child);  // the parent could not hear our claim: TCP here
   // What was not lent (on_fork: parent, or no channel) is the parent's alone: it fails loudly here.
   for_each_tracked_fd([&](int fd, SocketHold& socket) {
     if (socket->stream_of_parent() && (line->channel < 0 || !lent_here(line, socket->serial()))) {
@@ -311,8 +317,17 @@ void claim_all_from_parent() noexcept {
   });
 }
 
-void answer_children_before_leaving() noexcept {
+HandBack claim_deferred_from_parent(uint64_t serial) noexcept {
   SavedErrno keep_errno;
+  ParentLine* p = parent_slot();
+  std::lock_guard lock(p->mutex);
+  if (!lent_here(p, serial)) return HandBack{};  // kGone
+  return ask_parent(p, serial);
+}
+
+void answer_children_before_leaving(bool (*survives)(const TrackedSocket*)) noexcept {
+  SavedErrno keep_errno;
+  hand_back_deferred_before_leaving(survives);
   // Lent connections this process still uses: back to TCP now, their answers kept.
   std::vector<SocketHold> lent;
   for_each_tracked_fd([&](int, SocketHold& socket) {

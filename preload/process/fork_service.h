@@ -15,6 +15,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "registry/lent_streams.h"
+
 namespace tcp2rdma::preload {
 
 class TrackedSocket;
@@ -51,8 +53,12 @@ void claim_from_parent(TrackedSocket* socket, int fd) noexcept;
 // Every inherited one: before this process forks (its child could not ask our parent) and before
 // exec and spawn (the new program gets the connection on TCP, with its unread bytes).
 void claim_all_from_parent() noexcept;
+// The child's side for a connection whose upgrade the parent deferred at the fork
+// (deferred_upgrade.h): the parent's answer, asked for now (kGone when it was not lent to this child).
+HandBack claim_deferred_from_parent(uint64_t serial) noexcept;
 // At exit and before exec: every answer that the children have not claimed yet is sent unasked, since
-// this process cannot answer later.
-void answer_children_before_leaving() noexcept;
+// this process cannot answer later. `survives` (exec): whether the new program keeps a descriptor of
+// a socket (a deferred upgrade then stays TCP in the children).
+void answer_children_before_leaving(bool (*survives)(const TrackedSocket*) = nullptr) noexcept;
 
 }  // namespace tcp2rdma::preload

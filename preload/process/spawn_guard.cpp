@@ -7,6 +7,7 @@
 
 #include "back_to_tcp/move_back.h"
 #include "libc/real_calls.h"
+#include "process/deferred_upgrade.h"
 #include "process/fork_service.h"
 #include "registry/fd_table.h"
 #include "registry/tracked_socket.h"
@@ -55,7 +56,8 @@ SpawnGuard::SpawnGuard(const posix_spawn_file_actions_t* actions, char* const* e
     : prefixes_(envp) {
   SavedErrno keep_errno;
   settle_all_sessions();
-  claim_all_from_parent();  // what our parent lent us the new program may hold: ours on TCP first
+  claim_all_from_parent();
+  claim_inherited_deferred_upgrades(/*only_surviving_exec=*/false, /*lock_held=*/false);  // what our parent lent us the new program may hold: ours on TCP first
   if (actions != nullptr) hand_on_dup2_targets(actions);
   if (error_ != 0) return;
   for_each_tracked_fd([&](int fd, SocketHold& socket) {

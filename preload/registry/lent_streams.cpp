@@ -12,6 +12,18 @@
 #include "util/log.h"
 
 namespace tcp2rdma::preload {
+
+const char* to_string(HandBack::Outcome outcome) noexcept {
+  switch (outcome) {
+    case HandBack::Outcome::kMoved: return "moved";
+    case HandBack::Outcome::kFailed: return "its move failed: reset";
+    case HandBack::Outcome::kParents: return "the parent keeps it on rdma";
+    case HandBack::Outcome::kGone: return "the parent holds it no more";
+    case HandBack::Outcome::kResume: return "its upgrade is this process's to take up";
+    case HandBack::Outcome::kStaysTcp: return "it stays tcp in both";
+  }
+  return "?";
+}
 namespace {
 
 struct Lent {

@@ -24,12 +24,18 @@ struct HandBack {
     kFailed,   // the parent let go and its move failed (the peer did not answer): the connection is reset
     kParents,  // the parent could not move it and keeps it on RDMA: the child's copy fails loudly
     kGone,     // the parent holds no such connection (it ended before the child asked)
+    // A connection whose upgrade was still on TCP at the fork (process/deferred_upgrade.h):
+    kResume,   // the parent let go of it: the child takes the upgrade up, with its own RDMA listener
+    kStaysTcp, // the parent uses it too: it stays TCP in both, as a shared kernel socket
   };
   Outcome outcome = Outcome::kGone;
   bool then_end = false;    // the peer's sending side had ended on the stream
   bool write_shut = false;  // the parent's sending side had: the TCP socket's must be shut down too
   std::vector<uint8_t> bytes;
 };
+
+// What the outcome says, for log lines.
+const char* to_string(HandBack::Outcome outcome) noexcept;
 
 // After a fork: the child behind `channel` (this process's end of their fork channel) holds the
 // connections `serials` (TrackedSocket::serial).

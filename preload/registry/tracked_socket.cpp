@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <mutex>
+#include <new>
 #include <shared_mutex>
 #include <unordered_map>
 #include <utility>
@@ -110,6 +111,29 @@ UpgradeSession* TrackedSocket::start_session() {
   return fresh;
 }
 
+UpgradeSession* TrackedSocket::restart_session() {
+  std::shared_lock gate(*fork_gate_slot());
+  UpgradeSession* old = session();
+  if (old == nullptr || old->phase() != UpgradeSession::Phase::kOver) return nullptr;
+  auto* fresh = new (std::nothrow) UpgradeSession;
+  if (fresh == nullptr) return nullptr;
+  if (!session_.compare_exchange_strong(old, fresh, std::memory_order_acq_rel)) {
+    delete fresh;
+    return nullptr;
+  }
+  fresh->continue_from(old);
+  return fresh;
+}
+
+void TrackedSocket::defer_upgrade(std::unique_ptr<DeferredUpgrade> record) noexcept {
+  if (serial_ == 0) {
+    serial_ = g_next_serial.fetch_add(1, std::memory_order_relaxed);
+    std::lock_guard lock(live_mutex());
+    live_by_serial().emplace(serial_, this);
+  }
+  delete deferred_.exchange(record.release(), std::memory_order_acq_rel);
+}
+
 ListenerParts* TrackedSocket::adopt_listener_parts(std::unique_ptr<ListenerParts> parts) noexcept {
   ListenerParts* none = nullptr;
   if (listener_parts_.compare_exchange_strong(none, parts.get(), std::memory_order_acq_rel)) return parts.release();
@@ -144,7 +168,7 @@ Path TrackedSocket::path() const noexcept {
 }
 
 bool TrackedSocket::move_path(Path from, Path to) noexcept {
-  bool allowed = (from == Path::kTcp && (to == Path::kUpgradePending || to == Path::kRdma)) ||
+  bool allowed = (from == Path::kTcp && (to == Path::kUpgradePending || to == Path::kRdma || to == Path::kBackOnTcp)) ||
                  (from == Path::kUpgradePending && to == Path::kTcp) ||
                  (from == Path::kRdma && (to == Path::kMovingBack || to == Path::kBackOnTcp ||
                                           to == Path::kFailingOver)) ||
@@ -155,12 +179,14 @@ bool TrackedSocket::move_path(Path from, Path to) noexcept {
 
 void TrackedSocket::set_stream(std::unique_ptr<transport::RdmaStream> stream) noexcept {
   generation_.store(fork_generation(), std::memory_order_relaxed);
-  serial_ = g_next_serial.fetch_add(1, std::memory_order_relaxed);
+  // A socket named at a fork that deferred its upgrade keeps that name: a child's claim asks by it.
+  bool named = serial_ != 0;
+  if (!named) serial_ = g_next_serial.fetch_add(1, std::memory_order_relaxed);
   stream_.store(stream.release(), std::memory_order_release);
   move_path(Path::kTcp, Path::kRdma);
   std::lock_guard lock(live_mutex());
   live_sockets().push_back(this);
-  live_by_serial().emplace(serial_, this);
+  if (!named) live_by_serial().emplace(serial_, this);
 }
 
 void TrackedSocket::hand_over_to_children(transport::RdmaStream* s) noexcept {
@@ -247,11 +273,22 @@ TrackedSocket::~TrackedSocket() {
   // or reset it where the kernel would.
   // In a forked child the stream and the listener are the parent's: destroying them here would end
   // the parent's connection or listener (they share the rdma_cm descriptor). They are left alone.
-  if (stream_.load() != nullptr) {
+  if (stream_.load() != nullptr || serial_ != 0) {
     std::lock_guard lock(live_mutex());
     auto& live = live_sockets();
     live.erase(std::remove(live.begin(), live.end(), this), live.end());
     live_by_serial().erase(serial_);
+  }
+  if (std::unique_ptr<DeferredUpgrade> deferred = take_deferred_upgrade()) {
+    // The parent let go of a connection whose upgrade it deferred at a fork: the child that claims it
+    // takes the upgrade up (PostgreSQL's postmaster closes its copy right after the fork).
+    if (deferred->generation == fork_generation() && is_lent(serial_)) {
+      note_handing_back(serial_);
+      HandBack answer;
+      answer.outcome = HandBack::Outcome::kResume;
+      keep_handed_back(serial_, std::move(answer));
+    }
+    if (deferred->listener != nullptr) deferred->listener->release();
   }
   if (transport::RdmaStream* s = own_stream()) {
     if (is_lent(serial_)) {

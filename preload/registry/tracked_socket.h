@@ -61,6 +61,8 @@ enum class SocketRole : uint8_t {
 //
 //   kTcp -> kUpgradePending -> kTcp          a non-blocking connect decided for RDMA, then taken up
 //   kTcp -> kRdma                             the stream is in place (set_stream)
+//   kTcp -> kBackOnTcp                        a child takes up a connection its parent's deferred upgrade
+//                                             brought to RDMA and moved back (process/deferred_upgrade.h)
 //   kRdma -> kMovingBack -> kBackOnTcp        this process moves it back (fork, exec, spawn)
 //   kMovingBack -> kRdma                      that move failed: it stays on RDMA
 //   kRdma -> kBackOnTcp                       the peer moved it back
@@ -159,6 +161,28 @@ class TrackedSocket {
   // before the kernel's (copied into a forked child with the rest of this memory).
   TcpPrefix prefix;
 
+  // A server connection whose background upgrade was still on TCP when its process forked: the
+  // process that uses the connection next takes the upgrade up again (process/deferred_upgrade.h).
+  // `listener` is held (one reference) by the record; `generation` is the fork_generation() of the
+  // process that forked (the parent: the one that may take it up without asking).
+  struct DeferredUpgrade {
+    TrackedSocket* listener = nullptr;
+    config::Decision decision{};
+    unsigned generation = 0;
+  };
+  bool has_deferred_upgrade() const noexcept { return deferred_.load(std::memory_order_acquire) != nullptr; }
+  const DeferredUpgrade* deferred_upgrade() const noexcept { return deferred_.load(std::memory_order_acquire); }
+  // Installs the record (the socket owns it from here) and names the socket by a serial, found by
+  // SocketHold::live, as a socket with a stream is: a child's claim of it asks by that serial.
+  void defer_upgrade(std::unique_ptr<DeferredUpgrade> record) noexcept;
+  // Takes the record: exactly one thread (or the parent's answering thread) gets it.
+  std::unique_ptr<DeferredUpgrade> take_deferred_upgrade() noexcept {
+    return std::unique_ptr<DeferredUpgrade>(deferred_.exchange(nullptr, std::memory_order_acq_rel));
+  }
+  // A new session that takes up the ended one (UpgradeSession::continue_from), or null when none
+  // could be made or another thread made one first.
+  UpgradeSession* restart_session();
+
   // The connection's upgrade session (upgrade_session.h), from the moment it starts; owned by the socket.
   // Null for a connection no rule moves. start_session() makes it, or returns null when it exists.
   UpgradeSession* session() const noexcept { return session_.load(std::memory_order_acquire); }
@@ -206,6 +230,7 @@ class TrackedSocket {
   std::atomic<int> refs_{1};
   std::atomic<transport::RdmaStream*> stream_{nullptr};
   std::atomic<UpgradeSession*> session_{nullptr};
+  std::atomic<DeferredUpgrade*> deferred_{nullptr};
   std::atomic<Path> path_{Path::kTcp};
   std::atomic<unsigned> generation_{0};  // written before stream_ (release), read after it (acquire)
   uint64_t serial_ = 0;

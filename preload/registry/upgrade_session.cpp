@@ -19,6 +19,42 @@ UpgradeSession::UpgradeSession() = default;
 UpgradeSession::~UpgradeSession() {
   int fd = wake_fd_.load(std::memory_order_acquire);
   if (fd >= 0) real().close(fd);
+  delete previous_;
+}
+
+void UpgradeSession::set_origin(TrackedSocket* listener, const config::Decision& decision) noexcept {
+  std::lock_guard lock(mu_);
+  origin_listener_ = listener;
+  origin_decision_ = decision;
+}
+
+UpgradeSession::ForkSettle UpgradeSession::defer_for_fork(TrackedSocket** listener, config::Decision* decision) {
+  std::unique_lock lock(mu_);
+  if (phase() == Phase::kOnTcp && origin_listener_ != nullptr) {
+    // Still held by the upgrade's Connection while the phase is kOnTcp: the reference is taken
+    // before the phase changes, so the upgrade cannot let go of the last one first.
+    origin_listener_->add_ref();
+    *listener = origin_listener_;
+    *decision = origin_decision_;
+    deferred_.store(true, std::memory_order_release);
+    end_on_tcp_locked();
+    return ForkSettle::kDeferred;
+  }
+  if (end_on_tcp_locked()) return ForkSettle::kSettled;
+  cv_.wait(lock, [&] { return phase() == Phase::kOver; });
+  return ForkSettle::kWasOver;
+}
+
+void UpgradeSession::continue_from(UpgradeSession* old) noexcept {
+  // Not under the old one's lock: in a forked child it may be held for ever by a thread of the parent
+  // (one whose call found the phase over). Its counts stopped at kOver, which the acquire below sees.
+  if (old->phase() == Phase::kOver) {
+    std::lock_guard ours(mu_);
+    sent_ = old->sent_;
+    received_ = old->received_;
+    sending_ended_ = old->sending_ended_;
+  }
+  previous_ = old;
 }
 
 // The wake fd is one of the module's own descriptors: above the application's limit

@@ -10,7 +10,11 @@
 #include <cstdint>
 #include <mutex>
 
+#include "rule_set.h"
+
 namespace tcp2rdma::preload {
+
+class TrackedSocket;
 
 class UpgradeSession {
  public:
@@ -65,6 +69,22 @@ class UpgradeSession {
   void wait_over();
   // The same, for `most` at most: whether the session is over.
   bool wait_over_for(std::chrono::microseconds most);
+  // A server connection's upgrade in the background: the listener it was accepted from and its rule,
+  // so that a fork can hand the upgrade to the process that uses the connection next (set by
+  // upgrade_beside while its caller holds the listener, which the upgrade then holds until it is over).
+  void set_origin(TrackedSocket* listener, const config::Decision& decision) noexcept;
+  // The fork's settle (process/deferred_upgrade.h). A server session still on TCP with an origin ends
+  // here as deferred (kDeferred): *listener (one more reference, the caller's) and *decision are what
+  // the process that uses the connection next needs to take the upgrade up again. One without an
+  // origin ends on TCP for good (kSettled, as settle() returning true); one that is switching is
+  // waited for (kWasOver).
+  enum class ForkSettle : uint8_t { kDeferred, kSettled, kWasOver };
+  ForkSettle defer_for_fork(TrackedSocket** listener, config::Decision* decision);
+  // Ended by defer_for_fork: the request of its client is not declined, it is the next user's.
+  bool deferred() const noexcept { return deferred_.load(std::memory_order_acquire); }
+  // A session that takes up a deferred one: its counts and ended sending side go on from there. The
+  // old session is kept (threads that looked at it may still hold it) and freed with this one.
+  void continue_from(UpgradeSession* old) noexcept;
   // A descriptor of the socket is closed, or the process forks, execs or exits: a session still on
   // TCP ends there (the connection stays TCP: a child or a new program can go on using it; true, and
   // the caller writes the log line), one that is switching is waited for. Afterwards the phase is
@@ -101,6 +121,10 @@ class UpgradeSession {
   bool sending_ended_ = false;
   mutable std::atomic<int> wake_fd_{-1};  // made under mu_, once
   char label_[256] = "";
+  TrackedSocket* origin_listener_ = nullptr;
+  config::Decision origin_decision_{};
+  std::atomic<bool> deferred_{false};
+  UpgradeSession* previous_ = nullptr;  // owned
 };
 
 // Settles (UpgradeSession::settle) the session of every descriptor of this process: before fork and

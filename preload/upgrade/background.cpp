@@ -96,11 +96,14 @@ void wait_if_linked(const Connection& c, UpgradeSession* session) {
 
 // A client's upgrade runs in the client pool; a server's waits for its client's request in the
 // engine's thread, then runs in the server pool.
-void upgrade_beside(int fd, config::Role role, TrackedSocket* listener, const config::Decision& decision) {
+void upgrade_beside(int fd, config::Role role, TrackedSocket* listener, const config::Decision& decision,
+                    bool resumed) {
   SocketHold socket = SocketHold::of(fd);
   if (!socket) return;
-  UpgradeSession* session = socket->start_session();
+  UpgradeSession* session = resumed ? socket->restart_session() : socket->start_session();
   if (session == nullptr) return;
+  // The listener is held by the upgrade (below) for as long as the session can be deferred.
+  if (role == config::Role::kServer && listener != nullptr) session->set_origin(listener, decision);
   char label[kConnectionLabelSize];
   describe_connection(fd, role, decision, label, sizeof label);
   session->set_label(label);

@@ -8,7 +8,10 @@
 namespace tcp2rdma::preload {
 
 // Starts the background upgrade of connection `fd` (a client's, or a server's accepted from
-// `listener`). Whatever becomes of it is logged; a connection broken half-way is reset.
-void upgrade_beside(int fd, config::Role role, TrackedSocket* listener, const config::Decision& decision);
+// `listener`). Whatever becomes of it is logged; a connection broken half-way is reset. `resumed`: it
+// takes up an upgrade a fork deferred (process/deferred_upgrade.h), in a new session that goes on
+// from the ended one's counts.
+void upgrade_beside(int fd, config::Role role, TrackedSocket* listener, const config::Decision& decision,
+                    bool resumed = false);
 
 }  // namespace tcp2rdma::preload

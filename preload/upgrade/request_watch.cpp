@@ -120,6 +120,13 @@ void look_at(Waits& waits, size_t i, bool full, std::chrono::steady_clock::time_
   RequestWaiter& x = waits[i];
   bool over = x.session->phase() == UpgradeSession::Phase::kOver;
   if (full && !over && !x.wait->expired(now)) return;
+  if (over && x.session->deferred()) {
+    // A fork deferred it: the request, held or to come, is for the process that uses the connection
+    // next (process/deferred_upgrade.h): neither answered nor declined here.
+    RequestWaiter done = waits.take(i);
+    done.done(transport::Status::kWouldBlock, nullptr);
+    return;
+  }
   std::unique_ptr<transport::RdmaStream> answered;
   transport::Status s = x.wait->look(&answered);  // may move the time up later (a client still asking)
   if (s == transport::Status::kWouldBlock && !over && !x.wait->expired(now)) return;

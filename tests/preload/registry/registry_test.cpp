@@ -151,7 +151,7 @@ TEST(ConnectionPath, ChangesOnlyAlongItsTransitionsAndOnceUnderRaces) {
   TrackedSocket* t = tracked(fd);
   ASSERT_NE(t, nullptr);
   EXPECT_EQ(t->path(), Path::kTcp);
-  EXPECT_FALSE(t->move_path(Path::kTcp, Path::kBackOnTcp));  // not a transition
+  EXPECT_FALSE(t->move_path(Path::kTcp, Path::kFailingOver));  // not a transition
   EXPECT_FALSE(t->move_path(Path::kRdma, Path::kBackOnTcp)); // not where it is
   EXPECT_EQ(t->path(), Path::kTcp);
 

@@ -1,0 +1,255 @@
+#include "process/deferred_upgrade.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fcntl.h>
+
+#include <memory>
+#include <mutex>
+#include <new>
+#include <utility>
+#include <vector>
+
+#include "back_to_tcp/move_back.h"
+#include "keep_forever.h"
+#include "libc/real_calls.h"
+#include "listener/prefork_listeners.h"
+#include "process/fork_service.h"
+#include "registry/connection_path.h"
+#include "registry/fd_table.h"
+#include "registry/socket_registry.h"
+#include "registry/tracked_socket.h"
+#include "registry/upgrade_session.h"
+#include "stats/stats_writer.h"
+#include "upgrade/background.h"
+#include "util/log.h"
+
+namespace tcp2rdma::preload {
+namespace {
+
+// One take-up at a time in a process. A thread that finds a record waits here while another takes the
+// connection up, and so never reaches the kernel socket before the new session counts its bytes. Rare
+// (once per connection a fork interrupted), so one lock for all. The fork wrapper holds it from
+// before it closes the fork gate (a take-up waits for the gate under it: always this lock first)
+// until the real fork is done; the child gets a lock of its own.
+std::mutex*& take_up_lock_slot() {
+  static auto* lock = new std::mutex;
+  return lock;
+}
+std::mutex& take_up_lock() { return *take_up_lock_slot(); }
+
+// How long a parent's thread waits for the parent to let go of a connection a child claims: the
+// postmaster closes its copy right after fork() returns.
+constexpr int kLetGoLooks = 30;
+constexpr useconds_t kLetGoLookUs = 10000;
+
+void log_stays(TrackedSocket* socket, const char* why) {
+  log_line("%s: stays tcp (%s)", connection_label(socket), why);
+  stats::slot_on_tcp(socket->stats_slot.load(std::memory_order_relaxed), stats::TcpReason::kClosedEarly, why);
+}
+
+// The record's upgrade, taken up in this process: a child first gets an RDMA listener of its own
+// (the parent holds the listener's port and sends the client's request on).
+void resume(TrackedSocket* socket, int fd, const TrackedSocket::DeferredUpgrade& record, bool child) {
+  if (child) claim_rdma_listener(fd, record.listener);
+  log_line("%s: the upgrade a fork interrupted goes on in this process%s", connection_label(socket),
+           child ? " (its parent let go of the connection)" : "");
+  upgrade_beside(fd, config::Role::kServer, record.listener, record.decision, /*resumed=*/true);
+}
+
+// A child's answer about a deferred connection, applied.
+void apply_answer(TrackedSocket* socket, int fd, const TrackedSocket::DeferredUpgrade& record, HandBack& answer,
+                  bool may_resume) {
+  switch (answer.outcome) {
+    case HandBack::Outcome::kResume:
+      if (may_resume) {
+        resume(socket, fd, record, /*child=*/true);
+      } else {
+        log_stays(socket, "the process forks or runs another program before it used the connection");
+      }
+      return;
+    case HandBack::Outcome::kStaysTcp:
+      log_stays(socket, "the parent process holds the connection too");
+      return;
+    case HandBack::Outcome::kMoved:
+      // The parent took the upgrade up and reached RDMA before this claim, then moved back for us.
+      if ((answer.bytes.empty() && !answer.then_end) || socket->prefix.set(answer.bytes, answer.then_end)) {
+        socket->move_path(Path::kTcp, Path::kBackOnTcp);
+        if (answer.write_shut) real().shutdown(fd, SHUT_WR);
+        log_line("%s: back on tcp from the parent at this process's first use (%zu bytes of the peer's to read first)",
+                 connection_label(socket), answer.bytes.size());
+        return;
+      }
+      break;
+    case HandBack::Outcome::kFailed:
+    case HandBack::Outcome::kParents:
+    case HandBack::Outcome::kGone: break;
+  }
+  // What cannot be had here fails loudly, never as a connection with bytes missing.
+  bool reset = answer.outcome == HandBack::Outcome::kFailed || answer.outcome == HandBack::Outcome::kMoved;
+  log_line("%s: the parent's connection cannot be used here%s", connection_label(socket), reset ? ": reset" : "");
+  if (reset) reset_connection(fd);
+  replace_all_with_unconnected_sockets(socket);
+}
+
+// The parent gives a connection it took up to a child that uses it too: the session ends on TCP, or
+// the stream it reached moves back (as a lent connection's does).
+HandBack give_up_for_child(TrackedSocket* socket) {
+  if (UpgradeSession* session = socket->active_session(); session != nullptr && session->settle()) {
+    log_stays(socket, "a child process uses the connection too");
+  }
+  if (socket->stream() != nullptr && socket->path_is(Path::kRdma)) return move_back_for_child(socket, "a child that uses it");
+  HandBack answer;
+  answer.outcome = HandBack::Outcome::kStaysTcp;
+  return answer;
+}
+
+}  // namespace
+
+void defer_sessions_for_fork() noexcept {
+  for_each_tracked_fd([](int, SocketHold& socket) {
+    UpgradeSession* session = socket->active_session();
+    if (session == nullptr || socket->has_deferred_upgrade()) return;
+    // Installed before the session ends: a thread that finds the session over finds the record too,
+    // and waits for the take-up lock (the fork's, until the real fork is done) instead of reaching the
+    // kernel socket uncounted.
+    auto* record = new (std::nothrow) TrackedSocket::DeferredUpgrade;
+    if (record != nullptr) {
+      record->generation = fork_generation();
+      socket->defer_upgrade(std::unique_ptr<TrackedSocket::DeferredUpgrade>(record));
+    }
+    TrackedSocket* listener = nullptr;
+    config::Decision decision{};
+    UpgradeSession::ForkSettle settled = record != nullptr ? session->defer_for_fork(&listener, &decision)
+                                                           : (session->settle() ? UpgradeSession::ForkSettle::kSettled
+                                                                                : UpgradeSession::ForkSettle::kWasOver);
+    if (settled == UpgradeSession::ForkSettle::kDeferred) {
+      record->listener = listener;
+      record->decision = decision;
+      log_line("%s: the process forks while the upgrade is on tcp: the process that uses the connection next "
+               "takes it up",
+               session->label());
+      return;
+    }
+    if (record != nullptr) (void)socket->take_deferred_upgrade();  // nothing to take up
+    if (settled == UpgradeSession::ForkSettle::kSettled) {
+      log_line("%s: stays tcp (the process forked before the upgrade)", session->label());
+      stats::slot_on_tcp(socket->stats_slot.load(std::memory_order_relaxed), stats::TcpReason::kClosedEarly,
+                         "the process forked before the upgrade");
+    }
+  });
+}
+
+void drop_deferred_upgrades() noexcept {
+  for_each_tracked_fd([](int, SocketHold& socket) {
+    if (auto record = socket->take_deferred_upgrade()) {
+      log_stays(socket.get(), "the process forked before the upgrade, and no channel to the child could be had");
+      record->listener->release();
+    }
+  });
+}
+
+void drop_inherited_deferred_upgrades(bool (*lent_here)(uint64_t serial)) noexcept {
+  for_each_tracked_fd([lent_here](int, SocketHold& socket) {
+    if (!socket->has_deferred_upgrade() || lent_here(socket->serial())) return;
+    if (auto record = socket->take_deferred_upgrade()) record->listener->release();
+  });
+}
+
+namespace {
+
+// take_up_deferred_upgrade under the lock. The record stays on the socket (other threads wait for
+// the lock) until the new session is in place.
+void take_up_locked(TrackedSocket* socket, int fd, bool may_resume) {
+  const TrackedSocket::DeferredUpgrade* record = socket->deferred_upgrade();
+  if (record == nullptr) return;  // another thread took it up first
+  bool child = record->generation != fork_generation();
+  if (!child && !may_resume) return;  // this process's own: it stays for its first use
+  if (!child) {
+    resume(socket, fd, *record, /*child=*/false);
+  } else {
+    HandBack answer = claim_deferred_from_parent(socket->serial());
+    apply_answer(socket, fd, *record, answer, may_resume);
+  }
+  if (auto owned = socket->take_deferred_upgrade()) owned->listener->release();
+}
+
+}  // namespace
+
+void take_up_deferred_upgrade(TrackedSocket* socket, int fd, bool may_resume) noexcept {
+  std::lock_guard lock(take_up_lock());
+  take_up_locked(socket, fd, may_resume);
+}
+
+void hold_take_ups_for_fork() noexcept { take_up_lock().lock(); }
+
+void release_take_ups_after_fork(bool child) noexcept {
+  if (child) {
+    transport::keep_forever(std::exchange(take_up_lock_slot(), new std::mutex));  // the parent's thread's
+  } else {
+    take_up_lock().unlock();
+  }
+}
+
+void claim_inherited_deferred_upgrades(bool only_surviving_exec, bool lock_held) noexcept {
+  for_each_tracked_fd([=](int fd, SocketHold& socket) {
+    const TrackedSocket::DeferredUpgrade* record = socket->deferred_upgrade();
+    if (record == nullptr || record->generation == fork_generation()) return;
+    if (only_surviving_exec && (real().fcntl(fd, F_GETFD) & FD_CLOEXEC)) return;
+    if (lock_held) {
+      take_up_locked(socket.get(), fd, /*may_resume=*/false);
+    } else {
+      take_up_deferred_upgrade(socket.get(), fd, /*may_resume=*/false);
+    }
+  });
+}
+
+HandBack answer_deferred_claim(uint64_t serial) noexcept {
+  for (int look = 0; look < kLetGoLooks; ++look) {
+    if (auto handed = handed_back_for(serial, 0)) return std::move(*handed);
+    {
+      SocketHold socket = SocketHold::live(serial);
+      if (socket && !socket->has_deferred_upgrade()) {
+        std::lock_guard lock(take_up_lock());  // a take-up under way finishes first
+        return give_up_for_child(socket.get());
+      }
+    }
+    usleep(kLetGoLookUs);  // the hold above is dropped: the parent's close can end the socket
+  }
+  std::lock_guard lock(take_up_lock());
+  if (auto handed = handed_back_for(serial, 0)) return std::move(*handed);
+  SocketHold socket = SocketHold::live(serial);
+  if (!socket) return HandBack{};  // kGone
+  if (auto record = socket->take_deferred_upgrade()) {
+    log_stays(socket.get(), "a child process holds the connection too");
+    record->listener->release();
+    HandBack answer;
+    answer.outcome = HandBack::Outcome::kStaysTcp;
+    return answer;
+  }
+  return give_up_for_child(socket.get());
+}
+
+void hand_back_deferred_before_leaving(bool (*survives)(const TrackedSocket*)) noexcept {
+  unsigned here = fork_generation();
+  std::vector<SocketHold> held;
+  for_each_tracked_fd([&](int, SocketHold& socket) {
+    if (socket->has_deferred_upgrade() && is_lent(socket->serial())) held.emplace_back(socket.get());
+  });
+  for (SocketHold& socket : held) {
+    std::lock_guard lock(take_up_lock());
+    auto record = socket->take_deferred_upgrade();
+    if (record == nullptr) continue;
+    if (record->generation == here) {
+      HandBack answer;
+      answer.outcome = survives != nullptr && survives(socket.get()) ? HandBack::Outcome::kStaysTcp
+                                                                     : HandBack::Outcome::kResume;
+      note_handing_back(socket->serial());
+      keep_handed_back(socket->serial(), std::move(answer));
+    }
+    record->listener->release();
+  }
+}
+
+}  // namespace tcp2rdma::preload

@@ -1,0 +1,53 @@
+// Upgrades a fork interrupts (docs/architecture.md, "Forks"). A server connection whose background
+// upgrade is still on TCP when its process forks — PostgreSQL's postmaster and inetd fork right after
+// accept(), before the client's RDMA request has been answered — belongs to the process that uses it
+// next. The fork ends the session as *deferred*: its client's request is neither answered nor declined,
+// and both processes keep a record of what the upgrade needs (TrackedSocket::DeferredUpgrade).
+//   - The parent's first use takes the upgrade up again at once, on its own RDMA listener; a child
+//     that later uses its copy claims it (fork_service.h) and the parent gives it up: the session
+//     ends on TCP, or a connection that reached RDMA meanwhile moves back, as a lent one does.
+//   - A child's first use claims it over the fork channel. A parent that has let go of its copy (the
+//     postmaster closes it right after the fork) answers kResume: the child makes an RDMA listener on
+//     a port of its own, publishes the connection in the family's directory, and the parent's
+//     directory thread sends the client's request there. A parent that still holds its copy, unused,
+//     after a moment answers kStaysTcp: two processes hold it, and it stays TCP in both.
+// Client connections, and servers without a pre-fork directory, still stay TCP at a fork.
+#pragma once
+
+#include <cstdint>
+
+#include "registry/lent_streams.h"
+
+namespace tcp2rdma::preload {
+
+class TrackedSocket;
+
+// The fork wrapper's settle: every session still on TCP ends, a server's as deferred (logged).
+void defer_sessions_for_fork() noexcept;
+// The fork wrapper holds the take-up lock from before it closes the fork gate until the real fork is
+// done (a take-up under way finishes first; none starts in between); the child gets its own.
+void hold_take_ups_for_fork() noexcept;
+void release_take_ups_after_fork(bool child) noexcept;
+// With the take-up lock held (the fork wrapper's) or in a fresh child: no fork channel could be had,
+// and this process's deferred upgrades end on TCP for good (the child could not tell us it uses its
+// copy); in a forked child, the parent's deferred upgrades not lent to it stay TCP here.
+void drop_deferred_upgrades() noexcept;
+void drop_inherited_deferred_upgrades(bool (*lent_here)(uint64_t serial)) noexcept;
+
+// At a call the module routes on a socket with a deferred upgrade: this process takes it up (the
+// parent at once, a child after its parent's answer). `may_resume` false (before this process forks,
+// execs or spawns): a child only claims it, and it stays TCP here.
+void take_up_deferred_upgrade(TrackedSocket* socket, int fd, bool may_resume = true) noexcept;
+// Every inherited one (of exec's survivors only, with `only_surviving_exec`), claimed without resuming:
+// before this process forks (`lock_held`: the fork wrapper's), execs or spawns.
+void claim_inherited_deferred_upgrades(bool only_surviving_exec, bool lock_held) noexcept;
+
+// The parent's thread that answers its children: a child claims the deferred connection `serial`
+// that this process still held when the claim came (the live socket, not handed back).
+HandBack answer_deferred_claim(uint64_t serial) noexcept;
+// At exit and exec: deferred connections this process lent and still holds are answered now:
+// kResume where this process lets go (exit; exec for descriptors that do not survive it),
+// kStaysTcp where the new program keeps a descriptor.
+void hand_back_deferred_before_leaving(bool (*survives)(const TrackedSocket*)) noexcept;
+
+}  // namespace tcp2rdma::preload
