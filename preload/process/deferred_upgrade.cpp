@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -43,6 +44,7 @@ std::mutex& take_up_lock() { return *take_up_lock_slot(); }
 // postmaster closes its copy right after fork() returns.
 constexpr int kLetGoLooks = 30;
 constexpr useconds_t kLetGoLookUs = 10000;
+constexpr int kKeptAnswerWaitMs = 1000;
 
 void log_stays(TrackedSocket* socket, const char* why) {
   log_line("%s: stays tcp (%s)", connection_label(socket), why);
@@ -205,9 +207,23 @@ void claim_inherited_deferred_upgrades(bool only_surviving_exec, bool lock_held)
   });
 }
 
+namespace {
+
+// The answer this process kept when it let go (kResume, kStaysTcp), given once: the upgrade is one
+// process's to take up, so a second child that holds the connection too gets kGone (its copy fails
+// loudly rather than carry bytes beside the first child's stream). Waits out a hand-back under way
+// (note_handing_back, then keep_handed_back: moments).
+std::optional<HandBack> kept_answer(uint64_t serial) {
+  std::optional<HandBack> handed = handed_back_for(serial, kKeptAnswerWaitMs);
+  if (handed && handed->outcome == HandBack::Outcome::kResume) keep_handed_back(serial, HandBack{});
+  return handed;
+}
+
+}  // namespace
+
 HandBack answer_deferred_claim(uint64_t serial) noexcept {
   for (int look = 0; look < kLetGoLooks; ++look) {
-    if (auto handed = handed_back_for(serial, 0)) return std::move(*handed);
+    if (auto handed = kept_answer(serial)) return std::move(*handed);
     {
       SocketHold socket = SocketHold::live(serial);
       if (socket && !socket->has_deferred_upgrade()) {
@@ -218,7 +234,7 @@ HandBack answer_deferred_claim(uint64_t serial) noexcept {
     usleep(kLetGoLookUs);  // the hold above is dropped: the parent's close can end the socket
   }
   std::lock_guard lock(take_up_lock());
-  if (auto handed = handed_back_for(serial, 0)) return std::move(*handed);
+  if (auto handed = kept_answer(serial)) return std::move(*handed);
   SocketHold socket = SocketHold::live(serial);
   if (!socket) return HandBack{};  // kGone
   if (auto record = socket->take_deferred_upgrade()) {

@@ -53,24 +53,23 @@ void answer_claim(int channel, uint64_t serial) {
   if (!is_lent_to(serial, channel)) {
     answer.outcome = HandBack::Outcome::kGone;  // not this child's to ask for
   } else {
-    // Let go of already (its answer is kept), still this process's, or between the two: the last
-    // descriptor is being closed, the socket has left the live map and its hand-back is not noted yet.
-    // That takes moments; a socket gone for good (ended with no stream of this process's) answers
-    // kGone after them.
+    // Let go of already (its answer is kept), still this process's, or between the two (the last
+    // close under way: moments); a socket gone for good answers kGone after them.
     for (int look = 0; look < 100; ++look) {
+      // A connection whose upgrade was on TCP at the fork (deferred_upgrade.h): answered without a hold.
+      bool deferred = false;
+      if (SocketHold held = SocketHold::live(serial)) deferred = held->own_stream() == nullptr;
+      if (deferred) {
+        answer = answer_deferred_claim(serial);
+        break;
+      }
       if (auto handed = handed_back_for(serial, kAnswerWaitMs / 2)) {
-        answer = std::move(*handed);
+        bool kept = handed->outcome == HandBack::Outcome::kResume || handed->outcome == HandBack::Outcome::kStaysTcp;
+        answer = kept ? answer_deferred_claim(serial) : std::move(*handed);  // kept ones go once
         break;
       }
       if (SocketHold socket = SocketHold::live(serial)) {
-        if (socket->own_stream() == nullptr) {
-          // Its upgrade was on TCP at the fork (deferred_upgrade.h): waits for this process to let
-          // go, without the hold.
-          socket = SocketHold();
-          answer = answer_deferred_claim(serial);
-        } else {
-          answer = move_back_for_child(socket.get(), "a child that uses it");
-        }
+        answer = move_back_for_child(socket.get(), "a child that uses it");
         break;
       }
       usleep(10000);
