@@ -32,7 +32,7 @@ T2R_INTERPOSE pid_t fork(void) {
   // this process holds from its own parent become its own first (its child could not ask for them).
   tcp2rdma::preload::hold_take_ups_for_fork();
   tcp2rdma::preload::close_fork_gate();
-  tcp2rdma::preload::claim_inherited_deferred_upgrades(/*only_surviving_exec=*/false, /*lock_held=*/true);
+  tcp2rdma::preload::claim_inherited_deferred_upgrades(/*survives=*/nullptr, /*lock_held=*/true);
   tcp2rdma::preload::defer_sessions_for_fork();
   tcp2rdma::preload::claim_all_from_parent();
   tcp2rdma::preload::ForkLending lending;

@@ -3,8 +3,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <fcntl.h>
-
 #include <memory>
 #include <mutex>
 #include <new>
@@ -194,11 +192,11 @@ void release_take_ups_after_fork(bool child) noexcept {
   }
 }
 
-void claim_inherited_deferred_upgrades(bool only_surviving_exec, bool lock_held) noexcept {
+void claim_inherited_deferred_upgrades(bool (*survives)(const TrackedSocket*), bool lock_held) noexcept {
   for_each_tracked_fd([=](int fd, SocketHold& socket) {
     const TrackedSocket::DeferredUpgrade* record = socket->deferred_upgrade();
     if (record == nullptr || record->generation == fork_generation()) return;
-    if (only_surviving_exec && (real().fcntl(fd, F_GETFD) & FD_CLOEXEC)) return;
+    if (survives != nullptr && !survives(socket.get())) return;
     if (lock_held) {
       take_up_locked(socket.get(), fd, /*may_resume=*/false);
     } else {

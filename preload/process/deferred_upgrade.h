@@ -38,9 +38,9 @@ void drop_inherited_deferred_upgrades(bool (*lent_here)(uint64_t serial)) noexce
 // parent at once, a child after its parent's answer). `may_resume` false (before this process forks,
 // execs or spawns): a child only claims it, and it stays TCP here.
 void take_up_deferred_upgrade(TrackedSocket* socket, int fd, bool may_resume = true) noexcept;
-// Every inherited one (of exec's survivors only, with `only_surviving_exec`), claimed without resuming:
-// before this process forks (`lock_held`: the fork wrapper's), execs or spawns.
-void claim_inherited_deferred_upgrades(bool only_surviving_exec, bool lock_held) noexcept;
+// Every inherited one (with `survives`, exec's: only those the new program keeps a descriptor of),
+// claimed without resuming: before this process forks (`lock_held`: the fork wrapper's), execs or spawns.
+void claim_inherited_deferred_upgrades(bool (*survives)(const TrackedSocket*), bool lock_held) noexcept;
 
 // The parent's thread that answers its children: a child claims the deferred connection `serial`
 // that this process still held when the claim came (the live socket, not handed back).

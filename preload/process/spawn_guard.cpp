@@ -57,7 +57,7 @@ SpawnGuard::SpawnGuard(const posix_spawn_file_actions_t* actions, char* const* e
   SavedErrno keep_errno;
   settle_all_sessions();
   claim_all_from_parent();
-  claim_inherited_deferred_upgrades(/*only_surviving_exec=*/false, /*lock_held=*/false);  // what our parent lent us the new program may hold: ours on TCP first
+  claim_inherited_deferred_upgrades(/*survives=*/nullptr, /*lock_held=*/false);  // what our parent lent us the new program may hold: ours on TCP first
   if (actions != nullptr) hand_on_dup2_targets(actions);
   if (error_ != 0) return;
   for_each_tracked_fd([&](int fd, SocketHold& socket) {
