@@ -117,13 +117,14 @@ run_job() { # N WORK
     dirty="the job changed the guest's set-up: $(diff "$state_dir/state.0" "$state_dir/state.now" | grep '^[<>]' | tr '\n' ' ' | cut -c1-300)"
   fi
   echo "$session" > "$state_dir/current"
-  # Whole or not at all: the host may look between a file's creation and its write.
-  echo "$status" > "$work/exit-$T2R_HOST.tmp" && mv "$work/exit-$T2R_HOST.tmp" "$work/exit-$T2R_HOST"
+  # dirty-HOST before exit-HOST: the host reads dirty-HOST as soon as every exit file is there. Each
+  # whole or not at all: the host may look between a file's creation and its write.
   if [ -n "$dirty" ]; then
-    echo "job $n ($work): $dirty" > "$session/dirty-$T2R_HOST"
-    return 1
+    echo "job $n ($work): $dirty" > "$session/dirty-$T2R_HOST.tmp" &&
+      mv "$session/dirty-$T2R_HOST.tmp" "$session/dirty-$T2R_HOST"
   fi
-  return 0
+  echo "$status" > "$work/exit-$T2R_HOST.tmp" && mv "$work/exit-$T2R_HOST.tmp" "$work/exit-$T2R_HOST"
+  [ -z "$dirty" ]
 }
 
 uptime_s() { local up _; read -r up _ < /proc/uptime; echo "${up%%.*}"; }
