@@ -26,14 +26,14 @@ if grep 'stays tcp' "$log"; then echo "redis-client: a connection logged 'stays 
 T2R_EXPECT_OUTPUT='^Background saving started$' sh "$here/app-run.sh" 1 1 redis-cli -h "$1" -p "$2" BGSAVE
 sleep 1
 if cat "$T2R_WORK"/shim-*.log | grep 'back on tcp'; then echo "redis-client: BGSAVE moved a connection back to TCP"; exit 1; fi
-cat "$T2R_WORK"/shim-*.log | grep -q 'connections on rdma lent to child' || { echo "redis-client: redis lent nothing at its fork"; exit 1; }
+cat "$T2R_WORK"/shim-*.log | grep -q 'connections lent to child' || { echo "redis-client: redis lent nothing at its fork"; exit 1; }
 env LD_PRELOAD="$T2R_SHIM" TCP2RDMA_LOG="$log" redis-cli -h "$1" -p "$2" --raw GET big | head -c -1 > /tmp/got
 cmp /tmp/value /tmp/got
 echo "redis-client: after BGSAVE the value came back intact"
 # BGSAVE under load: redis-benchmark's 8 clients run while redis forks for three snapshots (one every
 # 0.7 s). Every fork lends the benchmark's connections to its child, which never touches them: none
 # moves back to TCP, and the benchmark ends without an error.
-lent_before=$(cat "$T2R_WORK"/shim-*.log | grep -c 'connections on rdma lent to child')
+lent_before=$(cat "$T2R_WORK"/shim-*.log | grep -c 'connections lent to child')
 (for i in 1 2 3; do
   sleep 0.7
   env LD_PRELOAD="$T2R_SHIM" TCP2RDMA_LOG="$log" redis-cli -h "$1" -p "$2" BGSAVE > /dev/null || true
@@ -42,7 +42,7 @@ saver=$!
 T2R_EXPECT_OUTPUT='GET: [0-9.]+ requests per second' \
   sh "$here/app-run.sh" 9 1000 redis-benchmark -h "$1" -p "$2" -c 8 -n 2000 -t set,get -q
 wait $saver
-lent=$(( $(cat "$T2R_WORK"/shim-*.log | grep -c 'connections on rdma lent to child') - lent_before ))
+lent=$(( $(cat "$T2R_WORK"/shim-*.log | grep -c 'connections lent to child') - lent_before ))
 if cat "$T2R_WORK"/shim-*.log | grep 'back on tcp'; then echo "redis-client: a fork under load moved a connection back to TCP"; exit 1; fi
 [ "$lent" -ge 2 ] || { echo "redis-client: only $lent forks lent connections under load"; exit 1; }
 echo "redis-client: $lent forks under load, every connection stayed on RDMA"

@@ -183,8 +183,12 @@ RequestWait::RequestWait(TrackedSocket* listener, const transport::TcpTuple& tup
       tuple_(tuple),
       options_(stream_options(options)),
       timeout_(std::chrono::microseconds(options.upgrade_timeout_us)),
-      until_(Deadline::in(timeout_).at()) {
-  if (ListenerState* state = listener_state(listener)) published_ = std::make_unique<PublishedTuple>(state, tuple);
+      until_(Deadline::in(timeout_).at()),
+      began_(std::chrono::steady_clock::now()) {
+  if (ListenerState* state = listener_state(listener)) {
+    published_ = std::make_unique<PublishedTuple>(state, tuple);
+    in_family_ = state->directory.load() != nullptr;
+  }
 }
 
 RequestWait::~RequestWait() = default;

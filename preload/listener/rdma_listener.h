@@ -72,6 +72,11 @@ class RequestWait {
   void give_up();
   TrackedSocket* listener() const { return listener_; }
   const transport::TcpTuple& tuple() const { return tuple_; }
+  // The listener is a pre-fork server's (its processes share a directory): the process that accepted
+  // the connection may fork it away to another before it uses it (PostgreSQL's postmaster).
+  bool in_family() const { return in_family_; }
+  // When the wait began (the connection's accept).
+  std::chrono::steady_clock::time_point began() const { return began_; }
 
  private:
   TrackedSocket* listener_;
@@ -80,6 +85,8 @@ class RequestWait {
   std::chrono::steady_clock::duration timeout_;
   std::chrono::steady_clock::time_point until_;
   std::unique_ptr<PublishedTuple> published_;
+  bool in_family_ = false;
+  std::chrono::steady_clock::time_point began_;
 };
 
 // Takes what arrived at `listener` (rdma_cm requests, opens on its links) without waiting. *fd: its

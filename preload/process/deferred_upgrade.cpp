@@ -16,6 +16,7 @@
 #include "listener/prefork_listeners.h"
 #include "process/fork_service.h"
 #include "registry/connection_path.h"
+#include "registry/connection_stats.h"
 #include "registry/fd_table.h"
 #include "registry/socket_registry.h"
 #include "registry/tracked_socket.h"
@@ -52,7 +53,10 @@ void log_stays(TrackedSocket* socket, const char* why) {
 // The record's upgrade, taken up in this process: a child first gets an RDMA listener of its own
 // (the parent holds the listener's port and sends the client's request on).
 void resume(TrackedSocket* socket, int fd, const TrackedSocket::DeferredUpgrade& record, bool child) {
-  if (child) claim_rdma_listener(fd, record.listener);
+  if (child) {
+    stats_taken_over(socket, fd, config::Role::kServer, record.decision);  // `tcp2rdma stat` of this process
+    claim_rdma_listener(fd, record.listener);
+  }
   log_line("%s: the upgrade a fork interrupted goes on in this process%s", connection_label(socket),
            child ? " (its parent let go of the connection)" : "");
   upgrade_beside(fd, config::Role::kServer, record.listener, record.decision, /*resumed=*/true);

@@ -270,8 +270,8 @@ void ForkLending::in_parent(pid_t child) noexcept {
     forget_channel(ends_[0]);
     return;  // the destructor closes our end
   }
-  log_line("fork: %zu connections on rdma lent to child %d (they stay on rdma here until it uses one)",
-           serials_.size(), static_cast<int>(child));
+  log_line("fork: %zu connections lent to child %d (on rdma, or with their upgrade deferred: they stay here until it "
+           "uses one)", serials_.size(), static_cast<int>(child));
   ends_[0] = -1;  // the service's now
 }
 

@@ -14,6 +14,7 @@
 #include "registry/connection_path.h"
 #include "registry/fd_table.h"
 #include "registry/tracked_socket.h"
+#include "registry/upgrade_session.h"
 #include "route/route.h"
 
 namespace tcp2rdma::preload {
@@ -248,7 +249,9 @@ void epoll_note_registration(int epfd, int op, int fd, const epoll_event* event)
     }
     if (op != EPOLL_CTL_DEL && event != nullptr && socket->prefix.present()) note_prefixed_locked(epfd, fd, *event);
   }
-  if (!socket->upgrade_pending() && socket->active_session() == nullptr) return;
+  UpgradeSession* session = socket->active_session();
+  if (!socket->upgrade_pending() && session == nullptr) return;
+  if (session != nullptr) session->note_used();
   std::lock_guard lock(g_mutex);
   for (size_t i = 0; i < g_pending.size(); ++i) {
     if (g_pending[i].epfd != epfd || g_pending[i].fd != fd) continue;

@@ -1,7 +1,9 @@
 #include "registry/connection_stats.h"
 
+#include "libc/real_calls.h"
 #include "registry/tracked_socket.h"
 #include "stats/stats_writer.h"
+#include "util/saved_errno.h"
 
 namespace tcp2rdma::preload {
 
@@ -15,6 +17,16 @@ void stats_decided(TrackedSocket* socket, int fd, config::Role role, const confi
   who.rule = decision.rule != nullptr ? decision.rule->name.c_str() : "";
   who.decided_rdma = decision.options->transport == config::Transport::kRdma;
   stats::close_slot(socket->stats_slot.exchange(stats::open_slot(who), std::memory_order_acq_rel));
+}
+
+void stats_taken_over(TrackedSocket* socket, int fd, config::Role role, const config::Decision& decision) {
+  SavedErrno keep;
+  sockaddr_storage local{}, remote{};
+  socklen_t local_len = sizeof local, remote_len = sizeof remote;
+  bool has_local = real().getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) == 0;
+  bool has_remote = real().getpeername(fd, reinterpret_cast<sockaddr*>(&remote), &remote_len) == 0;
+  stats_decided(socket, fd, role, decision, has_local ? reinterpret_cast<sockaddr*>(&local) : nullptr,
+                has_remote ? reinterpret_cast<sockaddr*>(&remote) : nullptr);
 }
 
 stats::TcpReason reason_of(transport::Status s) {

@@ -16,6 +16,9 @@ class TrackedSocket;
 // A slot for the connection's decision; a socket decided again (a second connect) gives up its old one.
 void stats_decided(TrackedSocket* socket, int fd, config::Role role, const config::Decision& decision,
                    const sockaddr* local, const sockaddr* remote);
+// A connection this process takes over from the one it forked from (a child's take-up of an upgrade
+// the fork interrupted): a slot in this process's own segment, the inherited index being the parent's.
+void stats_taken_over(TrackedSocket* socket, int fd, config::Role role, const config::Decision& decision);
 // The category the totals count for an upgrade the transport ended with `s`.
 stats::TcpReason reason_of(transport::Status s);
 

@@ -66,6 +66,14 @@ class UpgradeSession {
     if (shut()) sending_ended_ = true;
     return true;
   }
+  // An application call of this process routed to the session (route_of), or an epoll registration:
+  // the process uses the connection. A server's request is answered once it does (or, outside a
+  // pre-fork server, after a moment: upgrade/request_watch.cpp): the process that accepted may fork
+  // the connection away unused.
+  void note_used() noexcept {
+    if (!used_.load(std::memory_order_relaxed)) used_.store(true, std::memory_order_release);
+  }
+  bool used() const noexcept { return used_.load(std::memory_order_acquire); }
   void wait_over();
   // The same, for `most` at most: whether the session is over.
   bool wait_over_for(std::chrono::microseconds most);
@@ -124,6 +132,7 @@ class UpgradeSession {
   TrackedSocket* origin_listener_ = nullptr;
   config::Decision origin_decision_{};
   std::atomic<bool> deferred_{false};
+  std::atomic<bool> used_{false};
   UpgradeSession* previous_ = nullptr;  // owned
 };
 

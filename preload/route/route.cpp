@@ -8,6 +8,7 @@ StreamRef route_of(SocketHold socket) noexcept {
   if (!socket) return {};
   if (socket->upgrade_pending()) return StreamRef::of_kind(StreamRef::Kind::kPending, std::move(socket));
   if (UpgradeSession* session = socket->active_session(); session != nullptr) {
+    session->note_used();  // every caller is an application's call on the connection
     auto kind = session->phase() == UpgradeSession::Phase::kOnTcp ? StreamRef::Kind::kSession
                                                                   : StreamRef::Kind::kSwitching;
     return StreamRef::of_kind(kind, std::move(socket), session);

@@ -113,6 +113,20 @@ void collect(Waits& waits, std::vector<size_t>* due, bool* sweep) {
   }
 }
 
+// How long a connection no call of this process has used is kept from its request, outside a pre-fork
+// server: an accept-then-fork server forks within moments of accept(), and one that neither uses nor
+// forks a connection for longer gets its answer anyway (a client in before-return mode waits for it).
+constexpr auto kUnusedGrace = std::chrono::milliseconds(200);
+
+// Whether this process may answer x's request now. The process that accepted a connection may fork it
+// away unused (PostgreSQL's postmaster, inetd, socat's fork), and a request answered here could not
+// follow it: the request, come or to come, is answered once a call of this process has used the
+// connection; in a pre-fork server's process only then (its processes fork their connections away by
+// design), elsewhere also once kUnusedGrace has passed.
+bool answerable(const RequestWaiter& x, std::chrono::steady_clock::time_point now) {
+  return x.session->used() || (!x.wait->in_family() && now - x.wait->began() >= kUnusedGrace);
+}
+
 // Looks at wait i: answered, or over (settled, its time up, no listener), it leaves and its `done`
 // runs; otherwise it stays. `full`: a sweep's look, which only a settled connection or a time up
 // needs to go further than the clock.
@@ -127,6 +141,15 @@ void look_at(Waits& waits, size_t i, bool full, std::chrono::steady_clock::time_
     done.done(transport::Status::kWouldBlock, nullptr);
     return;
   }
+  if (!over && !answerable(x, now)) {
+    x.held_for_use = true;
+    if (!x.wait->expired(now)) return;
+    x.wait->give_up();
+    RequestWaiter done = waits.take(i);
+    done.done(transport::Status::kWouldBlock, nullptr);
+    return;
+  }
+  x.held_for_use = false;
   std::unique_ptr<transport::RdmaStream> answered;
   transport::Status s = x.wait->look(&answered);  // may move the time up later (a client still asking)
   if (s == transport::Status::kWouldBlock && !over && !x.wait->expired(now)) return;
@@ -170,6 +193,10 @@ void run(Watch* w) {
     std::sort(due.begin(), due.end(), std::greater<>());
     due.erase(std::unique(due.begin(), due.end()), due.end());
     for (size_t i : due) look_at(waits, i, false, now);
+    // Connections a look left for their process to use, now used (from the last, as above).
+    for (size_t i = waits.size(); i-- > 0;) {
+      if (waits[i].held_for_use && answerable(waits[i], now)) look_at(waits, i, false, now);
+    }
     if (sweep || now >= next_sweep) {
       for (size_t i = waits.size(); i-- > 0;) look_at(waits, i, !sweep, now);
       next_sweep = now + kSweep;

@@ -17,8 +17,10 @@
 #include "rdma_stream.h"
 #include "registry/tracked_socket.h"
 #include "registry/upgrade_session.h"
+#include "upgrade/kernel_tcp_counts.h"
 #include "upgrade/switch_exchange.h"
 #include "upgrade/switch_frames.h"
+#include "util/log.h"
 
 namespace tcp2rdma::preload {
 namespace {
@@ -142,6 +144,20 @@ Step read_peer_tail(int fd, uint64_t tail, bool peer_ended, const NoncePair& non
 }
 
 
+// The kernel's counts against the session's, which saw every application call on TCP: they may differ
+// by the connecting side's SYN alone (kernel_tcp_counts.h). Otherwise the kernel's cannot stand in for
+// the session's on this system, and the log says so: the kernel's are what a connection that comes
+// back from RDMA can go by.
+void compare_with_kernel(int fd, uint64_t sent, uint64_t received, bool is_client, const char* label) {
+  KernelTcpCounts k;
+  if (!kernel_tcp_counts(fd, &k)) return;
+  if (k.written == sent + (is_client ? 1 : 0) && k.read == received) return;
+  log_line("%s: the kernel's tcp counts differ from the session's: written %llu (session %llu), read %llu "
+           "(session %llu)",
+           label, static_cast<unsigned long long>(k.written), static_cast<unsigned long long>(sent),
+           static_cast<unsigned long long>(k.read), static_cast<unsigned long long>(received));
+}
+
 }  // namespace
 
 // The switch (docs/architecture.md, "The byte-exact switch"): freeze, HELLO and ACK on the stream;
@@ -158,6 +174,7 @@ UpgradeOutcome switch_onto(int fd, TrackedSocket* socket, UpgradeSession* sessio
     return {false, true, "closed, or the process forked or ran another program, before the switch",
             stats::TcpReason::kClosedEarly};
   }
+  compare_with_kernel(fd, ours.tcp_bytes, received, is_client, session->label());
   auto deadline = Deadline::in(kSwitchTimeout);
   // From our ACK on, longer: a peer whose wait for our HELLO ran out on a stalled link must still be
   // heard giving up (switch_exchange.h). It started before its HELLO reached us, so before our HELLO

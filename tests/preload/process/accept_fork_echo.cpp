@@ -6,6 +6,8 @@
 //   handoff       the same, but the parent closes its copy at once and the child starts 300 ms later
 //                 (the postmaster's shape: the parent lets go before the child first uses it);
 //   handoff-exit  the parent exits at once without closing, the child starts 300 ms later;
+//   handoff-family  handoff, by a server that forked a helper before it accepted (PostgreSQL's
+//                 auxiliary processes), which makes its listener a pre-fork family's;
 //   exec   makes the connection its standard input and output and runs cat, which echoes (inetd);
 //   spawn  the same cat, started with posix_spawnp and file actions that dup2 the connection onto
 //          its standard input and output (no fork of ours: the file actions hand the socket on);
@@ -65,15 +67,27 @@ int spawn_cat(int fd) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }
 
+// A helper process forked before the first accept, as PostgreSQL's postmaster forks its auxiliary
+// processes: it closes its copy of the listener and idles until the server is gone.
+void start_helper(int listener) {
+  pid_t server = getpid();
+  if (fork() != 0) return;
+  close(listener);
+  for (int i = 0; i < 1200 && getppid() == server; ++i) usleep(50000);
+  _exit(0);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const char* mode = argc >= 3 ? argv[2] : "";
-  bool handoff = std::strcmp(mode, "handoff") == 0, handoff_exit = std::strcmp(mode, "handoff-exit") == 0;
+  bool family = std::strcmp(mode, "handoff-family") == 0;
+  bool handoff = family || std::strcmp(mode, "handoff") == 0, handoff_exit = std::strcmp(mode, "handoff-exit") == 0;
   if (argc < 3 || argc > 4 ||
       (std::strcmp(mode, "fork") != 0 && std::strcmp(mode, "exec") != 0 && std::strcmp(mode, "spawn") != 0 &&
        !handoff && !handoff_exit)) {
-    std::fprintf(stderr, "usage: accept_fork_echo PORT fork|handoff|handoff-exit|exec|spawn [PAUSE_MS]\n");
+    std::fprintf(stderr,
+                 "usage: accept_fork_echo PORT fork|handoff|handoff-family|handoff-exit|exec|spawn [PAUSE_MS]\n");
     return 2;
   }
   int listener = tcp2rdma::test::listen_on(argv[1]);
@@ -81,6 +95,7 @@ int main(int argc, char** argv) {
     std::perror("accept_fork_echo: listen");
     return 1;
   }
+  if (family) start_helper(listener);
   std::fprintf(stderr, "listening\n");
   int fd = accept(listener, nullptr, nullptr);
   if (fd < 0) return 1;

@@ -1,0 +1,89 @@
+#!/bin/sh
+# postgres.sh: PostgreSQL 15 as packaged runs it (a postmaster that forks a backend per connection and
+# closes its own copy; auxiliary processes forked before the first accept), for the pair tests.
+#   postgres.sh init PORT              a fresh cluster for PORT in /tmp/pg/PORT, owned by the postgres
+#                                      user, trusting connections from the test's link (no module:
+#                                      initdb opens no socket)
+#   postgres.sh server PORT            the command for app-servers.sh: that cluster's postmaster as
+#                                      postgres, on T2R_SELF:PORT (ready: "ready to accept connections")
+#   postgres.sh bench HOST PORT CLIENTS SECONDS
+#                                      pgbench -i (scale 1), then TPC-B with CLIENTS connections over two
+#                                      threads for SECONDS; fails when a transaction failed or the
+#                                      balances disagree (every account, teller and branch total equals
+#                                      the history's sum of deltas). Prints pgbench's report. 3 s into
+#                                      the run it creates T2R_WORK/pgbench-running.
+#   postgres.sh rounds HOST CLIENTS SECONDS ROUNDS PORT...
+#                                      the benchmark's (integration/bench-postgres.sh): tables on each
+#                                      PORT, then ROUNDS rounds of a run on each in turn, a "result" line
+#                                      each (tps, latency); the balances checked at the end
+#   postgres.sh stat-when-running TOOL FILE
+#                                      (guest A, in the background) once pgbench-running is there, TOOL
+#                                      (tcp2rdma) stat -a --json into FILE
+set -eu
+bin=/usr/lib/postgresql/15/bin
+data=/tmp/pg/${2:-}
+
+prepare() { # HOST PORT: pgbench's tables, scale 1
+  "$bin/pgbench" -h "$1" -p "$2" -U postgres -i -s 1 -q postgres > /tmp/pgbench-init.log 2>&1 ||
+    { cat /tmp/pgbench-init.log; echo "postgres.sh: pgbench -i failed"; exit 1; }
+}
+run() { # HOST PORT CLIENTS SECONDS: TPC-B, its report in /tmp/pgbench.log; no failed transaction
+  # -n: no vacuum first (pgbench's would empty the history, which the balances are checked against).
+  "$bin/pgbench" -h "$1" -p "$2" -U postgres -n -c "$3" -j 2 -T "$4" postgres > /tmp/pgbench.log 2>&1 ||
+    { cat /tmp/pgbench.log; echo "postgres.sh: pgbench failed"; exit 1; }
+  grep -q '^number of failed transactions: 0 ' /tmp/pgbench.log ||
+    { cat /tmp/pgbench.log; echo "postgres.sh: failed transactions"; exit 1; }
+}
+check() { # HOST PORT: every account, teller and branch total equals the history's sum of deltas
+  sums=$("$bin/psql" -h "$1" -p "$2" -U postgres -At -c "select
+      (select sum(abalance) from pgbench_accounts), (select sum(tbalance) from pgbench_tellers),
+      (select sum(bbalance) from pgbench_branches), (select coalesce(sum(delta), 0) from pgbench_history),
+      (select count(*) from pgbench_history)" postgres)
+  echo "postgres.sh: port $2: balances accounts|tellers|branches|history|transactions: $sums"
+  echo "$sums" | awk -F'|' '{ exit !($1 == $2 && $2 == $3 && $3 == $4 && $5 > 0) }' ||
+    { echo "postgres.sh: the balances disagree"; exit 1; }
+}
+case "$1" in
+init)
+  rm -rf "$data" && mkdir -p /tmp/pg && chown postgres:postgres /tmp/pg
+  setpriv --reuid=postgres --regid=postgres --init-groups \
+    "$bin/initdb" -D "$data" -A trust -U postgres --no-sync > /tmp/pg-initdb.log 2>&1 ||
+    { cat /tmp/pg-initdb.log; exit 1; }
+  echo "host all all 10.77.0.0/24 trust" >> "$data/pg_hba.conf"
+  ;;
+server)
+  # fsync off and a small shared memory: a 1 GiB guest on an emulated disk; the connections are the test.
+  exec setpriv --reuid=postgres --regid=postgres --init-groups "$bin/postgres" -D "$data" -k /tmp/pg \
+    -c listen_addresses="$T2R_SELF" -p "$2" -c fsync=off -c synchronous_commit=off \
+    -c shared_buffers=32MB -c max_connections=40
+  ;;
+bench)
+  prepare "$2" "$3"
+  # 3 s into the run, T2R_WORK/pgbench-running tells the server's guest to look at its connections
+  # (`tcp2rdma stat`) while every client is connected.
+  (sleep 3 && touch "$T2R_WORK/pgbench-running") &
+  run "$2" "$3" "$4" "$5"
+  cat /tmp/pgbench.log
+  check "$2" "$3"
+  ;;
+rounds)
+  # (integration/bench-postgres.sh) prepare each PORT, then ROUNDS rounds of SECONDS on each in turn,
+  # each a "result" line; the balances checked at the end.
+  host=$2 clients=$3 seconds=$4 rounds=$5
+  shift 5
+  for port in "$@"; do prepare "$host" "$port"; done
+  for r in $(seq "$rounds"); do
+    for port in "$@"; do
+      run "$host" "$port" "$clients" "$seconds"
+      echo "result round=$r port=$port clients=$clients tps=$(awk '/^tps = / {print $3}' /tmp/pgbench.log)" \
+        "latency_ms=$(awk '/^latency average = / {print $4}' /tmp/pgbench.log)"
+    done
+  done
+  for port in "$@"; do check "$host" "$port"; done
+  ;;
+stat-when-running)
+  until [ -e "$T2R_WORK/pgbench-running" ]; do sleep 0.2; done
+  "$2" stat -a --json > "$3.tmp" 2>&1; mv "$3.tmp" "$3"
+  ;;
+*) echo "postgres.sh: init PORT | server PORT | bench HOST PORT CLIENTS SECONDS | rounds HOST CLIENTS SECONDS ROUNDS PORT..." >&2; exit 2 ;;
+esac
