@@ -14,8 +14,10 @@ struct KernelTcpCounts {
   uint64_t read = 0;     // received in order, less what still waits to be read
 };
 
-// One getsockopt(TCP_INFO) and two ioctls (SIOCOUTQ, SIOCINQ); false when the kernel gives no such
-// counts (then nothing is written to *out). Each FIN's sequence number is left out (from the TCP
+// Two getsockopt(TCP_INFO) around two ioctls (SIOCOUTQ, SIOCINQ), again while an acknowledgement or
+// a segment came between them (at most 8 tries); false when the kernel gives no such counts or they
+// never held still (then nothing is written to *out). Exact only while no call of the application
+// moves bytes on the socket (a switch's freeze). Each FIN's sequence number is left out (from the TCP
 // state). The active opener's SYN is not: Linux counts it in bytes_acked on the connecting side
 // (written: one more than the bytes), and callers that compare the counts with their own learn that
 // difference when both are known (the first switch).

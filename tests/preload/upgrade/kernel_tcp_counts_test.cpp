@@ -8,7 +8,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <string>
+#include <thread>
 
 #include "test_sockets.h"
 
@@ -77,6 +79,47 @@ TEST(KernelTcpCounts, BothSidesCountWhatMovedAndTheConnectorsSynOnce) {
   EXPECT_EQ(read_some(server, 1 << 20), 60500u);
   EXPECT_EQ(counts(server).read, 100500u);
   EXPECT_EQ(counts(server).written, 3000u);
+  ::close(client);
+  ::close(server);
+}
+
+// What this side wrote and read does not change while the peer reads what it wrote (acknowledgements
+// arrive) and sends more (segments arrive): every look must say the same, however the kernel's
+// updates fall between its calls.
+TEST(KernelTcpCounts, TheCountsHoldStillWhileOnlyThePeerMovesBytes) {
+  int client = -1, server = -1;
+  ASSERT_TRUE(test::loopback_connection(&client, &server));
+  // Large queues on the client, a small receive buffer on the server: the client's bytes drain (and
+  // are acknowledged) slowly while the server reads, and the server's pile up unread at the client.
+  int large = 8 << 20, small = 4096;
+  ASSERT_EQ(::setsockopt(client, SOL_SOCKET, SO_SNDBUF, &large, sizeof large), 0);
+  ASSERT_EQ(::setsockopt(client, SOL_SOCKET, SO_RCVBUF, &large, sizeof large), 0);
+  ASSERT_EQ(::setsockopt(server, SOL_SOCKET, SO_RCVBUF, &small, sizeof small), 0);
+  uint64_t syn = counts(client).written;
+  std::string bytes(1 << 16, 'c');
+  uint64_t written = 0;
+  for (ssize_t r; (r = ::send(client, bytes.data(), bytes.size(), MSG_DONTWAIT)) > 0;) written += static_cast<uint64_t>(r);
+  ASSERT_GT(written, 1u << 20);
+  std::atomic<bool> stop{false};
+  std::thread peer([&] {
+    std::string piece(256, 's');
+    char sink[512];
+    while (!stop.load()) {
+      ::recv(server, sink, sizeof sink, MSG_DONTWAIT);            // acknowledgements for the client
+      ::send(server, piece.data(), piece.size(), MSG_DONTWAIT);  // segments for the client
+    }
+  });
+  int differing = 0, looks = 0;
+  for (int i = 0; i < 20000; ++i) {
+    KernelTcpCounts k;
+    if (!kernel_tcp_counts(client, &k)) continue;  // never held still: allowed, not wrong
+    ++looks;
+    if (k.written != syn + written || k.read != 0) ++differing;
+  }
+  stop.store(true);
+  peer.join();
+  EXPECT_GT(looks, 10000);
+  EXPECT_EQ(differing, 0);
   ::close(client);
   ::close(server);
 }
