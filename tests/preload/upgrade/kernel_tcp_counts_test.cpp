@@ -118,7 +118,7 @@ TEST(KernelTcpCounts, TheCountsHoldStillWhileOnlyThePeerMovesBytes) {
   }
   stop.store(true);
   peer.join();
-  EXPECT_GT(looks, 10000);
+  EXPECT_GT(looks, 1000);  // most looks find the counts still
   EXPECT_EQ(differing, 0);
   ::close(client);
   ::close(server);
