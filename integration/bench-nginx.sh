@@ -14,24 +14,13 @@
 # Figures with date and machine go to docs/benchmarks.md.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+. "$root/integration/testbed/bench-pair.sh"
 rounds=${1:-3}
-lib=${TCP2RDMA_LIB:-$root/build/preload/libtcp2rdma.so}
-[ -f "$lib" ] || { echo "no $lib: build first (integration/test-all or cmake --build build)" >&2; exit 1; }
-rules=$root/integration/rules/server-background.yaml
+bench_module_and_rules "$root/integration/rules/server-background.yaml"
 memlock=${BENCH_SERVER_MEMLOCK:-unlimited}
-out=$(mktemp)
-trap 'rm -f "$out"' EXIT
-server="mkdir -p /tmp/www && head -c 1000 /dev/urandom > /tmp/www/small && touch \$T2R_WORK/shim-a.log && chmod 666 \$T2R_WORK/shim-a.log && ulimit -l $memlock && env T2R_SHIM=$lib TCP2RDMA_RULES=$rules sh $root/integration/guest/app-servers.sh nginx 'nginx -e stderr -c $root/integration/nginx/bench.conf' 'start worker process'; echo \"server log: \$(grep -c 'upgraded to rdma' \$T2R_WORK/shim-a.log) upgraded, \$(grep -c 'stays tcp' \$T2R_WORK/shim-a.log) stayed tcp\"; grep -o 'stays tcp (.*' \$T2R_WORK/shim-a.log | sed 's/ ([0-9]* ms)//' | sort | uniq -c | sort -rn | head -3 | sed 's/^/server why: /'; grep -o 'switch [0-9]* ms)' \$T2R_WORK/shim-a.log | tr -dc '0-9\\n' | sort -n | awk '{v[NR]=\$1} END {if (NR) {i=int(NR*0.99+0.5); if (i<1) i=1; printf \"server switch: %d switches took p50 %d ms, p99 %d ms, max %d ms (established to on RDMA)\\n\", NR, v[int((NR+1)/2)], v[i], v[NR]}}'"
-client="ROUNDS=$rounds SECONDS_EACH=${BENCH_SECONDS:-5} sh $root/integration/guest/bench-nginx-client.sh $lib $rules"
-set +e
-"$root/integration/vm" pair --timeout 1200 --share "$(dirname "$(dirname "$lib")")" "$server" "$client" > "$out" 2>&1
-status=$?
-set -e
-echo "bench-nginx: nginx 2 workers as nobody (memlock $memlock), wrk -t2 for ${BENCH_SECONDS:-5} s a run; two Soft-RoCE VMs (1 GiB, 1 vCPU each), $(date -u +%F), host $(nproc) cores, commit $(git -C "$root" rev-parse --short HEAD)"
-grep -E '^\[b\] (result|  why)' "$out" | sed 's/^\[b\] //'
-grep -E '^\[a\] server ' "$out" | sed 's/^\[a\] //' || true
-if [ $status -ne 0 ]; then
-  echo "bench-nginx: the run failed (status $status); its output:" >&2
-  tail -n 60 "$out" >&2
-  exit $status
-fi
+title="bench-nginx: nginx 2 workers as nobody (memlock $memlock), wrk -t2 for ${BENCH_SECONDS:-5} s a run; two Soft-RoCE VMs (1 GiB, 1 vCPU each), $(date -u +%F), host $(nproc) cores, commit $(git -C "$root" rev-parse --short HEAD)"
+bench_pair bench-nginx \
+  "nginx 'nginx -e stderr -c $root/integration/nginx/bench.conf' 'start worker process'" \
+  "ROUNDS=$rounds SECONDS_EACH=${BENCH_SECONDS:-5} sh $root/integration/guest/bench-nginx-client.sh $lib $rules" \
+  "mkdir -p /tmp/www && head -c 1000 /dev/urandom > /tmp/www/small && touch \$T2R_WORK/shim-a.log && chmod 666 \$T2R_WORK/shim-a.log && ulimit -l $memlock" \
+  "echo \"server log: \$(grep -c 'upgraded to rdma' \$T2R_WORK/shim-a.log) upgraded, \$(grep -c 'stays tcp' \$T2R_WORK/shim-a.log) stayed tcp\"; grep -o 'stays tcp (.*' \$T2R_WORK/shim-a.log | sed 's/ ([0-9]* ms)//' | sort | uniq -c | sort -rn | head -3 | sed 's/^/server why: /'; grep -o 'switch [0-9]* ms)' \$T2R_WORK/shim-a.log | tr -dc '0-9\\n' | sort -n | awk '{v[NR]=\$1} END {if (NR) {i=int(NR*0.99+0.5); if (i<1) i=1; printf \"server switch: %d switches took p50 %d ms, p99 %d ms, max %d ms (established to on RDMA)\\n\", NR, v[int((NR+1)/2)], v[i], v[NR]}}'"

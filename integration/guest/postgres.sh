@@ -39,7 +39,7 @@ check() { # HOST PORT: every account, teller and branch total equals the history
       (select sum(abalance) from pgbench_accounts), (select sum(tbalance) from pgbench_tellers),
       (select sum(bbalance) from pgbench_branches), (select coalesce(sum(delta), 0) from pgbench_history),
       (select count(*) from pgbench_history)" postgres)
-  echo "postgres.sh: port $2: balances accounts|tellers|branches|history|transactions: $sums"
+  echo "result balances port=$2 accounts|tellers|branches|history|transactions: $sums"
   echo "$sums" | awk -F'|' '{ exit !($1 == $2 && $2 == $3 && $3 == $4 && $5 > 0) }' ||
     { echo "postgres.sh: the balances disagree"; exit 1; }
 }

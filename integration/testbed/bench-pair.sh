@@ -1,19 +1,23 @@
 # Sourced by the integration/bench-*.sh scripts that run a server guest and a client guest:
-# bench_pair NAME SERVERS CLIENT runs `vm pair` with the module's build tree shared, guest A starting
-# the echo servers SERVERS names (app-servers.sh arguments) under the module, guest B running CLIENT;
-# then prints the client's result lines (and, on failure, the run's tail) and exits with the run's
-# status. Expects $root, $lib and $rules set, and $title (the first line printed).
+# bench_pair NAME SERVERS CLIENT [BEFORE [AFTER]] runs `vm pair` with the module's build tree shared,
+# guest A starting the servers SERVERS names (app-servers.sh arguments) under the module, guest B
+# running CLIENT; BEFORE runs on A first, in the same shell (a limit it sets applies to the servers),
+# AFTER once the servers are done (lines it prints that start with "server " are reported). Then it
+# prints the client's result lines and those server lines (and, on failure, the run's tail) and
+# returns the run's status. Expects $root, $lib and $rules set, and $title (the first line printed);
+# $work, when set, is the guests' work directory (the shim's logs), else a temporary one.
 bench_pair() {
-  local name=$1 servers=$2 client=$3 out status
+  local name=$1 servers=$2 client=$3 before=${4:-true} after=${5:-true} out status
   out=$(mktemp)
   set +e
-  "$root/integration/vm" pair --timeout 1800 --share "$(dirname "$(dirname "$lib")")" \
-    "ulimit -Hn 1048576; ulimit -Sn 65536; env T2R_SHIM=$lib TCP2RDMA_RULES=$rules sh $root/integration/guest/app-servers.sh $servers" \
+  "$root/integration/vm" pair ${work:+--work "$work"} --timeout 1800 --share "$(dirname "$(dirname "$lib")")" \
+    "$before && ulimit -Hn 1048576; ulimit -Sn 65536; env T2R_SHIM=$lib TCP2RDMA_RULES=$rules sh $root/integration/guest/app-servers.sh $servers; $after" \
     "$client" > "$out" 2>&1
   status=$?
   set -e
   echo "$title"
-  grep -E '^\[b\] (result|  why|  rings|failed)' "$out" | sed 's/^\[b\] //'
+  grep -E '^\[b\] (result|  why|  rings|failed|client )' "$out" | sed 's/^\[b\] //'
+  grep -E '^\[a\] server ' "$out" | sed 's/^\[a\] //' || true
   if [ $status -ne 0 ]; then
     echo "$name: the run failed (status $status); its output:" >&2
     tail -n 60 "$out" >&2

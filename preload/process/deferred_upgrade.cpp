@@ -90,11 +90,7 @@ void apply_answer(TrackedSocket* socket, int fd, const TrackedSocket::DeferredUp
     case HandBack::Outcome::kParents:
     case HandBack::Outcome::kGone: break;
   }
-  // What cannot be had here fails loudly, never as a connection with bytes missing.
-  bool reset = answer.outcome == HandBack::Outcome::kFailed || answer.outcome == HandBack::Outcome::kMoved;
-  log_line("%s: the parent's connection cannot be used here%s", connection_label(socket), reset ? ": reset" : "");
-  if (reset) reset_connection(fd);
-  replace_all_with_unconnected_sockets(socket);
+  refuse_parents_copy(socket, fd, answer.outcome);  // never a connection with bytes missing
 }
 
 // The parent gives a connection it took up to a child that uses it too: the session ends on TCP, or

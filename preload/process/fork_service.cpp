@@ -197,13 +197,8 @@ void take_answer(TrackedSocket* socket, int fd, HandBack& answer) {
              connection_label(socket), answer.bytes.size(), answer.then_end ? ", then its end" : "");
     return;
   }
-  // Bytes that cannot be kept here (no memory) are lost to this process: the connection is reset, as
-  // after a failed move, rather than read on as if nothing were missing.
-  bool reset = answer.outcome == HandBack::Outcome::kFailed || answer.outcome == HandBack::Outcome::kMoved;
-  log_line("%s: the parent's connection cannot be used here (%s)%s", connection_label(socket),
-           to_string(answer.outcome), reset ? ": reset" : "");
-  if (reset) reset_connection(fd);
-  replace_all_with_unconnected_sockets(socket);  // a copy that cannot be used fails loudly
+  // Bytes that cannot be kept here (no memory) are lost to this process: reset, as after a failed move.
+  refuse_parents_copy(socket, fd, answer.outcome);
 }
 
 bool lent_here(const ParentLine* p, uint64_t serial) {

@@ -56,8 +56,10 @@ SpawnGuard::SpawnGuard(const posix_spawn_file_actions_t* actions, char* const* e
     : prefixes_(envp) {
   SavedErrno keep_errno;
   settle_all_sessions();
+  // What our parent lent us (on RDMA, or with its upgrade deferred) the new program may hold: ours on
+  // TCP first.
   claim_all_from_parent();
-  claim_inherited_deferred_upgrades(/*survives=*/nullptr, /*lock_held=*/false);  // what our parent lent us the new program may hold: ours on TCP first
+  claim_inherited_deferred_upgrades(/*survives=*/nullptr, /*lock_held=*/false);
   if (actions != nullptr) hand_on_dup2_targets(actions);
   if (error_ != 0) return;
   for_each_tracked_fd([&](int fd, SocketHold& socket) {

@@ -9,6 +9,8 @@
 
 #include "keep_forever.h"
 #include "rdma_stream.h"
+#include "registry/connection_path.h"
+#include "registry/tracked_socket.h"
 #include "util/log.h"
 
 namespace tcp2rdma::preload {
@@ -23,6 +25,14 @@ const char* to_string(HandBack::Outcome outcome) noexcept {
     case HandBack::Outcome::kStaysTcp: return "it stays tcp in both";
   }
   return "?";
+}
+
+void refuse_parents_copy(TrackedSocket* socket, int fd, HandBack::Outcome outcome) noexcept {
+  bool reset = outcome == HandBack::Outcome::kFailed || outcome == HandBack::Outcome::kMoved;
+  log_line("%s: the parent's connection cannot be used here (%s)%s", connection_label(socket), to_string(outcome),
+           reset ? ": reset" : "");
+  if (reset) reset_connection(fd);
+  replace_all_with_unconnected_sockets(socket);
 }
 namespace {
 

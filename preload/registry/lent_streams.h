@@ -17,6 +17,8 @@ class RdmaStream;
 
 namespace tcp2rdma::preload {
 
+class TrackedSocket;
+
 // What became of a connection the parent lent to its children.
 struct HandBack {
   enum class Outcome : uint8_t {
@@ -36,6 +38,10 @@ struct HandBack {
 
 // What the outcome says, for log lines.
 const char* to_string(HandBack::Outcome outcome) noexcept;
+// A forked child's copy of a connection its parent's answer does not let it use: it fails loudly
+// (unconnected sockets in its descriptors' places), reset first when bytes of it are lost here (the
+// parent's move failed, or the bytes it handed over could not be kept).
+void refuse_parents_copy(TrackedSocket* socket, int fd, HandBack::Outcome outcome) noexcept;
 
 // After a fork: the child behind `channel` (this process's end of their fork channel) holds the
 // connections `serials` (TrackedSocket::serial).

@@ -72,8 +72,17 @@ class Waits {
     auto it = by_tuple_.find(tuple);
     return it == by_tuple_.end() ? all_.size() : it->second;
   }
+  // Wait i's request is held until its process uses the connection (held_for_use), or no longer;
+  // held() counts them, so that a round looks for them only while there are any.
+  void set_held(size_t i, bool held) {
+    if (all_[i].held_for_use == held) return;
+    all_[i].held_for_use = held;
+    held ? ++held_ : --held_;
+  }
+  size_t held() const { return held_; }
   // Takes wait i out (the last one takes its place).
   RequestWaiter take(size_t i) {
+    set_held(i, false);
     RequestWaiter x = std::move(all_[i]);
     if (auto it = by_tuple_.find(x.wait->tuple()); it != by_tuple_.end() && it->second == i) by_tuple_.erase(it);
     auto l = std::find_if(listeners_.begin(), listeners_.end(), [&](const auto& e) { return e.first == x.wait->listener(); });
@@ -92,6 +101,7 @@ class Waits {
 
  private:
   std::vector<RequestWaiter> all_;
+  size_t held_ = 0;
   std::unordered_map<transport::TcpTuple, size_t, transport::TupleHash, transport::TupleEqual> by_tuple_;
   std::vector<std::pair<TrackedSocket*, size_t>> listeners_;  // and how many waits each has
   std::vector<pollfd> fds_;
@@ -142,14 +152,14 @@ void look_at(Waits& waits, size_t i, bool full, std::chrono::steady_clock::time_
     return;
   }
   if (!over && !answerable(x, now)) {
-    x.held_for_use = true;
+    waits.set_held(i, true);
     if (!x.wait->expired(now)) return;
     x.wait->give_up();
     RequestWaiter done = waits.take(i);
     done.done(transport::Status::kWouldBlock, nullptr);
     return;
   }
-  x.held_for_use = false;
+  waits.set_held(i, false);
   std::unique_ptr<transport::RdmaStream> answered;
   transport::Status s = x.wait->look(&answered);  // may move the time up later (a client still asking)
   if (s == transport::Status::kWouldBlock && !over && !x.wait->expired(now)) return;
@@ -194,7 +204,7 @@ void run(Watch* w) {
     due.erase(std::unique(due.begin(), due.end()), due.end());
     for (size_t i : due) look_at(waits, i, false, now);
     // Connections a look left for their process to use, now used (from the last, as above).
-    for (size_t i = waits.size(); i-- > 0;) {
+    for (size_t i = waits.size(); waits.held() > 0 && i-- > 0;) {
       if (waits[i].held_for_use && answerable(waits[i], now)) look_at(waits, i, false, now);
     }
     if (sweep || now >= next_sweep) {

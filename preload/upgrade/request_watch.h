@@ -21,8 +21,8 @@ struct RequestWaiter {
   // kOk with the answered stream (not yet established), or why there is none (kWouldBlock: no request
   // came in time, or it is no longer wanted).
   std::function<void(transport::Status, std::unique_ptr<transport::RdmaStream>)> done;
-  // The engine's: a look found the connection not yet used by this process, and left its request
-  // held (looked at again once it may be answered: request_watch.cpp, answerable).
+  // The engine's (Waits::set_held): a look found the connection not yet used by this process, and
+  // left its request held (looked at again once it may be answered: request_watch.cpp, answerable).
   bool held_for_use = false;
 };
 
