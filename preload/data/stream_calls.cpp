@@ -17,6 +17,7 @@
 #include "registry/tracked_socket.h"
 #include "registry/upgrade_session.h"
 #include "stats/stats_writer.h"
+#include "upgrade/return_to_rdma.h"
 #include "upgrade/upgrade.h"
 #include "util/iovecs.h"
 #include "util/log.h"
@@ -62,6 +63,8 @@ StreamRef route_for_call(SocketHold socket, int fd) noexcept {
     // child after its parent's answer: process/deferred_upgrade.h).
     take_up_deferred_upgrade(socket.get(), fd);
   }
+  // Back on TCP: the call that finds a return to RDMA due starts it beside the application.
+  if (socket) return_if_due(socket.get(), fd);
   StreamRef route = route_of(SocketHold(socket.get()));
   if (route.kind() == StreamRef::Kind::kPending) {
     // The call that finds the non-blocking connect complete runs its upgrade (once: the others see

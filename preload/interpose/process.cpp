@@ -44,6 +44,7 @@ T2R_INTERPOSE pid_t fork(void) {
   tcp2rdma::preload::epoll_hold_for_fork();
   tcp2rdma::preload::spawn_hold_for_fork();
   tcp2rdma::preload::numbers_hold_for_fork();
+  tcp2rdma::preload::note_forking();  // from here every connection may be the child's too
   pid_t pid = real().fork();
   int saved = errno;
   tcp2rdma::preload::numbers_release_after_fork();

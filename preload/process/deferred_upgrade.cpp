@@ -59,7 +59,7 @@ void resume(TrackedSocket* socket, int fd, const TrackedSocket::DeferredUpgrade&
   }
   log_line("%s: the upgrade a fork interrupted goes on in this process%s", connection_label(socket),
            child ? " (its parent let go of the connection)" : "");
-  upgrade_beside(fd, config::Role::kServer, record.listener, record.decision, /*resumed=*/true);
+  upgrade_beside(fd, config::Role::kServer, record.listener, record.decision, SessionStart::kResumed);
 }
 
 // A child's answer about a deferred connection, applied.

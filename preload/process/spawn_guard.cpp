@@ -55,6 +55,7 @@ void forget_spawn_actions(const posix_spawn_file_actions_t* actions) noexcept {
 SpawnGuard::SpawnGuard(const posix_spawn_file_actions_t* actions, char* const* envp)
     : prefixes_(envp) {
   SavedErrno keep_errno;
+  note_forking();  // the new program may hold any of this process's connections from now on
   settle_all_sessions();
   // What our parent lent us (on RDMA, or with its upgrade deferred) the new program may hold: ours on
   // TCP first.

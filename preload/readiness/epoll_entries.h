@@ -121,6 +121,8 @@ void prime(Entry& e);
 // epoll fd): the kernel must see the still-ready stream too, as it sees a socket with unread bytes.
 void keep_signalled(Entry& e);
 void erase_pending_locked(size_t i);
+// A registration an upgrade is to move onto its stream (epoll_move_pending).
+void note_pending_locked(const Pending& p);
 void erase_prefixed_locked(size_t i);
 void note_prefixed_locked(int epfd, int fd, const epoll_event& event);
 // Every registration of `socket` leaves its stream's record for the socket (epoll_move_back).

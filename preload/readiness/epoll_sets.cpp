@@ -108,7 +108,6 @@ Entry* new_entry_locked(const Entry& value) {
   return e;
 }
 
-
 int fail(int error) {
   errno = error;
   return -1;
@@ -142,6 +141,11 @@ void erase_pending_locked(size_t i) {
   g_pending_count.fetch_sub(1, std::memory_order_release);
 }
 
+void note_pending_locked(const Pending& p) {
+  g_pending.push_back(p);
+  g_pending_count.fetch_add(1, std::memory_order_release);
+}
+
 void erase_prefixed_locked(size_t i) {
   g_prefixed[i] = g_prefixed.back();
   g_prefixed.pop_back();
@@ -167,9 +171,10 @@ void move_back_locked(TrackedSocket* socket) {
     if (fd_table().find(e->fd) != socket) continue;
     // A one-shot registration that fired stays disarmed until the application's EPOLL_CTL_MOD.
     epoll_event ev{e->disabled ? static_cast<uint32_t>(EPOLLONESHOT) : e->events, e->data};
-    if (real().epoll_ctl(e->epfd, EPOLL_CTL_ADD, e->fd, &ev) == 0 && !e->disabled && socket->prefix.present()) {
-      note_prefixed_locked(e->epfd, e->fd, ev);
-    }
+    bool added = real().epoll_ctl(e->epfd, EPOLL_CTL_ADD, e->fd, &ev) == 0;
+    if (added && !e->disabled && socket->prefix.present()) note_prefixed_locked(e->epfd, e->fd, ev);
+    // Kept for the connection's return to RDMA (return_plan.h), which moves them onto its new stream.
+    if (added && socket->returns.armed()) note_pending_locked(Pending{e->epfd, e->fd, ev});
     erase_locked(e);
   }
 }
@@ -185,7 +190,6 @@ bool move_back_now_locked(Entry* e) {
   move_back_locked(socket.get());
   return true;
 }
-
 
 }  // namespace epoll_detail
 
@@ -238,7 +242,6 @@ int epoll_ctl_upgraded(int epfd, int op, int fd, epoll_event* event) noexcept {
   }
 }
 
-
 void epoll_note_registration(int epfd, int op, int fd, const epoll_event* event) noexcept {
   SocketHold socket = SocketHold::of(fd);
   if (!socket) return;
@@ -250,7 +253,8 @@ void epoll_note_registration(int epfd, int op, int fd, const epoll_event* event)
     if (op != EPOLL_CTL_DEL && event != nullptr && socket->prefix.present()) note_prefixed_locked(epfd, fd, *event);
   }
   UpgradeSession* session = socket->active_session();
-  if (!socket->upgrade_pending() && session == nullptr) return;
+  // Remembered while an upgrade may move them: one pending or under way, or a return planned.
+  if (!socket->upgrade_pending() && session == nullptr && !socket->returns.armed()) return;
   if (session != nullptr) session->note_used();
   std::lock_guard lock(g_mutex);
   for (size_t i = 0; i < g_pending.size(); ++i) {
@@ -263,13 +267,14 @@ void epoll_note_registration(int epfd, int op, int fd, const epoll_event* event)
     return;
   }
   if (op == EPOLL_CTL_ADD && event != nullptr) {
-    g_pending.push_back(Pending{epfd, fd, *event});
-    g_pending_count.fetch_add(1, std::memory_order_release);
+    note_pending_locked(Pending{epfd, fd, *event});
   }
 }
 
 void epoll_move_pending(int fd, bool upgraded) noexcept {
   if (g_pending_count.load(std::memory_order_acquire) == 0) return;
+  // A connection that stays on TCP for now but may return to RDMA keeps them for its next attempt.
+  if (SocketHold socket = SocketHold::of(fd); !upgraded && socket && socket->returns.armed()) return;
   std::vector<Pending> moving;
   {
     std::lock_guard lock(g_mutex);

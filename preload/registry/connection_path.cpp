@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 
 #include <cerrno>
+#include <chrono>
 
 #include "libc/real_calls.h"
 #include "rdma_stream.h"
@@ -26,6 +27,8 @@ bool mark_connection_back_on_tcp(TrackedSocket* socket, int fd, bool by_mover) n
   bool failed_over = by_mover && !moved_back && socket->move_path(Path::kFailingOver, Path::kBackOnTcp);
   bool marked = moved_back || failed_over || (!by_mover && socket->move_path(Path::kRdma, Path::kBackOnTcp));
   if (!marked) return false;
+  // It may go back to RDMA later, in this process, if no other process can hold it (return_plan.h).
+  if (socket->returns.remembered() && !socket->shared()) socket->returns.arm(std::chrono::steady_clock::now());
   stats::slot_on_tcp(socket->stats_slot.load(std::memory_order_relaxed),
                      failed_over ? stats::TcpReason::kFailedOver : stats::TcpReason::kMovedBack,
                      failed_over ? "the rdma path failed" : moved_back ? "moved back by this process (fork, exec)"

@@ -28,7 +28,18 @@
 
 namespace tcp2rdma::preload {
 
-TrackedSocket::TrackedSocket(int domain, SocketRole role) : domain_(domain), role_(role) {}
+namespace {
+// Forks and spawns this process (and its ancestors, in a child) made: a socket made before the latest
+// one may be held by another process too.
+std::atomic<uint64_t> g_forks{0};
+}  // namespace
+
+void note_forking() noexcept { g_forks.fetch_add(1, std::memory_order_relaxed); }
+
+TrackedSocket::TrackedSocket(int domain, SocketRole role)
+    : domain_(domain), role_(role), forks_at_birth_(g_forks.load(std::memory_order_relaxed)) {}
+
+bool TrackedSocket::shared() const noexcept { return g_forks.load(std::memory_order_relaxed) != forks_at_birth_; }
 
 SocketHold SocketHold::of(int fd) noexcept { return SocketHold(fd_table().hold(fd), Adopt{}); }
 
@@ -113,6 +124,19 @@ UpgradeSession* TrackedSocket::start_session() {
 
 UpgradeSession* TrackedSocket::restart_session() {
   std::shared_lock gate(*fork_gate_slot());
+  return follow_session();
+}
+
+UpgradeSession* TrackedSocket::start_return_session() {
+  // Under the gate: a fork after this look settles the session; one before it made the socket shared.
+  std::shared_lock gate(*fork_gate_slot());
+  if (shared()) return nullptr;
+  UpgradeSession* fresh = follow_session();
+  if (fresh != nullptr) fresh->set_returning();
+  return fresh;
+}
+
+UpgradeSession* TrackedSocket::follow_session() {
   UpgradeSession* old = session();
   if (old == nullptr || old->phase() != UpgradeSession::Phase::kOver) return nullptr;
   auto* fresh = new (std::nothrow) UpgradeSession;
@@ -173,19 +197,28 @@ bool TrackedSocket::move_path(Path from, Path to) noexcept {
                  (from == Path::kRdma && (to == Path::kMovingBack || to == Path::kBackOnTcp ||
                                           to == Path::kFailingOver)) ||
                  (from == Path::kMovingBack && (to == Path::kRdma || to == Path::kBackOnTcp)) ||
-                 (from == Path::kFailingOver && (to == Path::kRdma || to == Path::kBackOnTcp));
+                 (from == Path::kFailingOver && (to == Path::kRdma || to == Path::kBackOnTcp)) ||
+                 (from == Path::kBackOnTcp && to == Path::kRdma);
   return allowed && path_.compare_exchange_strong(from, to, std::memory_order_acq_rel);
 }
 
 void TrackedSocket::set_stream(std::unique_ptr<transport::RdmaStream> stream) noexcept {
+  // Back to RDMA: the stream this process made before has moved its bytes to TCP and only ends. One a
+  // parent made is the parent's (never touched here).
+  transport::RdmaStream* before = own_stream();
   generation_.store(fork_generation(), std::memory_order_relaxed);
   // A socket named at a fork that deferred its upgrade keeps that name: a child's claim asks by it.
   bool named = serial_ != 0;
   if (!named) serial_ = g_next_serial.fetch_add(1, std::memory_order_relaxed);
   stream_.store(stream.release(), std::memory_order_release);
-  move_path(Path::kTcp, Path::kRdma);
+  tcp_shut_.store(0, std::memory_order_relaxed);  // a shutdown during a failover to come is that one's
+  upgrades_.fetch_add(1, std::memory_order_acq_rel);
+  if (!move_path(Path::kTcp, Path::kRdma)) move_path(Path::kBackOnTcp, Path::kRdma);
+  if (before != nullptr) close_later(before, -1);
   std::lock_guard lock(live_mutex());
-  live_sockets().push_back(this);
+  // Listed already when it was on RDMA before, here or (a copy of the list) in the parent.
+  auto& live = live_sockets();
+  if (std::find(live.begin(), live.end(), this) == live.end()) live.push_back(this);
   if (!named) live_by_serial().emplace(serial_, this);
 }
 

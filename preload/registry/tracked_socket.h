@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "registry/fd_table.h"
+#include "registry/return_plan.h"
 #include "registry/tcp_prefix.h"
 #include "rule_set.h"
 
@@ -39,6 +40,9 @@ class ListenerParts {
 // older generation are never used to make or carry anything new. Cheaper than getpid() on every call.
 unsigned fork_generation() noexcept;
 void note_forked_child() noexcept;
+// Before a fork or a spawn: every connection of this process is from now on shared with another
+// process (TrackedSocket::shared), in the child as in the parent.
+void note_forking() noexcept;
 // After a change of this process's credentials (interpose/credentials.cpp): a new generation, and a
 // new epoch for the transport's device contexts and links (transport/credential_epoch.h).
 void note_credentials_changed() noexcept;
@@ -68,6 +72,7 @@ enum class SocketRole : uint8_t {
 //   kRdma -> kBackOnTcp                       the peer moved it back
 //   kRdma -> kFailingOver -> kBackOnTcp       the RDMA path failed: it goes on over TCP (failover.h)
 //   kFailingOver -> kRdma                     it could not: the stream is reset after all
+//   kBackOnTcp -> kRdma                       back to RDMA: a new stream (upgrade/return_to_rdma.h)
 enum class Path : uint8_t {
   kTcp,             // the kernel socket alone: never selected, stayed TCP, or not upgraded yet
   kUpgradePending,  // a non-blocking connect decided for RDMA, waiting for the connection to be up
@@ -131,7 +136,19 @@ class TrackedSocket {
     return stream_.load(std::memory_order_acquire) != nullptr &&
            generation_.load(std::memory_order_relaxed) != fork_generation() && !back_on_tcp();
   }
+  // The stream is in place: the path goes kTcp (or, back to RDMA, kBackOnTcp) -> kRdma. A stream this
+  // process made before (moved back, or failed over) is ended off this thread.
   void set_stream(std::unique_ptr<transport::RdmaStream> stream) noexcept;
+  // How many times the connection went onto RDMA: its next upgrade's request names this number
+  // (TcpTuple::reserved), so that a listener tells a connection's second request from a repeat of its
+  // first. Both ends count the same switches; a forked child inherits the count.
+  uint8_t upgrades() const noexcept { return upgrades_.load(std::memory_order_acquire); }
+  // Whether another process may hold this connection too: a fork or a spawn happened since the socket
+  // was made here (in a child, every inherited one). Such a connection never goes back to RDMA of its
+  // own accord: two processes using it on TCP would split its bytes at a switch.
+  bool shared() const noexcept;
+  // When the connection, back on TCP, tries RDMA again (return_plan.h).
+  ReturnPlan returns;
 
   // Back to TCP (move_back.h). The connection went onto RDMA and came back: its calls are the
   // kernel's again, after `prefix`.
@@ -182,6 +199,9 @@ class TrackedSocket {
   // A new session that takes up the ended one (UpgradeSession::continue_from), or null when none
   // could be made or another thread made one first.
   UpgradeSession* restart_session();
+  // A new session for the connection's return to RDMA (upgrade/return_to_rdma.h), after the ended
+  // one; null when it is shared with another process (shared()), or another thread made one first.
+  UpgradeSession* start_return_session();
 
   // The connection's upgrade session (upgrade_session.h), from the moment it starts; owned by the socket.
   // Null for a connection no rule moves. start_session() makes it, or returns null when it exists.
@@ -222,6 +242,8 @@ class TrackedSocket {
 
  private:
   ~TrackedSocket();
+  // The session after the ended one, which it keeps (restart_session, start_return_session).
+  UpgradeSession* follow_session();
   // The last descriptor is gone while a forked child still holds the connection (lent_streams.h).
   void hand_over_to_children(transport::RdmaStream* s) noexcept;
 
@@ -233,6 +255,8 @@ class TrackedSocket {
   std::atomic<DeferredUpgrade*> deferred_{nullptr};
   std::atomic<Path> path_{Path::kTcp};
   std::atomic<unsigned> generation_{0};  // written before stream_ (release), read after it (acquire)
+  std::atomic<uint8_t> upgrades_{0};
+  const uint64_t forks_at_birth_;
   uint64_t serial_ = 0;
   static constexpr uint8_t kShutAsked = 1, kOnTcp = 2;
   std::atomic<uint8_t> tcp_shut_{0};

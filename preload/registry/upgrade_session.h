@@ -93,6 +93,11 @@ class UpgradeSession {
   // A session that takes up a deferred one: its counts and ended sending side go on from there. The
   // old session is kept (threads that looked at it may still hold it) and freed with this one.
   void continue_from(UpgradeSession* old) noexcept;
+  // A session that brings a connection back on TCP to RDMA (upgrade/return_to_rdma.h): its switch
+  // counts the TCP bytes by the kernel's totals (kernel_tcp_counts.h), since the connection's earlier
+  // bytes, its switch records and failover resends went on TCP without it. Set before it is used.
+  void set_returning() noexcept { returning_ = true; }
+  bool returning() const noexcept { return returning_; }
   // A descriptor of the socket is closed, or the process forks, execs or exits: a session still on
   // TCP ends there (the connection stays TCP: a child or a new program can go on using it; true, and
   // the caller writes the log line), one that is switching is waited for. Afterwards the phase is
@@ -134,6 +139,7 @@ class UpgradeSession {
   std::atomic<bool> deferred_{false};
   std::atomic<bool> used_{false};
   UpgradeSession* previous_ = nullptr;  // owned
+  bool returning_ = false;
 };
 
 // Settles (UpgradeSession::settle) the session of every descriptor of this process: before fork and

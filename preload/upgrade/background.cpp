@@ -40,6 +40,7 @@ std::atomic<Pools*> g_pools{nullptr};
 // A background upgrade that cannot go on in a thread of its own (none could be had): the connection
 // stays TCP, saying why.
 void stays_without_thread(const Connection& c, UpgradeSession* session) {
+  if (session->returning()) c.socket->returns.failed(std::chrono::steady_clock::now());
   if (session->end_on_tcp()) {
     log_line("%s: stays tcp (cannot start a thread for the upgrade)", session->label());
     stats::slot_on_tcp(c.socket->stats_slot.load(std::memory_order_relaxed), stats::TcpReason::kResources,
@@ -96,14 +97,19 @@ void wait_if_linked(const Connection& c, UpgradeSession* session) {
 
 // A client's upgrade runs in the client pool; a server's waits for its client's request in the
 // engine's thread, then runs in the server pool.
-void upgrade_beside(int fd, config::Role role, TrackedSocket* listener, const config::Decision& decision,
-                    bool resumed) {
+bool upgrade_beside(int fd, config::Role role, TrackedSocket* listener, const config::Decision& decision,
+                    SessionStart start) {
   SocketHold socket = SocketHold::of(fd);
-  if (!socket) return;
-  UpgradeSession* session = resumed ? socket->restart_session() : socket->start_session();
-  if (session == nullptr) return;
-  // The listener is held by the upgrade (below) for as long as the session can be deferred.
-  if (role == config::Role::kServer && listener != nullptr) session->set_origin(listener, decision);
+  if (!socket) return false;
+  UpgradeSession* session = start == SessionStart::kResumed  ? socket->restart_session()
+                            : start == SessionStart::kReturn ? socket->start_return_session()
+                                                             : socket->start_session();
+  if (session == nullptr) return false;
+  // The listener is held by the upgrade (below) for as long as the session can be deferred (a return
+  // is not: a fork settles it, and the connection, shared from then on, stays TCP).
+  if (role == config::Role::kServer && listener != nullptr && start != SessionStart::kReturn) {
+    session->set_origin(listener, decision);
+  }
   char label[kConnectionLabelSize];
   describe_connection(fd, role, decision, label, sizeof label);
   session->set_label(label);
@@ -122,16 +128,19 @@ void upgrade_beside(int fd, config::Role role, TrackedSocket* listener, const co
       let_go();
     };
   } catch (const std::bad_alloc&) {  // no exception leaves the application's call
+    if (session->returning()) socket->returns.failed(std::chrono::steady_clock::now());
     if (session->end_on_tcp()) log_line("%s: stays tcp (out of memory)", label);
     epoll_move_pending(fd, false);
-    return;
+    return true;
   }
+  // Its second request is told from a repeat of its first by the number of upgrades before it.
+  if (c->have_tuple) c->tuple.reserved = socket->upgrades();
   if (std::optional<UpgradeOutcome> known = without_request(*c)) {
     // No request can come (the listener has no RDMA listener here): concluded in the application's
     // call, no thread woken, so that a server whose switches all fail so costs what it costs without
     // the module.
     conclude(*c, session, *known, true);
-    return;
+    return true;
   }
   socket->add_ref();  // the upgrade's, until it is done with the socket and its listener (let_go)
   if (listener != nullptr) listener->add_ref();
@@ -140,10 +149,11 @@ void upgrade_beside(int fd, config::Role role, TrackedSocket* listener, const co
     if (!(c->is_client ? pools->clients : pools->servers).submit(whole)) {
       stays_without_thread(*c, session);
       let_go();
-      return;
+      return true;
     }
-    if (c->is_client) wait_if_linked(*c, session);
-    return;
+    // A return never holds the application's call: the connection is carrying its bytes on TCP.
+    if (c->is_client && start != SessionStart::kReturn) wait_if_linked(*c, session);
+    return true;
   }
   RequestWaiter waiter;
   try {
@@ -159,6 +169,7 @@ void upgrade_beside(int fd, config::Role role, TrackedSocket* listener, const co
     stays_without_thread(*c, session);
     let_go();
   }
+  return true;
 }
 
 }  // namespace tcp2rdma::preload

@@ -174,7 +174,19 @@ UpgradeOutcome switch_onto(int fd, TrackedSocket* socket, UpgradeSession* sessio
     return {false, true, "closed, or the process forked or ran another program, before the switch",
             stats::TcpReason::kClosedEarly};
   }
-  compare_with_kernel(fd, ours.tcp_bytes, received, is_client, session->label());
+  if (session->returning()) {
+    // Back to RDMA: the TCP stream holds bytes no session counted (the first switch's records, the
+    // bytes of the time on TCP, a failover's resends). The kernel's totals count them all, at both ends.
+    KernelTcpCounts k;
+    if (!kernel_tcp_counts(fd, &k) || (is_client && k.written == 0)) {
+      stream->abort();
+      return {false, true, "the kernel's tcp counts did not hold still", stats::TcpReason::kSwitchFailed};
+    }
+    ours.tcp_bytes = k.written - (is_client ? 1 : 0);  // the connecting side's SYN
+    received = k.read;
+  } else {
+    compare_with_kernel(fd, ours.tcp_bytes, received, is_client, session->label());
+  }
   auto deadline = Deadline::in(kSwitchTimeout);
   // From our ACK on, longer: a peer whose wait for our HELLO ran out on a stalled link must still be
   // heard giving up (switch_exchange.h). It started before its HELLO reached us, so before our HELLO

@@ -20,6 +20,7 @@
 #include "tuple_address.h"
 #include "stats/stats_writer.h"
 #include "upgrade/refusals.h"
+#include "upgrade/return_to_rdma.h"
 #include "upgrade/switch.h"
 #include "upgrade/switch_frames.h"
 #include "util/log.h"
@@ -150,8 +151,10 @@ UpgradeOutcome run_upgrade_steps(const Connection& c, UpgradeSession* session, A
   // application that waits for the upgrade, `linked_wait`), else restated in the switch.
   Hello predicted{session->sent(), false};
   auto hello = encode_hello(predicted);
+  // A return's counts are the kernel's at the freeze, not known before: its HELLO comes in the switch.
+  std::span<const uint8_t> first_bytes = session->returning() ? std::span<const uint8_t>{} : std::span(hello);
   transport::Status s =
-      c.is_client ? connect_stream(c, hello, &stream, &declined) : accept_stream(c, session, answer, &stream);
+      c.is_client ? connect_stream(c, first_bytes, &stream, &declined) : accept_stream(c, session, answer, &stream);
   // The wait ended without a request (the rule's upgrade timeout passed, or the connection was
   // settled): a client without tcp2rdma, or whose rules keep this connection on TCP, sends none.
   if (s == transport::Status::kWouldBlock) {
@@ -242,6 +245,9 @@ bool conclude(const Connection& c, UpgradeSession* session, const UpgradeOutcome
              outcome.detail.c_str());
   }
   bool usable = outcome.connection_usable && (outcome.upgraded || !required);
+  if (outcome.upgraded && stream != nullptr) c.socket->returns.remember(c.decision);  // for a return later
+  // A return says so in its own words, and plans the next attempt when it failed (return_to_rdma.h).
+  if (session->returning()) conclude_return(c.socket, outcome, stream, path, sizeof path);
   if (session->phase() == UpgradeSession::Phase::kOnTcp) {
     // It never got to the switch. Settled meanwhile (closed, fork, exec, exit): that call logged it,
     // and a close forgot the registrations (the descriptor may name another socket by now).

@@ -7,7 +7,8 @@
 #  - every connection was upgraded to RDMA and carried traffic there (rxe's sent_pkts grew);
 #  - KIND wire: every bulk connection went on over TCP after its path failed (the shim's log line,
 #    which says how many bytes each side sent again), the path's failure is rxe's too (its
-#    retry_exceeded_err grew), and every echo is exact: the application saw nothing but a pause;
+#    retry_exceeded_err grew), every bulk connection went back to RDMA once the path answered again,
+#    and every echo is exact: the application saw nothing but a pause;
 #  - KIND kill (the server was killed during the outage) and kill-after-record (killed after its
 #    failover records went out, fault_agent.sh): each connection ended with a reset, after bytes that
 #    were all right, never a clean end, and none went on over TCP.
@@ -51,5 +52,11 @@ else
   idle=$(grep "5040: .*back on tcp (rdma path failed" "$log" | grep -c . )
   echo "failover-client: $idle of the $on_5040 connections to port 5040 failed over (bulk and idle)"
   [ "$idle" -eq "$on_5040" ] || status=1
+  # Once the path answers again, the connections in use go back to RDMA (return_plan.h: the first
+  # attempt 1 s after the failover), the echoes still exact: every bulk one, which writes to the end.
+  back=$(grep -c 'back on rdma' "$log")
+  echo "failover-client: $back connections went back to RDMA after the outage"
+  grep -E 'back on rdma|still on tcp|for good' "$log" | sed 's/^/failover-client:   /'
+  [ "$back" -ge "$bulk" ] || status=1
 fi
 exit $status

@@ -3,7 +3,8 @@
 # (failover_client.sh): failover_echo.py's epoll echo server under the module on ports 5040 and 5041
 # (rules/failover.yaml), and this guest's fault agent (fault_agent.sh KIND). It runs until the client
 # guest is done; then the server must still be alive (KIND kill: must have been killed), and the
-# shim's log must show a connection carried on over TCP after its RDMA path failed (kill: none).
+# shim's log must show a connection carried on over TCP after its RDMA path failed, and one that went
+# back to RDMA after (kill: none).
 # KIND kill-after-record: see fault_agent.sh.
 set -u
 shim=$1 rules=$2 kind=$3
@@ -24,8 +25,9 @@ if [ "${kind%%-*}" = kill ]; then
 elif kill -0 $server 2>/dev/null; then
   kill $server
   n=$(grep -c 'back on tcp (rdma path failed' "$log")
-  echo "failover-server: $n connections carried on over TCP after their RDMA path failed"
-  [ "$n" -ge 1 ] || status=1
+  back=$(grep -c 'back on rdma' "$log")
+  echo "failover-server: $n connections carried on over TCP after their RDMA path failed, $back went back to RDMA"
+  [ "$n" -ge 1 ] && [ "$back" -ge 1 ] || status=1
 else
   echo "failover-server: the server died:"; cat "$T2R_WORK/server.err"; status=1
 fi

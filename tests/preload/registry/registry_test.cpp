@@ -179,8 +179,9 @@ TEST(ConnectionPath, ChangesOnlyAlongItsTransitionsAndOnceUnderRaces) {
   EXPECT_EQ(winners.load(), 1);
   EXPECT_TRUE(t->back_on_tcp());
   EXPECT_EQ(t->stream(), nullptr);
-  for (Path to : {Path::kTcp, Path::kRdma, Path::kMovingBack, Path::kUpgradePending}) {
-    EXPECT_FALSE(t->move_path(Path::kBackOnTcp, to)) << to_string(to);  // back on TCP is final
+  // Back on TCP leaves only for RDMA again, with a return's new stream (set_stream).
+  for (Path to : {Path::kTcp, Path::kMovingBack, Path::kUpgradePending, Path::kFailingOver}) {
+    EXPECT_FALSE(t->move_path(Path::kBackOnTcp, to)) << to_string(to);
   }
   EXPECT_STREQ(to_string(t->path()), "back on tcp");
   EXPECT_EQ(close(fd), 0);
