@@ -1,5 +1,6 @@
 #include "upgrade/return_to_rdma.h"
 
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -95,6 +96,13 @@ void try_return(TrackedSocket* socket, int fd) noexcept {
   // switch here would split its bytes between the two.
   if (socket->shared() || (socket->serial() != 0 && is_lent(socket->serial()))) {
     give_up(socket, "another process may hold the connection");
+    return;
+  }
+  // A blocking descriptor may have a thread of the application inside a kernel read on it already,
+  // which would take the switch's bytes as the peer's: only an event loop's (O_NONBLOCK) returns.
+  // Looked at again later: an application may make it non-blocking.
+  if (int flags = real().fcntl(fd, F_GETFL); flags < 0 || !(flags & O_NONBLOCK)) {
+    socket->returns.failed(now);
     return;
   }
   if (!tcp_established(fd)) {
