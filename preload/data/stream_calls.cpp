@@ -75,6 +75,14 @@ StreamRef route_for_call(SocketHold socket, int fd) noexcept {
   }
   if (UpgradeSession* switching = route.switching_session(); switching != nullptr) {
     switching->wait_over();  // the switch takes a few round trips; it never waits on the application
+    route = route_of(SocketHold(socket.get()));
+  }
+  if (route.kind() == StreamRef::Kind::kKernel && socket && socket->returns.armed() && socket->back_on_tcp()) {
+    // Back on TCP with a return planned: the kernel's call is counted while it lasts, unless a return
+    // started meanwhile, whose session the call then goes through.
+    socket->begin_tcp_call();
+    if (socket->active_session() == nullptr) return StreamRef::counted_kernel(std::move(socket));
+    socket->end_tcp_call();
     route = route_of(std::move(socket));
   }
   return route;

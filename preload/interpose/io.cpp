@@ -1,6 +1,8 @@
 // Data transfer. A descriptor whose connection has not moved to RDMA is the kernel socket itself, so
 // each call goes straight to libc after one table lookup. An upgraded one goes to its stream
 // (stream_calls.h). The _chk variants check the buffer as libc's own do, then take the same path.
+// The route is held until the wrapper returns, across the kernel's call too: on a connection back on
+// TCP whose return to RDMA is planned, that call is counted while it lasts (StreamRef::counted_kernel).
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -36,12 +38,14 @@ ssize_t send_one(const tcp2rdma::preload::StreamRef& s, int fd, const void* buf,
 }  // namespace
 
 T2R_INTERPOSE ssize_t read(int fd, void* buf, size_t n) {
-  if (auto s = route_for_call(fd); s.ours()) return recv_one(s, fd, buf, n, 0);
+  auto s = route_for_call(fd);
+  if (s.ours()) return recv_one(s, fd, buf, n, 0);
   return real().read(fd, buf, n);
 }
 
 T2R_INTERPOSE ssize_t __read_chk(int fd, void* buf, size_t n, size_t buflen) {
-  if (auto s = route_for_call(fd); s.ours()) {
+  auto s = route_for_call(fd);
+  if (s.ours()) {
     if (n > buflen) buffer_overflow();
     return recv_one(s, fd, buf, n, 0);
   }
@@ -49,17 +53,20 @@ T2R_INTERPOSE ssize_t __read_chk(int fd, void* buf, size_t n, size_t buflen) {
 }
 
 T2R_INTERPOSE ssize_t readv(int fd, const struct iovec* iov, int iovcnt) {
-  if (auto s = route_for_call(fd); s.ours()) return stream_recv(s, fd, iov, iovcnt, 0);
+  auto s = route_for_call(fd);
+  if (s.ours()) return stream_recv(s, fd, iov, iovcnt, 0);
   return real().readv(fd, iov, iovcnt);
 }
 
 T2R_INTERPOSE ssize_t recv(int fd, void* buf, size_t n, int flags) {
-  if (auto s = route_for_call(fd); s.ours()) return recv_one(s, fd, buf, n, flags);
+  auto s = route_for_call(fd);
+  if (s.ours()) return recv_one(s, fd, buf, n, flags);
   return real().recv(fd, buf, n, flags);
 }
 
 T2R_INTERPOSE ssize_t __recv_chk(int fd, void* buf, size_t n, size_t buflen, int flags) {
-  if (auto s = route_for_call(fd); s.ours()) {
+  auto s = route_for_call(fd);
+  if (s.ours()) {
     if (n > buflen) buffer_overflow();
     return recv_one(s, fd, buf, n, flags);
   }
@@ -68,13 +75,15 @@ T2R_INTERPOSE ssize_t __recv_chk(int fd, void* buf, size_t n, size_t buflen, int
 
 T2R_INTERPOSE ssize_t recvfrom(int fd, void* buf, size_t n, int flags, struct sockaddr* addr, socklen_t* len) {
   // A connected TCP socket reports no source address: *len is left alone, as the kernel does.
-  if (auto s = route_for_call(fd); s.ours()) return recv_one(s, fd, buf, n, flags);
+  auto s = route_for_call(fd);
+  if (s.ours()) return recv_one(s, fd, buf, n, flags);
   return real().recvfrom(fd, buf, n, flags, addr, len);
 }
 
 T2R_INTERPOSE ssize_t __recvfrom_chk(int fd, void* buf, size_t n, size_t buflen, int flags, struct sockaddr* addr,
                                      socklen_t* len) {
-  if (auto s = route_for_call(fd); s.ours()) {
+  auto s = route_for_call(fd);
+  if (s.ours()) {
     if (n > buflen) buffer_overflow();
     return recv_one(s, fd, buf, n, flags);
   }
@@ -82,7 +91,8 @@ T2R_INTERPOSE ssize_t __recvfrom_chk(int fd, void* buf, size_t n, size_t buflen,
 }
 
 T2R_INTERPOSE ssize_t recvmsg(int fd, struct msghdr* msg, int flags) {
-  if (auto s = route_for_call(fd); s.ours()) {
+  auto s = route_for_call(fd);
+  if (s.ours()) {
     msg->msg_namelen = 0;
     msg->msg_controllen = 0;
     msg->msg_flags = 0;
@@ -92,7 +102,8 @@ T2R_INTERPOSE ssize_t recvmsg(int fd, struct msghdr* msg, int flags) {
 }
 
 T2R_INTERPOSE int recvmmsg(int fd, struct mmsghdr* vec, unsigned int vlen, int flags, struct timespec* timeout) {
-  if (auto s = route_for_call(fd); s.ours()) {
+  auto s = route_for_call(fd);
+  if (s.ours()) {
     // On a stream socket every message but the first would only split the same bytes: take one.
     if (vlen == 0) return 0;
     ssize_t n = stream_recv(s, fd, vec[0].msg_hdr.msg_iov, static_cast<int>(vec[0].msg_hdr.msg_iovlen),
@@ -105,34 +116,40 @@ T2R_INTERPOSE int recvmmsg(int fd, struct mmsghdr* vec, unsigned int vlen, int f
 }
 
 T2R_INTERPOSE ssize_t write(int fd, const void* buf, size_t n) {
-  if (auto s = route_for_call(fd); s.ours()) return send_one(s, fd, buf, n, 0);
+  auto s = route_for_call(fd);
+  if (s.ours()) return send_one(s, fd, buf, n, 0);
   return real().write(fd, buf, n);
 }
 
 T2R_INTERPOSE ssize_t writev(int fd, const struct iovec* iov, int iovcnt) {
-  if (auto s = route_for_call(fd); s.ours()) return stream_send(s, fd, iov, iovcnt, 0);
+  auto s = route_for_call(fd);
+  if (s.ours()) return stream_send(s, fd, iov, iovcnt, 0);
   return real().writev(fd, iov, iovcnt);
 }
 
 T2R_INTERPOSE ssize_t send(int fd, const void* buf, size_t n, int flags) {
-  if (auto s = route_for_call(fd); s.ours()) return send_one(s, fd, buf, n, flags);
+  auto s = route_for_call(fd);
+  if (s.ours()) return send_one(s, fd, buf, n, flags);
   return real().send(fd, buf, n, flags);
 }
 
 T2R_INTERPOSE ssize_t sendto(int fd, const void* buf, size_t n, int flags, const struct sockaddr* addr,
                              socklen_t len) {
   // Linux TCP ignores a destination on a connected socket (rsocket's EISCONN broke sockperf): so do we.
-  if (auto s = route_for_call(fd); s.ours()) return send_one(s, fd, buf, n, flags);
+  auto s = route_for_call(fd);
+  if (s.ours()) return send_one(s, fd, buf, n, flags);
   return real().sendto(fd, buf, n, flags, addr, len);
 }
 
 T2R_INTERPOSE ssize_t sendmsg(int fd, const struct msghdr* msg, int flags) {
-  if (auto s = route_for_call(fd); s.ours()) return stream_send(s, fd, msg->msg_iov, static_cast<int>(msg->msg_iovlen), flags);
+  auto s = route_for_call(fd);
+  if (s.ours()) return stream_send(s, fd, msg->msg_iov, static_cast<int>(msg->msg_iovlen), flags);
   return real().sendmsg(fd, msg, flags);
 }
 
 T2R_INTERPOSE int sendmmsg(int fd, struct mmsghdr* vec, unsigned int vlen, int flags) {
-  if (auto s = route_for_call(fd); s.ours()) {
+  auto s = route_for_call(fd);
+  if (s.ours()) {
     unsigned sent = 0;
     for (; sent < vlen; ++sent) {
       ssize_t n = stream_send(s, fd, vec[sent].msg_hdr.msg_iov, static_cast<int>(vec[sent].msg_hdr.msg_iovlen), flags);
@@ -194,11 +211,13 @@ ssize_t sendfile_to_stream(const tcp2rdma::preload::StreamRef& s, int out_fd, in
 }  // namespace
 
 T2R_INTERPOSE ssize_t sendfile(int out_fd, int in_fd, off_t* offset, size_t count) {
-  if (auto s = route_for_call(out_fd); s.ours()) return sendfile_to_stream(s, out_fd, in_fd, offset, count);
+  auto s = route_for_call(out_fd);
+  if (s.ours()) return sendfile_to_stream(s, out_fd, in_fd, offset, count);
   return real().sendfile(out_fd, in_fd, offset, count);
 }
 
 T2R_INTERPOSE ssize_t sendfile64(int out_fd, int in_fd, off64_t* offset, size_t count) {
-  if (auto s = route_for_call(out_fd); s.ours()) return sendfile_to_stream(s, out_fd, in_fd, offset, count);
+  auto s = route_for_call(out_fd);
+  if (s.ours()) return sendfile_to_stream(s, out_fd, in_fd, offset, count);
   return real().sendfile64(out_fd, in_fd, offset, count);
 }

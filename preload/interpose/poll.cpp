@@ -29,7 +29,7 @@ using tcp2rdma::transport::Deadline;
 
 bool any_upgraded(const pollfd* fds, nfds_t nfds) {
   for (nfds_t i = 0; i < nfds; ++i) {
-    if (route_for_call(fds[i].fd).ours()) return true;
+    if (auto route = route_for_call(fds[i].fd); route.ours() || route.counted()) return true;
   }
   return false;
 }
@@ -158,7 +158,8 @@ bool any_upgraded_in(int nfds, const fd_set* rd, const fd_set* wr, const fd_set*
   for (int fd = 0; fd < nfds; ++fd) {
     bool asked = (rd != nullptr && FD_ISSET(fd, rd)) || (wr != nullptr && FD_ISSET(fd, wr)) ||
                  (ex != nullptr && FD_ISSET(fd, ex));
-    if (asked && route_for_call(fd).ours()) return true;
+    if (!asked) continue;
+    if (auto route = route_for_call(fd); route.ours() || route.counted()) return true;
   }
   return false;
 }

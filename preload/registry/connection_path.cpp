@@ -21,14 +21,18 @@ const char* connection_label(const TrackedSocket* socket) noexcept {
 }
 
 bool mark_connection_back_on_tcp(TrackedSocket* socket, int fd, bool by_mover) noexcept {
+  // It may go back to RDMA later, in this process, if no other process can hold it (return_plan.h).
+  // Planned before the path says back on TCP: from then on every kernel call on it is counted, so a
+  // return never starts under a call that began uncounted (TrackedSocket::begin_tcp_call).
+  if (!socket->back_on_tcp() && socket->returns.remembered() && !socket->shared()) {
+    socket->returns.arm(std::chrono::steady_clock::now());
+  }
   // Exactly one call makes it so: the mover's, or (when no thread of ours moves it) the first to see
   // the peer's move.
   bool moved_back = by_mover && socket->move_path(Path::kMovingBack, Path::kBackOnTcp);
   bool failed_over = by_mover && !moved_back && socket->move_path(Path::kFailingOver, Path::kBackOnTcp);
   bool marked = moved_back || failed_over || (!by_mover && socket->move_path(Path::kRdma, Path::kBackOnTcp));
   if (!marked) return false;
-  // It may go back to RDMA later, in this process, if no other process can hold it (return_plan.h).
-  if (socket->returns.remembered() && !socket->shared()) socket->returns.arm(std::chrono::steady_clock::now());
   stats::slot_on_tcp(socket->stats_slot.load(std::memory_order_relaxed),
                      failed_over ? stats::TcpReason::kFailedOver : stats::TcpReason::kMovedBack,
                      failed_over ? "the rdma path failed" : moved_back ? "moved back by this process (fork, exec)"

@@ -132,7 +132,12 @@ UpgradeSession* TrackedSocket::start_return_session() {
   std::shared_lock gate(*fork_gate_slot());
   if (shared()) return nullptr;
   UpgradeSession* fresh = follow_session();
-  if (fresh != nullptr) fresh->set_returning();
+  if (fresh == nullptr) return nullptr;
+  fresh->set_returning();
+  // A kernel call that began before the session was there (begin_tcp_call) is still under way: the
+  // return ends here, before anything went on the wire.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (tcp_calls() != 0 && fresh->end_on_tcp()) return nullptr;
   return fresh;
 }
 

@@ -136,19 +136,26 @@ class TrackedSocket {
     return stream_.load(std::memory_order_acquire) != nullptr &&
            generation_.load(std::memory_order_relaxed) != fork_generation() && !back_on_tcp();
   }
-  // The stream is in place: the path goes kTcp (or, back to RDMA, kBackOnTcp) -> kRdma. A stream this
-  // process made before (moved back, or failed over) is ended off this thread.
+  // The stream is in place: kTcp (or, a return, kBackOnTcp) -> kRdma; an earlier stream of ours ends.
   void set_stream(std::unique_ptr<transport::RdmaStream> stream) noexcept;
-  // How many times the connection went onto RDMA: its next upgrade's request names this number
-  // (TcpTuple::reserved), so that a listener tells a connection's second request from a repeat of its
-  // first. Both ends count the same switches; a forked child inherits the count.
+  // How many times the connection went onto RDMA (both ends count the same switches): its next
+  // upgrade's request names it (TcpTuple::reserved), unlike a repeat of its first.
   uint8_t upgrades() const noexcept { return upgrades_.load(std::memory_order_acquire); }
-  // Whether another process may hold this connection too: a fork or a spawn happened since the socket
-  // was made here (in a child, every inherited one). Such a connection never goes back to RDMA of its
-  // own accord: two processes using it on TCP would split its bytes at a switch.
+  // Whether another process may hold this connection too: a fork or a spawn since the socket was made
+  // here (in a child, every inherited one). It never returns to RDMA: a switch would split its bytes.
   bool shared() const noexcept;
   // When the connection, back on TCP, tries RDMA again (return_plan.h).
   ReturnPlan returns;
+  // The application's kernel calls under way while a return is planned (route_for_call counts them:
+  // StreamRef::counted_kernel). A thread inside the kernel's read or poll would take the switch's
+  // bytes, or sleep on a socket no longer carrying the connection: a return starts only when none
+  // is. A full fence on each side: a call either sees the return's session or is seen by it.
+  void begin_tcp_call() noexcept {
+    tcp_calls_.fetch_add(1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+  }
+  void end_tcp_call() noexcept { tcp_calls_.fetch_sub(1, std::memory_order_release); }
+  int tcp_calls() const noexcept { return tcp_calls_.load(std::memory_order_acquire); }
 
   // Back to TCP (move_back.h). The connection went onto RDMA and came back: its calls are the
   // kernel's again, after `prefix`.
@@ -256,6 +263,7 @@ class TrackedSocket {
   std::atomic<Path> path_{Path::kTcp};
   std::atomic<unsigned> generation_{0};  // written before stream_ (release), read after it (acquire)
   std::atomic<uint8_t> upgrades_{0};
+  std::atomic<int> tcp_calls_{0};
   const uint64_t forks_at_birth_;
   uint64_t serial_ = 0;
   static constexpr uint8_t kShutAsked = 1, kOnTcp = 2;

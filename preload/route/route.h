@@ -42,18 +42,31 @@ class StreamRef {
     ref.session_ = session;
     return ref;
   }
+  // The kernel's call on a connection back on TCP whose return to RDMA is planned: counted on its
+  // socket until this route goes (TrackedSocket::begin_tcp_call), so that a return starts only while
+  // no such call is under way. The caller has counted it.
+  static StreamRef counted_kernel(SocketHold socket) noexcept {
+    StreamRef ref(std::move(socket), nullptr);
+    ref.counted_ = true;
+    return ref;
+  }
   StreamRef(StreamRef&& other) noexcept
       : socket_(std::move(other.socket_)),
         stream_(std::exchange(other.stream_, nullptr)),
         session_(std::exchange(other.session_, nullptr)),
-        kind_(std::exchange(other.kind_, Kind::kKernel)) {}
+        kind_(std::exchange(other.kind_, Kind::kKernel)),
+        counted_(std::exchange(other.counted_, false)) {}
   StreamRef& operator=(StreamRef&& other) noexcept {
+    if (this == &other) return *this;
+    end_count();
     socket_ = std::move(other.socket_);
     stream_ = std::exchange(other.stream_, nullptr);
     session_ = std::exchange(other.session_, nullptr);
     kind_ = std::exchange(other.kind_, Kind::kKernel);
+    counted_ = std::exchange(other.counted_, false);
     return *this;
   }
+  ~StreamRef() { end_count(); }
   StreamRef(const StreamRef&) = delete;
   StreamRef& operator=(const StreamRef&) = delete;
 
@@ -69,12 +82,21 @@ class StreamRef {
   // Whether the call is the module's to make: on the stream, on TCP counted for an upgrade, or on TCP
   // after a prefix.
   bool ours() const noexcept { return kind_ == Kind::kStream || kind_ == Kind::kSession || kind_ == Kind::kPrefixed; }
+  // A kernel route whose call is counted (counted_kernel): a poll must go through the module's own
+  // path, which holds its routes for the whole sleep.
+  bool counted() const noexcept { return counted_; }
 
  private:
+  void end_count() noexcept {
+    if (TrackedSocket* socket = socket_.get(); counted_ && socket != nullptr) socket->end_tcp_call();
+    counted_ = false;
+  }
+
   SocketHold socket_;
   transport::RdmaStream* stream_ = nullptr;
   UpgradeSession* session_ = nullptr;
   Kind kind_ = Kind::kKernel;
+  bool counted_ = false;
 };
 
 // The route of a call on `socket` now, held: one look at its path (TrackedSocket::path), never a wait,

@@ -1,6 +1,5 @@
 #include "upgrade/return_to_rdma.h"
 
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -98,10 +97,11 @@ void try_return(TrackedSocket* socket, int fd) noexcept {
     give_up(socket, "another process may hold the connection");
     return;
   }
-  // A blocking descriptor may have a thread of the application inside a kernel read on it already,
-  // which would take the switch's bytes as the peer's: only an event loop's (O_NONBLOCK) returns.
-  // Looked at again later: an application may make it non-blocking.
-  if (int flags = real().fcntl(fd, F_GETFL); flags < 0 || !(flags & O_NONBLOCK)) {
+  // Another thread of the application is inside a kernel call on it (a blocked read, a poll): it
+  // would take the switch's bytes for the peer's, or sleep on a socket that no longer carries the
+  // connection. Looked at again later (start_return_session looks once more, after its session is
+  // in place, for a call that began meanwhile).
+  if (socket->tcp_calls() != 0) {
     socket->returns.failed(now);
     return;
   }
