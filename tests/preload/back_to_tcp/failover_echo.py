@@ -5,11 +5,13 @@
       An epoll event loop (selectors) that echoes every connection on each port, byte for byte, and
       ends its sending side after the client's end. Prints "listening" on standard error.
   client HOST SECONDS CUT_AFTER MARKS SPEC [SPEC...] [--expect-reset]
-      SPEC is PORT:BULK:IDLE. BULK connections write a pattern for SECONDS while reading its echo, then
-      end their sending side and read the rest up to the end. IDLE connections exchange 1000 bytes,
-      sit idle until every file of MARKS (comma-separated) exists (the fault is over), exchange
-      100 000 more and end. CUT_AFTER seconds after every connection is up, the file $T2R_WORK/cut is
-      made: the guests' fault agents (fault_agent.sh) act on it.
+      SPEC is PORT:BULK:IDLE[:THREADED]. BULK connections write a pattern for SECONDS while reading
+      its echo, then end their sending side and read the rest up to the end. IDLE connections
+      exchange 1000 bytes, sit idle until every file of MARKS (comma-separated) exists (the fault is
+      over), exchange 100 000 more and end. THREADED connections are bulk ones on blocking sockets,
+      with a writer thread and a reader thread each (ThreadedConn). CUT_AFTER seconds after every
+      connection is up, the file $T2R_WORK/cut is made: the guests' fault agents (fault_agent.sh)
+      act on it.
       Every byte of every echo is checked in order, and the count at the end. Prints one line per
       connection and exits 0 when each got back exactly what it sent, then a clean end; with
       --expect-reset, when each connection instead ended with an error (never a clean end short of
@@ -139,11 +141,75 @@ class Conn:
             self.fail(f"{self.got} bytes back of {self.sent} sent")
 
 
+class ThreadedConn:
+    """A bulk connection on a blocking socket, as a thread-per-direction program uses one: a writer
+    thread sends the pattern for SECONDS, then ends its sending side; a reader thread sits in a
+    blocking recv() for the echo the whole time, so that its call is inside the kernel whenever the
+    connection changes path (a return to RDMA must not take the switch's bytes from under it)."""
+
+    def __init__(self, cid, host, port):
+        self.cid, self.port = cid, port
+        self.sock = socket.create_connection((host, port))
+        self.sent = self.got = 0
+        self.result = None
+
+    def kind(self):
+        return "threaded"
+
+    def fail(self, what):
+        if self.result is None:
+            self.result = what
+
+    def start(self, until):
+        import threading
+
+        def write():
+            try:
+                while time.monotonic() < until:
+                    self.sock.sendall(pattern(self.cid, self.sent, 64 << 10))
+                    self.sent += 64 << 10
+                self.sock.shutdown(socket.SHUT_WR)
+            except OSError as e:
+                self.fail(f"write: {type(e).__name__} after {self.sent} bytes sent")
+
+        def read():
+            try:
+                while True:
+                    data = self.sock.recv(1 << 20)
+                    if not data:
+                        break
+                    if data != pattern(self.cid, self.got, len(data)):
+                        self.fail(f"byte {self.got} onwards is not what was sent")
+                    self.got += len(data)
+                if self.got != self.sent:
+                    self.fail(f"a clean end after {self.got} of {self.sent} bytes")
+            except OSError as e:
+                self.fail(f"reset after {self.got} of {self.sent} bytes" if isinstance(e, ConnectionResetError)
+                          else f"error {type(e).__name__} after {self.got} of {self.sent} bytes")
+            self.result = self.result or "ok"
+
+        self.threads = [threading.Thread(target=write), threading.Thread(target=read)]
+        for t in self.threads:
+            t.start()
+
+    def join(self, deadline):
+        for t in self.threads:
+            t.join(max(0, deadline - time.monotonic()))
+        if any(t.is_alive() for t in self.threads):
+            self.fail(f"stuck: {self.got} of {self.sent} bytes back")
+        self.sock.close()
+
+
 def run_client(host, seconds, cut_after, marks, specs, expect_reset):
     conns = []
-    for port, bulk, idle in specs:
+    threaded = []
+    for port, bulk, idle, *more in specs:
         for is_bulk in [True] * bulk + [False] * idle:
-            conns.append(Conn(len(conns) + 1, host, port, is_bulk))
+            conns.append(Conn(len(conns) + len(threaded) + 1, host, port, is_bulk))
+        for _ in range(more[0] if more else 0):
+            threaded.append(ThreadedConn(len(conns) + len(threaded) + 1, host, port))
+    for t in threaded:
+        t.start(time.monotonic() + seconds)
     sel = selectors.DefaultSelector()
     for c in conns:
         sel.register(c.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, c)
@@ -184,8 +250,10 @@ def run_client(host, seconds, cut_after, marks, specs, expect_reset):
             if c.result is not None:
                 sel.unregister(c.sock)
                 c.sock.close()
+    for t in threaded:
+        t.join(give_up)
     ok = True
-    for c in conns:
+    for c in conns + threaded:
         print(f"client: connection {c.cid} (port {c.port}, {c.kind()}): {c.result}; {c.sent} bytes sent, "
               f"{c.got} back", flush=True)
         if expect_reset:
