@@ -142,9 +142,9 @@ class Conn:
 
 
 class ThreadedConn:
-    """A bulk connection on a blocking socket, as a thread-per-direction program uses one: a writer
-    thread sends the pattern for SECONDS, then ends its sending side; a reader thread sits in a
-    blocking recv() for the echo the whole time, so that its call is inside the kernel whenever the
+    """A connection on a blocking socket, as a thread-per-direction program uses one: a writer thread
+    sends the pattern in bursts for SECONDS, then ends its sending side; a reader thread sits in a
+    blocking recv() for the echo the whole time, so that its call is inside the kernel when the
     connection changes path (a return to RDMA must not take the switch's bytes from under it)."""
 
     def __init__(self, cid, host, port):
@@ -166,8 +166,15 @@ class ThreadedConn:
         def write():
             try:
                 while time.monotonic() < until:
-                    self.sock.sendall(pattern(self.cid, self.sent, 64 << 10))
-                    self.sent += 64 << 10
+                    for _ in range(16):
+                        self.sock.sendall(pattern(self.cid, self.sent, 64 << 10))
+                        self.sent += 64 << 10
+                    # The echo drains and the reader waits inside recv(); then a call that moves
+                    # nothing (it may be the one that finds a return due) and a pause longer than a
+                    # switch, with no byte on the way: nothing but a switch's could reach that recv().
+                    time.sleep(0.5)
+                    self.sock.send(b"")
+                    time.sleep(2)
                 self.sock.shutdown(socket.SHUT_WR)
             except OSError as e:
                 self.fail(f"write: {type(e).__name__} after {self.sent} bytes sent")
