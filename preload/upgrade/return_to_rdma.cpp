@@ -10,6 +10,7 @@
 
 #include "libc/real_calls.h"
 #include "listener/rdma_listener.h"
+#include "readiness/epoll_sets.h"
 #include "rdma_stream.h"
 #include "registry/connection_path.h"
 #include "registry/lent_streams.h"
@@ -78,9 +79,16 @@ bool tcp_established(int fd) {
   return real().getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) == 0 && info.tcpi_state == TCP_ESTABLISHED;
 }
 
-// Never again for this connection, and the log says why.
-void give_up(TrackedSocket* socket, const char* why) {
+// Never again for this connection: the epoll registrations kept for a return are forgotten (an
+// epoll_wait on their set takes the module's path while it holds any).
+void never(TrackedSocket* socket, int fd) {
   socket->returns.done();
+  epoll_move_pending(fd, /*upgraded=*/false);
+}
+
+// The same, and the log says why.
+void give_up(TrackedSocket* socket, int fd, const char* why) {
+  never(socket, fd);
   log_line("%s: stays on tcp for good (%s)", connection_label(socket), why);
 }
 
@@ -94,7 +102,7 @@ void try_return(TrackedSocket* socket, int fd) noexcept {
   // Another process may hold it (a fork, a spawn since it was made, or a child it was lent to): a
   // switch here would split its bytes between the two.
   if (socket->shared() || (socket->serial() != 0 && is_lent(socket->serial()))) {
-    give_up(socket, "another process may hold the connection");
+    give_up(socket, fd, "another process may hold the connection");
     return;
   }
   // Another thread of the application is inside a kernel call on it (a blocked read, a poll): it
@@ -106,7 +114,7 @@ void try_return(TrackedSocket* socket, int fd) noexcept {
     return;
   }
   if (!tcp_established(fd)) {
-    socket->returns.done();  // its end is TCP's: nothing to say
+    never(socket, fd);  // its end is TCP's: nothing to say
     return;
   }
   // The peer's bytes from the old stream are read first: the new one's prefix holds only the TCP tail.
@@ -120,11 +128,11 @@ void try_return(TrackedSocket* socket, int fd) noexcept {
     role = config::Role::kServer;
     listener = listener_for(fd);
     if (!listener) {
-      give_up(socket, "this process has no listener on its port to hear the client's request");
+      give_up(socket, fd, "this process has no listener on its port to hear the client's request");
       return;
     }
   } else if (socket->role() != SocketRole::kClient) {
-    socket->returns.done();
+    never(socket, fd);
     return;
   }
   if (!upgrade_beside(fd, role, listener.get(), decision, SessionStart::kReturn)) {
