@@ -81,7 +81,7 @@ StreamRef route_for_call(SocketHold socket, int fd) noexcept {
     // Back on TCP with a return planned: the kernel's call is counted while it lasts, unless a return
     // started meanwhile, whose session the call then goes through.
     socket->begin_tcp_call();
-    if (socket->active_session() == nullptr) return StreamRef::counted_kernel(std::move(socket));
+    if (!socket->session_started()) return StreamRef::counted_kernel(std::move(socket));
     socket->end_tcp_call();
     route = route_of(std::move(socket));
   }

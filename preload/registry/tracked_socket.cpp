@@ -136,7 +136,6 @@ UpgradeSession* TrackedSocket::start_return_session() {
   fresh->set_returning();
   // A kernel call that began before the session was there (begin_tcp_call) is still under way: the
   // return ends here, before anything went on the wire.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
   if (tcp_calls() != 0 && fresh->end_on_tcp()) return nullptr;
   return fresh;
 }
@@ -146,12 +145,18 @@ UpgradeSession* TrackedSocket::follow_session() {
   if (old == nullptr || old->phase() != UpgradeSession::Phase::kOver) return nullptr;
   auto* fresh = new (std::nothrow) UpgradeSession;
   if (fresh == nullptr) return nullptr;
-  if (!session_.compare_exchange_strong(old, fresh, std::memory_order_acq_rel)) {
+  // Sequentially consistent: a return's look at the kernel calls under way comes after it (tcp_calls).
+  if (!session_.compare_exchange_strong(old, fresh, std::memory_order_seq_cst)) {
     delete fresh;
     return nullptr;
   }
   fresh->continue_from(old);
   return fresh;
+}
+
+bool TrackedSocket::session_started() const noexcept {
+  UpgradeSession* s = session_.load(std::memory_order_seq_cst);
+  return s != nullptr && s->phase() != UpgradeSession::Phase::kOver;
 }
 
 void TrackedSocket::defer_upgrade(std::unique_ptr<DeferredUpgrade> record) noexcept {

@@ -149,13 +149,12 @@ class TrackedSocket {
   // The application's kernel calls under way while a return is planned (route_for_call counts them:
   // StreamRef::counted_kernel). A thread inside the kernel's read or poll would take the switch's
   // bytes, or sleep on a socket no longer carrying the connection: a return starts only when none
-  // is. A full fence on each side: a call either sees the return's session or is seen by it.
-  void begin_tcp_call() noexcept {
-    tcp_calls_.fetch_add(1, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-  }
+  // is. Sequentially consistent on both sides (the count, then the session; the session, then the
+  // count): a call either sees the return's session (session_started) or is seen by it.
+  void begin_tcp_call() noexcept { tcp_calls_.fetch_add(1, std::memory_order_seq_cst); }
   void end_tcp_call() noexcept { tcp_calls_.fetch_sub(1, std::memory_order_release); }
-  int tcp_calls() const noexcept { return tcp_calls_.load(std::memory_order_acquire); }
+  int tcp_calls() const noexcept { return tcp_calls_.load(std::memory_order_seq_cst); }
+  bool session_started() const noexcept;
 
   // Back to TCP (move_back.h). The connection went onto RDMA and came back: its calls are the
   // kernel's again, after `prefix`.
