@@ -168,7 +168,7 @@ namespace {
 // The file's bytes are consumed only as far as they were sent, as the kernel's sendfile consumes
 // them: a seekable file is read at an offset (pread) and its position, without `offset`, moved by
 // what went; a pipe cannot be read back, so what was read from it is sent whole, waiting for room
-// even on a non-blocking socket (it used to be lost when the send said EAGAIN).
+// even on a non-blocking socket (bytes read from a pipe and not sent would be lost).
 template <typename Off>
 ssize_t sendfile_to_stream(const tcp2rdma::preload::StreamRef& s, int out_fd, int in_fd, Off* offset, size_t count) {
   static thread_local std::vector<char> buf(256 * 1024);

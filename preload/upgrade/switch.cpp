@@ -34,7 +34,7 @@ constexpr std::chrono::milliseconds kSwitchTimeout{10000};
 // send buffer and our receive buffer, each at most the kernel's tcp_wmem / tcp_rmem maximum (doubled:
 // setsockopt's sizes are), read from this host and taken for the peer's too. A HELLO claiming more
 // is refused: the tail is read into memory before the stream is used, and the peer must not choose
-// how much of ours it takes (it was 256 MiB).
+// how much of our memory it takes.
 uint64_t max_tcp_tail() {
   static const uint64_t bound = [] {
     auto third = [](const char* path) -> uint64_t {
