@@ -274,7 +274,8 @@ void epoll_note_registration(int epfd, int op, int fd, const epoll_event* event)
 void epoll_move_pending(int fd, bool upgraded) noexcept {
   if (g_pending_count.load(std::memory_order_acquire) == 0) return;
   // A connection that stays on TCP for now but may return to RDMA keeps them for its next attempt.
-  if (SocketHold socket = SocketHold::of(fd); !upgraded && socket && socket->returns.armed()) return;
+  SocketHold staying = upgraded ? SocketHold() : SocketHold::of(fd);
+  if (staying && staying->returns.armed()) return;
   std::vector<Pending> moving;
   {
     std::lock_guard lock(g_mutex);

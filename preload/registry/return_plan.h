@@ -21,11 +21,11 @@ class ReturnPlan {
   static constexpr std::chrono::milliseconds kFirstWait{1000};
   static constexpr std::chrono::milliseconds kLongestWait{64000};
 
-  // The connection went back to TCP: an attempt is due kFirstWait from `now`, by the remembered rule.
-  // Its epoll registrations are kept for the attempt from now on (armed()).
   // The rule the connection's upgrade went by, kept from its switch for its returns.
   void remember(const config::Decision& decision) noexcept { decision_ = decision; }
   bool remembered() const noexcept { return decision_.options != nullptr; }
+  // The connection went back to TCP: an attempt is due kFirstWait from `now`, by the remembered rule.
+  // Its epoll registrations are kept for the attempt from now on (armed()).
   void arm(Clock::time_point now) noexcept {
     wait_ms_.store(static_cast<uint32_t>(kFirstWait.count()), std::memory_order_relaxed);
     armed_.store(true, std::memory_order_release);

@@ -4,6 +4,7 @@
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -16,6 +17,7 @@
 #include "registry/lent_streams.h"
 #include "upgrade/background.h"
 #include "util/log.h"
+#include "tuple_address.h"
 #include "util/saved_errno.h"
 
 namespace tcp2rdma::preload {
@@ -23,52 +25,41 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The port of a socket address (host order), and whether the address is a wildcard.
-uint16_t port_of(const sockaddr_storage& a, bool* wildcard) {
-  if (a.ss_family == AF_INET) {
-    const auto* in = reinterpret_cast<const sockaddr_in*>(&a);
-    *wildcard = in->sin_addr.s_addr == htonl(INADDR_ANY);
-    return ntohs(in->sin_port);
-  }
-  const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&a);
-  *wildcard = IN6_IS_ADDR_UNSPECIFIED(&in6->sin6_addr);
-  return ntohs(in6->sin6_port);
-}
-
-bool same_address(const sockaddr_storage& a, const sockaddr_storage& b) {
-  if (a.ss_family != b.ss_family) return false;
-  if (a.ss_family == AF_INET) {
-    return reinterpret_cast<const sockaddr_in*>(&a)->sin_addr.s_addr ==
-           reinterpret_cast<const sockaddr_in*>(&b)->sin_addr.s_addr;
-  }
-  return std::memcmp(&reinterpret_cast<const sockaddr_in6*>(&a)->sin6_addr,
-                     &reinterpret_cast<const sockaddr_in6*>(&b)->sin6_addr, sizeof(in6_addr)) == 0;
+// A socket's own address in a tuple's terms (transport/tuple_address.h: IPv4-mapped as IPv4) and its
+// port (host order); false when it has none.
+struct LocalAddress {
+  uint8_t family = 0;
+  uint8_t addr[16] = {};
+  uint16_t port = 0;
+  bool wildcard() const { return std::all_of(addr, addr + 16, [](uint8_t b) { return b == 0; }); }
+};
+bool local_address(int fd, LocalAddress* out) {
+  sockaddr_storage a{};
+  socklen_t len = sizeof a;
+  if (real().getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) return false;
+  out->family = transport::tuple_address(reinterpret_cast<const sockaddr*>(&a), out->addr);
+  out->port = ntohs(a.ss_family == AF_INET ? reinterpret_cast<const sockaddr_in*>(&a)->sin_port
+                                           : reinterpret_cast<const sockaddr_in6*>(&a)->sin6_port);
+  return out->family != 0;
 }
 
 // The listener of this process that accepts connections like the server connection fd (its port, its
-// address or a wildcard), held; empty when the process has none with an RDMA listener beside it (it
-// closed it, or never had one: PostgreSQL's backends close the postmaster's). No request could come.
+// address or a wildcard: an IPv6 one takes IPv4 connections too), held; empty when the process has
+// none with an RDMA listener beside it (it closed it, or never had one: PostgreSQL's backends close the
+// postmaster's). No request could come.
 SocketHold listener_for(int fd) {
-  sockaddr_storage local{};
-  socklen_t len = sizeof local;
-  if (real().getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) != 0) return {};
-  bool unused = false;
-  uint16_t port = port_of(local, &unused);
-  int end = fd_table().high_water();
-  for (int candidate = 0; candidate < end; ++candidate) {
-    SocketHold socket = SocketHold::of(candidate);
-    if (!socket || socket->role() != SocketRole::kListener) continue;
-    sockaddr_storage bound{};
-    len = sizeof bound;
-    if (real().getsockname(candidate, reinterpret_cast<sockaddr*>(&bound), &len) != 0) continue;
-    bool wildcard = false;
-    if (port_of(bound, &wildcard) != port) continue;
-    // An IPv6 wildcard listener takes IPv4 connections too (as IPv4-mapped addresses).
-    if (!wildcard && !same_address(bound, local)) continue;
-    if (surely_without_rdma(socket.get())) continue;
-    return socket;
-  }
-  return {};
+  LocalAddress local;
+  if (!local_address(fd, &local)) return {};
+  SocketHold found;
+  for_each_tracked_fd([&](int candidate, SocketHold& socket) {
+    if (found || socket->role() != SocketRole::kListener) return;
+    LocalAddress bound;
+    if (!local_address(candidate, &bound) || bound.port != local.port) return;
+    bool same = bound.family == local.family && std::memcmp(bound.addr, local.addr, sizeof bound.addr) == 0;
+    if (!bound.wildcard() && !same) return;
+    if (!surely_without_rdma(socket.get())) found = SocketHold(socket.get());
+  });
+  return found;
 }
 
 // Whether the kernel's TCP connection is still open both ways: one whose either side ended (a
@@ -113,13 +104,13 @@ void try_return(TrackedSocket* socket, int fd) noexcept {
     socket->returns.failed(now);
     return;
   }
-  if (!tcp_established(fd)) {
-    never(socket, fd);  // its end is TCP's: nothing to say
-    return;
-  }
   // The peer's bytes from the old stream are read first: the new one's prefix holds only the TCP tail.
   if (socket->prefix.present()) {
     socket->returns.failed(now, /*double_wait=*/false);
+    return;
+  }
+  if (!tcp_established(fd)) {
+    never(socket, fd);  // its end is TCP's: nothing to say
     return;
   }
   SocketHold listener;
