@@ -322,6 +322,14 @@ std::chrono::steady_clock::time_point StreamListener::last_heard(const TcpTuple&
   return it == heard_.end() ? std::chrono::steady_clock::time_point{} : it->second;
 }
 
+bool StreamListener::holds_other_from(const TcpTuple& tuple) const {
+  ClientAddress client(tuple);
+  for (const Held& h : held_) {
+    if (ClientAddress(h.request.tuple) == client && std::memcmp(&h.request.tuple, &tuple, sizeof tuple) != 0) return true;
+  }
+  return false;
+}
+
 void StreamListener::decline(const TcpTuple& tuple, DeclineReason why) {
   OwnCalls own;  // own_calls.h
   if (size_t i = find_held(tuple); i < held_.size()) {

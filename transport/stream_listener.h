@@ -79,6 +79,9 @@ class StreamListener {
   // upgrades wait in its own queue; docs/links.md, "The upgrade engine"). Only requests that passed
   // their proof count: a peer can keep alive the waits of its own address only.
   std::chrono::steady_clock::time_point last_heard(const TcpTuple& tuple) const;
+  // Whether a request from the client address of `tuple` for another connection is held: that client
+  // waits for a connection the server has not accepted yet, and may ask for `tuple`'s only after.
+  bool holds_other_from(const TcpTuple& tuple) const;
   // Answers each held request for which `port_for(tuple)` names a port (non-zero) with a rejection
   // that sends its client there (a Redirect): the directory of a pre-fork server, whose other
   // processes listen on ports of their own. Returns what it sent where.

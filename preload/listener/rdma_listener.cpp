@@ -231,6 +231,16 @@ transport::Status collect_arrivals(TrackedSocket* socket, int* fd, std::vector<t
   return transport::Status::kOk;
 }
 
+bool client_asks_elsewhere(TrackedSocket* socket, const transport::TcpTuple& tuple) {
+  ListenerState* listener = listener_state(socket);
+  if (listener == nullptr) return false;
+  std::lock_guard lock(listener->mutex);
+  transport::StreamListener* rdma = locked_rdma(listener);
+  if (rdma == nullptr) return false;
+  rdma->collect(request_hold(*rdma));
+  return rdma->holds_other_from(tuple);
+}
+
 std::chrono::milliseconds request_hold(const transport::StreamListener& listener) {
   return std::max(std::chrono::milliseconds(5000), std::chrono::milliseconds(listener.options().timeout_ms));
 }

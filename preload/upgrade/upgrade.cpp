@@ -2,10 +2,12 @@
 
 #include <sys/socket.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 
 #include "libc/real_calls.h"
+#include "listener/rdma_listener.h"
 #include "registry/connection_policy.h"
 #include "registry/fd_table.h"
 #include "registry/upgrade_session.h"
@@ -30,6 +32,37 @@ bool upgrade_now(int fd, config::Role role, TrackedSocket* listener, const confi
   session->set_label(label);
   Connection c = describe(fd, role, socket.get(), listener, decision);
   return conclude(c, session, run_upgrade(c, session), false);
+}
+
+// How often a server's accept() that waits for its connection's upgrade looks whether the client asked
+// for another connection first.
+constexpr auto kLookAgain = std::chrono::milliseconds(20);
+
+// upgrade: before-return, a server's connection. The engine answers its client's request, as in the
+// background (upgrade_beside), while accept() waits for the upgrade to end; the wait can then stop
+// early without losing the upgrade. It stops when the client has asked for another connection of this
+// listener first: a client that upgrades its connections one at a time (a single-threaded event loop)
+// waits for the answer to one this server has not accepted yet, and asks for this one only after; a
+// single-threaded server that waited here for this one's request would wait out the upgrade timeout
+// while its client waits for it. accept() returns then with the upgrade going on beside the
+// application, and the next accept() finds the other connection's request waiting.
+bool accept_when_upgraded(int fd, TrackedSocket* listener, const config::Decision& decision) {
+  SocketHold socket = SocketHold::of(fd);
+  if (!socket || !upgrade_beside(fd, config::Role::kServer, listener, decision)) return true;
+  UpgradeSession* session = socket->session();
+  if (session == nullptr) return true;
+  session->note_used();  // this process waits for it: the request is answered as soon as it comes
+  Connection c = describe(fd, config::Role::kServer, socket.get(), listener, decision);
+  auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(decision.options->upgrade_timeout_us);
+  while (!session->wait_over_for(kLookAgain)) {
+    if (c.have_tuple && client_asks_elsewhere(listener, c.tuple)) {
+      log_line("%s: its client asked for another connection first; the upgrade goes on beside the application",
+               session->label());
+      return true;
+    }
+    if (std::chrono::steady_clock::now() >= until) return true;  // the engine's own timeout ends it
+  }
+  return true;
 }
 
 // A client connection to a server that refused RDMA lately (refusals.h) stays TCP at once, as one
@@ -69,6 +102,11 @@ bool upgrade_connection(int fd, config::Role role, TrackedSocket* listener, cons
   if (decision.options->upgrade == config::UpgradeMode::kBackground) {
     upgrade_beside(fd, role, listener, decision);
     return true;
+  }
+  // A server's required upgrade stays in the call: its failure must fail the accept().
+  if (role == config::Role::kServer && listener != nullptr &&
+      decision.options->upgrade == config::UpgradeMode::kBeforeReturn) {
+    return accept_when_upgraded(fd, listener, decision);
   }
   return upgrade_now(fd, role, listener, decision);
 }

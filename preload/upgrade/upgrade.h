@@ -17,7 +17,9 @@ namespace tcp2rdma::preload {
 // address connect() was given, while the kernel has no peer yet); upgrade: background (the upgrade
 // runs beside the application in a thread of its own, and this returns at once; the connection
 // carries the application's bytes on TCP meanwhile and each direction moves onto the stream at an
-// exact byte offset); before-return or required (the upgrade runs here, in the application's call).
+// exact byte offset); before-return or required (the upgrade runs here, in the application's call; a
+// server's before-return upgrade is answered by the engine while the call waits for it, and the call
+// returns early, the upgrade going on beside it, when the client asked for another connection first).
 // Every upgrade logs the path it took. False when the connection must not be used: it failed
 // half-way, or RDMA was required and could not be had.
 bool upgrade_connection(int fd, config::Role role, TrackedSocket* listener, const config::Decision& decision,
