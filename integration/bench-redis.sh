@@ -16,7 +16,7 @@ shift || true
 clients=${*:-50 1000}
 lib=${TCP2RDMA_LIB:-$root/build/preload/libtcp2rdma.so}
 [ -f "$lib" ] || { echo "no $lib: build first (integration/test-all or cmake --build build)" >&2; exit 1; }
-rules=${BENCH_RULES:-$root/integration/rules/redis-bench.yaml}
+rules=$(realpath "${BENCH_RULES:-$root/integration/rules/redis-bench.yaml}")  # the guests run elsewhere
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 server="ulimit -Hn 1048576; ulimit -Sn 65536; ln -sf /usr/bin/redis-check-rdb /tmp/redis-server; env T2R_SHIM=$lib TCP2RDMA_RULES=$rules sh $root/integration/guest/app-servers.sh redis '/tmp/redis-server --port 6390 --bind 10.77.0.1 --protected-mode no --save \"\" --appendonly no --dir /tmp --maxclients 20000' 'Ready to accept connections'"

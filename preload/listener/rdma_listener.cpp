@@ -231,14 +231,17 @@ transport::Status collect_arrivals(TrackedSocket* socket, int* fd, std::vector<t
   return transport::Status::kOk;
 }
 
-bool client_asks_elsewhere(TrackedSocket* socket, const transport::TcpTuple& tuple) {
+ClientHeard client_heard(TrackedSocket* socket, const transport::TcpTuple& tuple) {
+  ClientHeard heard;
   ListenerState* listener = listener_state(socket);
-  if (listener == nullptr) return false;
+  if (listener == nullptr) return heard;
   std::lock_guard lock(listener->mutex);
   transport::StreamListener* rdma = locked_rdma(listener);
-  if (rdma == nullptr) return false;
+  if (rdma == nullptr) return heard;
   rdma->collect(request_hold(*rdma));
-  return rdma->holds_other_from(tuple);
+  heard.asks_elsewhere = rdma->holds_other_from(tuple);
+  heard.last = rdma->last_heard(tuple);
+  return heard;
 }
 
 std::chrono::milliseconds request_hold(const transport::StreamListener& listener) {

@@ -34,18 +34,23 @@ bool upgrade_now(int fd, config::Role role, TrackedSocket* listener, const confi
   return conclude(c, session, run_upgrade(c, session), false);
 }
 
-// How often a server's accept() that waits for its connection's upgrade looks whether the client asked
-// for another connection first.
+// How often a server's accept() that waits for its connection's upgrade looks at what its client asked.
 constexpr auto kLookAgain = std::chrono::milliseconds(20);
 
 // upgrade: before-return, a server's connection. The engine answers its client's request, as in the
 // background (upgrade_beside), while accept() waits for the upgrade to end; the wait can then stop
-// early without losing the upgrade. It stops when the client has asked for another connection of this
-// listener first: a client that upgrades its connections one at a time (a single-threaded event loop)
-// waits for the answer to one this server has not accepted yet, and asks for this one only after; a
-// single-threaded server that waited here for this one's request would wait out the upgrade timeout
-// while its client waits for it. accept() returns then with the upgrade going on beside the
-// application, and the next accept() finds the other connection's request waiting.
+// early without losing the upgrade, and stops early in two cases, accept() returning with the upgrade
+// going on beside the application:
+// - the client has asked for another connection of this listener first: a client that upgrades its
+//   connections one at a time (a single-threaded event loop) waits for the answer to one this server
+//   has not accepted yet and asks for this one only after, so a single-threaded server that waited
+//   here would wait out the upgrade timeout while its client waits for it; the next accept() finds
+//   the other's request waiting;
+// - the client's address has not asked for any connection within the upgrade timeout, and the rule's
+//   linked_wait has passed: a plain client (or one whose rules keep the connection on TCP) never
+//   asks, and a server must not wait the upgrade timeout for each; a tcp2rdma client on a live link
+//   asks within a round trip, and the first connection of a new link, whose setup takes longer,
+//   switches beside the application.
 bool accept_when_upgraded(int fd, TrackedSocket* listener, const config::Decision& decision) {
   SocketHold socket = SocketHold::of(fd);
   if (!socket || !upgrade_beside(fd, config::Role::kServer, listener, decision)) return true;
@@ -53,14 +58,21 @@ bool accept_when_upgraded(int fd, TrackedSocket* listener, const config::Decisio
   if (session == nullptr) return true;
   session->note_used();  // this process waits for it: the request is answered as soon as it comes
   Connection c = describe(fd, config::Role::kServer, socket.get(), listener, decision);
-  auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(decision.options->upgrade_timeout_us);
+  if (!c.have_tuple) return true;
+  auto start = std::chrono::steady_clock::now();
+  auto timeout = std::chrono::microseconds(decision.options->upgrade_timeout_us);
+  auto until = start + timeout;
+  auto unheard_until = start + std::chrono::microseconds(decision.options->linked_wait_us);
   while (!session->wait_over_for(kLookAgain)) {
-    if (c.have_tuple && client_asks_elsewhere(listener, c.tuple)) {
+    ClientHeard heard = client_heard(listener, c.tuple);
+    if (heard.asks_elsewhere) {
       log_line("%s: its client asked for another connection first; the upgrade goes on beside the application",
                session->label());
       return true;
     }
-    if (std::chrono::steady_clock::now() >= until) return true;  // the engine's own timeout ends it
+    auto now = std::chrono::steady_clock::now();
+    if (now >= unheard_until && now - heard.last > timeout) return true;  // no log: a plain client's case
+    if (now >= until) return true;  // the engine's own timeout ends it
   }
   return true;
 }
