@@ -46,6 +46,11 @@ bool LinkWatch::watches_link_of(const RdmaStream& stream) const {
   return link != nullptr && link == stream.link_;
 }
 
+bool LinkWatch::takes_events_of(const RdmaStream& stream) const {
+  std::shared_ptr<StreamLink> link = link_.lock();
+  return link != nullptr && link == stream.link_ && (cm_watched_ || !link->cm_watched());
+}
+
 void LinkWatch::unbind() {
   if (set_fd_ >= 0) {
     OwnCalls own;  // own_calls.h

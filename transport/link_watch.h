@@ -35,6 +35,10 @@ class LinkWatch {
   // Whether it watches the link `stream` is on (a link is never mistaken for a later one at the same
   // address: the watch holds a weak reference).
   bool watches_link_of(const RdmaStream& stream) const;
+  // Whether its set is readable whenever the link `stream` is on has an event to take (completions,
+  // and connection events once they are the link's own): a look at the stream may then leave them to
+  // take() (RdmaStream::readiness).
+  bool takes_events_of(const RdmaStream& stream) const;
   // Stops watching: the set goes, the news list stays.
   void unbind();
   // Readable (POLLIN) when the link has events or a channel has news: call take() then.

@@ -255,7 +255,11 @@ class RdmaStream {
   // takes an arm with its ring full for a writer waiting for room, and grows the ring (a 64 KiB echo
   // exactly fills a 64 KiB ring, and its reader's poll for the answer armed: every connection of
   // bench-links grew a 1 MiB ring on both sides).
-  Readiness readiness(bool want_writable = true);
+  // `take_link_events`: take the link's events first (its connection events, kicks and completion
+  // event: three system calls that find nothing most of the time). A caller that watches the link
+  // through a LinkWatch passes false: its watch's set is readable while any of them waits, and its
+  // take() takes them.
+  Readiness readiness(bool want_writable = true, bool take_link_events = true);
   // A caller that looked without wanting to write and now does (a second poll entry for the same
   // descriptor): asks the peer to say when room comes back, if there is none now.
   void want_writable();

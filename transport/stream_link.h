@@ -99,7 +99,7 @@ class StreamLink {
   // server's after the accept): its events wake the link's sleeper, and its channels' pollers (each
   // channel adds cm_fd() to its own readiness set).
   Status watch_cm_channel();
-  bool cm_watched() const { return cm_watched_; }
+  bool cm_watched() const { return cm_watched_.load(std::memory_order_acquire); }
   int cm_fd() const { return cm_channel_->fd; }
   int completion_fd() const { return comp_channel_->fd; }
 
@@ -326,7 +326,10 @@ class StreamLink {
   std::unique_ptr<RegistrationCache> registrations_;
   int epoll_fd_ = -1;  // comp channel, cm channel, kick_fd_: what the channels' threads sleep on
   int kick_fd_ = -1;   // eventfd: wakes the sleeping thread when another one changed the state
-  bool cm_watched_ = false;
+  // Set after each write of kick_fd_, cleared by the read that takes it: a look with no kick reads
+  // nothing (a look whose kick is written but not flagged yet leaves it readable for the next).
+  std::atomic<bool> kicked_{false};
+  std::atomic<bool> cm_watched_{false};  // read without the lock by a poller's watch (link_watch.h)
   bool disconnected_ = false;
   bool established_ = false;
   bool setup_failed_ = false;

@@ -752,11 +752,11 @@ void RdmaStream::link_descriptors(int* completions, int* cm_events) const {
   *cm_events = link_->cm_watched() ? link_->cm_fd() : -1;
 }
 
-Readiness RdmaStream::readiness(bool want_writable) {
+Readiness RdmaStream::readiness(bool want_writable, bool take_link_events) {
   OwnCalls own;  // own_calls.h
   std::unique_lock lock(mu_);
   polled_ = true;
-  drain_channels();
+  if (take_link_events) drain_channels();
   Readiness r;
   for (;;) {
     progress();

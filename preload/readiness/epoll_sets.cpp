@@ -120,8 +120,9 @@ uint32_t ready_events(const Entry& e, bool* moved) {
   if (stream == nullptr) return 0;
   // EPOLLIN, EPOLLOUT, EPOLLRDHUP, EPOLLERR and EPOLLHUP have poll's values.
   auto wanted = static_cast<short>(e.events & (EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLPRI));
-  bool gone = false;
-  auto events = static_cast<uint16_t>(stream_poll_events(stream, wanted, &gone));
+  // The record's watch takes the link's events when its set fires (expand_record): the look leaves them.
+  bool gone = false, watched = e.record->watch.takes_events_of(*stream);
+  auto events = static_cast<uint16_t>(stream_poll_events(stream, wanted, &gone, watched));
   if (moved != nullptr) *moved = gone;
   return gone ? 0 : events;
 }

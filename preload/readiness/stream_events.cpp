@@ -20,8 +20,8 @@ short poll_events_of(const transport::Readiness& r, short requested) noexcept {
   return events;
 }
 
-short stream_poll_events(transport::RdmaStream* stream, short requested, bool* moved) noexcept {
-  transport::Readiness r = stream->readiness((requested & (POLLOUT | POLLWRNORM)) != 0);
+short stream_poll_events(transport::RdmaStream* stream, short requested, bool* moved, bool watched) noexcept {
+  transport::Readiness r = stream->readiness((requested & (POLLOUT | POLLWRNORM)) != 0, !watched);
   if (moved != nullptr) *moved = r.moved;
   return poll_events_of(r, requested);
 }

@@ -16,7 +16,10 @@ short poll_events_of(const transport::Readiness& r, short requested) noexcept;
 
 // poll(2) events of the stream now, among `requested` (POLLIN, POLLOUT; POLLHUP and POLLERR always).
 // *moved (if given) is set when the stream has moved back to TCP: the socket is to be looked at instead.
-short stream_poll_events(transport::RdmaStream* stream, short requested, bool* moved = nullptr) noexcept;
+// `watched`: an epoll record's watch (transport/link_watch.h) takes the link's events, so the look
+// leaves them.
+short stream_poll_events(transport::RdmaStream* stream, short requested, bool* moved = nullptr,
+                         bool watched = false) noexcept;
 // The same for a socket back on TCP with a prefix: readable now, and the kernel's other events.
 short prefixed_poll_events(int fd, short requested) noexcept;
 
