@@ -1,7 +1,8 @@
 #!/bin/sh
 # bench-redis-client.sh SHIM RULES N: the client guest's half of integration/bench-redis.sh. For each C
-# of CLIENTS, redis-benchmark -c C -n N -t set,get against the server guest's redis on port 6390,
-# without the module (tcp) and under it (rdma). Each prints a "result" line: the requests per second
+# of CLIENTS, redis-benchmark -c C -n N -t set,get without the module against the server guest's
+# plain redis on port 6391 (tcp: kernel TCP at both ends), then under it against its redis under the
+# module on port 6390 (rdma). Each prints a "result" line: the requests per second
 # redis-benchmark reports for SET and GET, the connections its log shows on RDMA and on TCP, and the
 # RDMA packets rxe sent meanwhile.
 set -u
@@ -9,14 +10,14 @@ shim=$1 rules=$2 n=$3
 here=$(cd "$(dirname "$0")" && pwd)
 sh "$here/wait-servers.sh" || exit 1
 ulimit -Hn 1048576 2>/dev/null; ulimit -Sn 65536
-run() { # MODE CLIENTS [env...]
-  mode=$1 c=$2
-  shift 2
+run() { # MODE CLIENTS PORT [env...]
+  mode=$1 c=$2 port=$3
+  shift 3
   log=/tmp/bench-redis-$mode-$c.log
   : > "$log"
   before=$("$here/rdma-counters" | awk '$1 == "sent_pkts" {print $2}')
   start=$(date +%s.%N)
-  out=$(env "$@" TCP2RDMA_LOG="$log" redis-benchmark -h "$T2R_PEER" -p 6390 -c "$c" -n "$n" -t set,get -q 2>&1)
+  out=$(env "$@" TCP2RDMA_LOG="$log" redis-benchmark -h "$T2R_PEER" -p "$port" -c "$c" -n "$n" -t set,get -q 2>&1)
   status=$?
   end=$(date +%s.%N)
   after=$("$here/rdma-counters" | awk '$1 == "sent_pkts" {print $2}')
@@ -26,6 +27,6 @@ run() { # MODE CLIENTS [env...]
   grep -o 'stays tcp (.*' "$log" | sed 's/ ([0-9]* ms)//' | sort | uniq -c | sort -rn | head -4 | sed 's/^/  why: /'
 }
 for c in ${CLIENTS:-50 1000}; do
-  run tcp "$c"
-  run rdma "$c" LD_PRELOAD="$shim" TCP2RDMA_RULES="$rules"
+  run tcp "$c" 6391
+  run rdma "$c" 6390 LD_PRELOAD="$shim" TCP2RDMA_RULES="$rules"
 done

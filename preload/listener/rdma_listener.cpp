@@ -231,17 +231,14 @@ transport::Status collect_arrivals(TrackedSocket* socket, int* fd, std::vector<t
   return transport::Status::kOk;
 }
 
-ClientHeard client_heard(TrackedSocket* socket, const transport::TcpTuple& tuple) {
-  ClientHeard heard;
+bool client_asks_elsewhere(TrackedSocket* socket, const transport::TcpTuple& tuple) {
   ListenerState* listener = listener_state(socket);
-  if (listener == nullptr) return heard;
+  if (listener == nullptr) return false;
   std::lock_guard lock(listener->mutex);
   transport::StreamListener* rdma = locked_rdma(listener);
-  if (rdma == nullptr) return heard;
+  if (rdma == nullptr) return false;
   rdma->collect(request_hold(*rdma));
-  heard.asks_elsewhere = rdma->holds_other_from(tuple);
-  heard.last = rdma->last_heard(tuple);
-  return heard;
+  return rdma->holds_other_from(tuple);
 }
 
 std::chrono::milliseconds request_hold(const transport::StreamListener& listener) {

@@ -106,15 +106,10 @@ transport::Status accept_request(TrackedSocket* listener, const transport::TcpTu
                                  const config::ConnectionOptions& options, const UpgradeSession* session,
                                  std::unique_ptr<transport::RdmaStream>* out);
 
-// What `listener` heard from the client of the accepted connection `tuple` (what arrived is taken
-// first): whether it asked for another connection not accepted yet (a client that upgrades its
-// connections one at a time waits for that one's answer before it asks for `tuple`'s), and when it
-// last asked for any (StreamListener::last_heard; the epoch if not lately, or no RDMA listener).
-struct ClientHeard {
-  bool asks_elsewhere = false;
-  std::chrono::steady_clock::time_point last{};
-};
-ClientHeard client_heard(TrackedSocket* listener, const transport::TcpTuple& tuple);
+// Whether the client of the accepted connection `tuple` has asked `listener` for another connection
+// not accepted yet (what arrived is taken first): a client that upgrades its connections one at a
+// time waits for that one's answer before it asks for `tuple`'s.
+bool client_asks_elsewhere(TrackedSocket* listener, const transport::TcpTuple& tuple);
 
 // A server connection that stays TCP: its client's RDMA request, held or still to come, is rejected at
 // once instead of making the client wait out the hold (an event-loop client that upgrades its

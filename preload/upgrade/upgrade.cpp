@@ -38,19 +38,13 @@ bool upgrade_now(int fd, config::Role role, TrackedSocket* listener, const confi
 constexpr auto kLookAgain = std::chrono::milliseconds(20);
 
 // upgrade: before-return, a server's connection. The engine answers its client's request, as in the
-// background (upgrade_beside), while accept() waits for the upgrade to end; the wait can then stop
-// early without losing the upgrade, and stops early in two cases, accept() returning with the upgrade
-// going on beside the application:
-// - the client has asked for another connection of this listener first: a client that upgrades its
-//   connections one at a time (a single-threaded event loop) waits for the answer to one this server
-//   has not accepted yet and asks for this one only after, so a single-threaded server that waited
-//   here would wait out the upgrade timeout while its client waits for it; the next accept() finds
-//   the other's request waiting;
-// - the client's address has not asked for any connection within the upgrade timeout, and the rule's
-//   linked_wait has passed: a plain client (or one whose rules keep the connection on TCP) never
-//   asks, and a server must not wait the upgrade timeout for each; a tcp2rdma client on a live link
-//   asks within a round trip, and the first connection of a new link, whose setup takes longer,
-//   switches beside the application.
+// background (upgrade_beside), while accept() waits for the upgrade to end (up to the upgrade timeout:
+// a plain client never asks); the wait can then stop early without losing the upgrade. It does when
+// the client has asked for another connection of this listener first: a client that upgrades its
+// connections one at a time (a single-threaded event loop) waits for the answer to one this server
+// has not accepted yet and asks for this one only after, so a single-threaded server that waited here
+// would wait out the timeout while its client waits for it. accept() returns then, the upgrade going
+// on beside the application, and the next accept() finds the other's request waiting.
 bool accept_when_upgraded(int fd, TrackedSocket* listener, const config::Decision& decision) {
   SocketHold socket = SocketHold::of(fd);
   if (!socket || !upgrade_beside(fd, config::Role::kServer, listener, decision)) return true;
@@ -59,20 +53,14 @@ bool accept_when_upgraded(int fd, TrackedSocket* listener, const config::Decisio
   session->note_used();  // this process waits for it: the request is answered as soon as it comes
   Connection c = describe(fd, config::Role::kServer, socket.get(), listener, decision);
   if (!c.have_tuple) return true;
-  auto start = std::chrono::steady_clock::now();
-  auto timeout = std::chrono::microseconds(decision.options->upgrade_timeout_us);
-  auto until = start + timeout;
-  auto unheard_until = start + std::chrono::microseconds(decision.options->linked_wait_us);
+  auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(decision.options->upgrade_timeout_us);
   while (!session->wait_over_for(kLookAgain)) {
-    ClientHeard heard = client_heard(listener, c.tuple);
-    if (heard.asks_elsewhere) {
+    if (client_asks_elsewhere(listener, c.tuple)) {
       log_line("%s: its client asked for another connection first; the upgrade goes on beside the application",
                session->label());
       return true;
     }
-    auto now = std::chrono::steady_clock::now();
-    if (now >= unheard_until && now - heard.last > timeout) return true;  // no log: a plain client's case
-    if (now >= until) return true;  // the engine's own timeout ends it
+    if (std::chrono::steady_clock::now() >= until) return true;  // the engine's own timeout ends it
   }
   return true;
 }
