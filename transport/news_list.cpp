@@ -28,6 +28,7 @@ bool NewsList::make() {
     tags_.clear();
     listed_.clear();
     lost_ = false;
+    taking_ = false;  // a take another thread of the parent had on its way is not this process's
   }
   generation_ = now;
   OwnDescriptors window;
