@@ -26,7 +26,7 @@ sh "$here/fault_agent.sh" "$kind" &
 counter() { "$guest/rdma-counters" | awk -v n="$1" '$1 == n { print $2 }'; }
 sent0=$(counter sent_pkts) retry0=$(counter retry_exceeded_err)
 expect=""; [ "${kind%%-*}" = kill ] && expect=--expect-reset
-env LD_PRELOAD="$shim" TCP2RDMA_RULES="$rules" TCP2RDMA_LOG="$log" \
+env LD_PRELOAD="$shim" TCP2RDMA_RULES="$rules" TCP2RDMA_LOG="$log" TCP2RDMA_LOG_TIME=1 \
   python3 "$here/failover_echo.py" client "$T2R_PEER" "$seconds" 4 "$T2R_WORK/uncut-a,$T2R_WORK/uncut-b" "$@" $expect
 status=$?
 wait

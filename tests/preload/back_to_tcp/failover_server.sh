@@ -14,7 +14,7 @@ log=$T2R_WORK/shim-$T2R_HOST.log
 # module's: leak checking stays with the instrumented test programs.
 [ -z "${ASAN_OPTIONS:-}" ] || export ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0"
 sh "$here/fault_agent.sh" "$kind" &
-env LD_PRELOAD="$shim" TCP2RDMA_RULES="$rules" TCP2RDMA_LOG="$log" \
+env LD_PRELOAD="$shim" TCP2RDMA_RULES="$rules" TCP2RDMA_LOG="$log" TCP2RDMA_LOG_TIME=1 \
   python3 "$here/failover_echo.py" server 5040 5041 > "$T2R_WORK/server.out" 2> "$T2R_WORK/server.err" &
 server=$!
 until [ -f "$T2R_WORK/exit-b" ]; do sleep 0.5; done

@@ -15,7 +15,7 @@
 set -u
 kind=$1 seconds=${2:-}
 until [ -f "$T2R_WORK/cut" ]; do sleep 0.05; done
-echo "fault-agent: $kind on $T2R_HOST"
+echo "fault-agent: $kind on $T2R_HOST at $(date -u +%T.%3N)"
 dev=$T2R_NETDEV
 tc qdisc add dev "$dev" root netem loss 100%
 kill_server() { pkill -9 -f 'failover_echo.py server' && echo "fault-agent: killed the server"; }
@@ -54,4 +54,5 @@ case "$kind" in
     ;;
 esac
 tc qdisc del dev "$dev" root 2>/dev/null
+echo "fault-agent: the wire is whole again on $T2R_HOST at $(date -u +%T.%3N)"
 touch "$T2R_WORK/uncut-$T2R_HOST"
