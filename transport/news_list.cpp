@@ -28,34 +28,24 @@ bool NewsList::make() {
     tags_.clear();
     listed_.clear();
     lost_ = false;
-    taking_ = false;  // a take another thread of the parent had on its way is not this process's
   }
   generation_ = now;
   OwnDescriptors window;
-  signalled_ = !tags_.empty() || lost_;
-  fd_ = window.place(::eventfd(signalled_ ? 1 : 0, EFD_NONBLOCK | EFD_CLOEXEC));
+  fd_ = window.place(::eventfd(tags_.empty() && !lost_ ? 0 : 1, EFD_NONBLOCK | EFD_CLOEXEC));
   return fd_ >= 0;
 }
 
 void NewsList::push(void* tag) {
   std::lock_guard lock(mu_);
+  bool was_quiet = tags_.empty() && !lost_;
   try {
     if (!listed_.insert(tag).second) return;
     tags_.push_back(tag);
   } catch (const std::bad_alloc&) {
     lost_ = true;  // the taker looks at everything instead
   }
-  // One write until the next take, and none while a take is on its way (it collects this push).
   // eventfd_write is libc's own call, never the module's wrapper (own_calls.h).
-  if (!signalled_ && !taking_ && fd_ >= 0) {
-    (void)eventfd_write(fd_, 1);
-    signalled_ = true;
-  }
-}
-
-void NewsList::begin_take() {
-  std::lock_guard lock(mu_);
-  taking_ = true;
+  if (was_quiet && fd_ >= 0) (void)eventfd_write(fd_, 1);
 }
 
 bool NewsList::take(std::vector<void*>* tags) {
@@ -65,10 +55,8 @@ bool NewsList::take(std::vector<void*>* tags) {
   listed_.clear();
   bool whole = !lost_;
   lost_ = false;
-  taking_ = false;
   eventfd_t count = 0;
-  if (signalled_ && fd_ >= 0) (void)eventfd_read(fd_, &count);
-  signalled_ = false;
+  if (fd_ >= 0) (void)eventfd_read(fd_, &count);
   return whole;
 }
 

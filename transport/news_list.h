@@ -32,18 +32,12 @@ class NewsList {
   // taker's look is pushed again. Returns false when a push found no memory: the taker must look at
   // every channel it holds.
   bool take(std::vector<void*>* tags);
-  // The poller is about to take (a record's take, which first runs the link's progress, whose news
-  // lands here): pushes until take() write no eventfd, since take() collects them anyway. A poller
-  // that does not take at once must not call it: its sleep would miss them.
-  void begin_take();
 
  private:
   std::mutex mu_;  // a leaf lock
   std::vector<void*> tags_;
   std::unordered_set<void*> listed_;  // what tags_ holds
   bool lost_ = false;  // a push found no memory since the last take
-  bool signalled_ = false;  // the eventfd was written since the last take (only then is it read)
-  bool taking_ = false;     // begin_take() ran, take() not yet
   int fd_ = -1;
   unsigned generation_ = 0;  // the process's fork generation when fd_ was made
 };
