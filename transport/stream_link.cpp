@@ -153,7 +153,7 @@ Status StreamLink::create_wait_sets() {
 Status StreamLink::watch_cm_channel() {
   if (!set_nonblocking(cm_channel_->fd)) return Status::kResources;
   if (!watch_readable(epoll_fd_, cm_channel_->fd)) return Status::kResources;
-  cm_watched_.store(true, std::memory_order_release);
+  cm_watched_ = true;
   cq_armed_ = false;
   return Status::kOk;
 }
@@ -357,13 +357,13 @@ StreamLink::CmNews StreamLink::take_cm_events() {
 bool StreamLink::take_channel_events() {
   // eventfd_read and eventfd_write are libc's own calls, never the module's wrappers (own_calls.h).
   eventfd_t kicks = 0;
-  if (kicked_.exchange(false, std::memory_order_acq_rel)) (void)eventfd_read(kick_fd_, &kicks);
-  // One read: the queue raises one event an arming, and it is armed again only after its event was
-  // taken here (cq_armed_), so a second read would find nothing.
+  (void)eventfd_read(kick_fd_, &kicks);
   ibv_cq* cq = nullptr;
   void* context = nullptr;
-  if (ibv_get_cq_event(comp_channel_, &cq, &context) != 0) return false;
-  ibv_ack_cq_events(cq_, 1);
+  int events = 0;
+  while (ibv_get_cq_event(comp_channel_, &cq, &context) == 0) ++events;
+  if (events == 0) return false;
+  ibv_ack_cq_events(cq_, static_cast<unsigned>(events));
   cq_armed_ = false;
   return true;
 }
@@ -373,10 +373,7 @@ int StreamLink::sleep(int ms) {
   return os().epoll_wait(epoll_fd_, ev, 3, ms);
 }
 
-void StreamLink::kick() {
-  (void)eventfd_write(kick_fd_, 1);
-  kicked_.store(true, std::memory_order_release);
-}
+void StreamLink::kick() { (void)eventfd_write(kick_fd_, 1); }
 
 void StreamLink::stop() {
   stopped_ = true;

@@ -28,15 +28,6 @@ constexpr int kLookMs = 10;
 // whose request a listener took, and the new ones.
 constexpr auto kSweep = std::chrono::milliseconds(100);
 
-struct Watch {
-  explicit Watch(unsigned made_in) : generation(made_in) {}
-  const unsigned generation;  // fork_generation() of the process it serves
-  std::mutex mu;
-  std::condition_variable arrived;
-  std::vector<RequestWaiter> incoming;  // handed over, not yet taken by the thread
-  bool running = false;
-};
-
 // What the engine's thread holds: the waits, found by their tuple, and the listeners they wait at.
 // A round costs the news it takes, not the number of waits: with thousands waiting, a look at each
 // every 10 ms (a lock, a search of the listener's requests, a random nonce drawn: a system call)
@@ -107,6 +98,19 @@ class Waits {
   std::vector<pollfd> fds_;
 };
 
+struct Watch {
+  explicit Watch(unsigned made_in) : generation(made_in) {}
+  const unsigned generation;  // fork_generation() of the process it serves
+  std::mutex mu;
+  std::condition_variable arrived;
+  std::vector<RequestWaiter> incoming;  // handed over, not yet taken by the thread
+  bool running = false;
+  // The thread's own, kept here rather than on its stack: in a forked child, where the thread is not,
+  // LeakSanitizer reaches them through g_watch instead of reporting them lost.
+  Waits waits;
+  std::vector<size_t> due;
+};
+
 // Takes what arrived at every listener once: the indices of the waits whose request came go to
 // *due, with all of them when a listener could not say which (or has no RDMA listener any more).
 void collect(Waits& waits, std::vector<size_t>* due, bool* sweep) {
@@ -172,8 +176,8 @@ void look_at(Waits& waits, size_t i, bool full, std::chrono::steady_clock::time_
 // that came, ends the waits that are over, and sleeps until a listener has news or the next look is
 // due.
 void run(Watch* w) {
-  Waits waits;
-  std::vector<size_t> due;
+  Waits& waits = w->waits;
+  std::vector<size_t>& due = w->due;
   auto next_sweep = std::chrono::steady_clock::now();
   for (;;) {
     due.clear();

@@ -20,11 +20,10 @@ using transport::Deadline;
 // Exactly n bytes from the stream within the deadline: the peer's HELLO and ACK. *got: how many came.
 bool stream_read_exact(transport::RdmaStream& stream, uint8_t* buf, size_t n, Deadline deadline, size_t* got) {
   // The wait sleeps as poll does (transport/stream_sleeper.h): news taken, a look, a sleep. Without a
-  // subscription (no descriptor to be had) the sleep is short: we look again.
-  static thread_local transport::StreamSleeper sleeper;
-  struct LetGo {
-    ~LetGo() { sleeper.clear(); }
-  } let_go;
+  // subscription (no descriptor to be had) the sleep is short: we look again. The sleeper is this
+  // call's (an eventfd made and closed a switch), not the thread's: a pool thread's would outlive the
+  // switch, and in a child forked meanwhile LeakSanitizer reports what no thread there holds.
+  transport::StreamSleeper sleeper;
   bool awake = sleeper.add(stream);
   std::vector<pollfd> sleep_on;
   *got = 0;

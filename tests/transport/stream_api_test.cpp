@@ -641,12 +641,21 @@ TEST(StreamApi, TwoWritersBlockedOnEachOthersRingsLeaveTheLinkQuiet) {
   };
   auto a = std::async(std::launch::async, pump, p.client.get(), 3);
   auto b = std::async(std::launch::async, pump, p.server.get(), 4);
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // both fill the other's ring and sleep
   auto messages = [&] {
     StreamCounters c = p.client->counters(), s = p.server->counters();
     return c.wakeups_received + s.wakeups_received + c.mailbox_updates_sent + s.mailbox_updates_sent;
   };
+  // Both fill the other's ring (which may grow first) and sleep: a half second with at most 2 messages,
+  // waited for up to 15 s (a sanitized build in an emulated guest is slow to get there). Writers that
+  // wake each other for ever never get there, and the window below fails them.
   uint64_t before = messages();
+  for (int i = 0; i < 30; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    uint64_t now = messages();
+    if (now - before <= 2) break;
+    before = now;
+  }
+  before = messages();
   std::this_thread::sleep_for(std::chrono::seconds(1));
   EXPECT_LE(messages() - before, 4u) << "blocked writers kept exchanging wakeups and updates";
   auto drain = [](RdmaStream* s, uint64_t seed) { return read_to_end_checked(*s, seed, kBytes, 65536); };
