@@ -103,7 +103,8 @@ bool upgrade_connection(int fd, config::Role role, TrackedSocket* listener, cons
     upgrade_beside(fd, role, listener, decision);
     return true;
   }
-  // A server's required upgrade stays in the call: its failure must fail the accept().
+  // A before-return server waits while the engine upgrades (accept_when_upgraded); a required one
+  // upgrades in the call (upgrade_now), since its failure must fail the accept().
   if (role == config::Role::kServer && listener != nullptr &&
       decision.options->upgrade == config::UpgradeMode::kBeforeReturn) {
     return accept_when_upgraded(fd, listener, decision);
