@@ -11,6 +11,7 @@
 #include "data/stream_calls.h"
 #include "libc/interposed.h"
 #include "own_calls.h"
+#include "process/deferred_upgrade.h"
 #include "readiness/epoll_sets.h"
 #include "registry/fd_table.h"
 #include "registry/socket_registry.h"
@@ -57,6 +58,9 @@ T2R_INTERPOSE int close(int fd) {
     if (stale != nullptr) stale->release();
     return rc;
   }
+  // A number that names an upgrade a fork deferred is freed under the take-up lock, settle included
+  // (process/deferred_upgrade.h): the fork service's thread may be about to take the upgrade up.
+  std::unique_lock<std::mutex> take_ups = tcp2rdma::preload::hold_take_ups_while_freeing(fd, fd);
   {
     // A connection whose upgrade is still on TCP stays there (its TCP end must follow its bytes);
     // one in the middle of its switch is closed once the switch is over.
@@ -75,6 +79,7 @@ T2R_INTERPOSE int close(int fd) {
   tcp2rdma::preload::TrackedSocket* socket = tcp2rdma::preload::untrack(fd);
   int rc = real().close(fd);
   if (numbers) numbers.unlock();
+  if (take_ups) take_ups.unlock();
   if (socket != nullptr) {
     int saved_errno = errno;
     socket->release();  // with the last descriptor, the stream ends here (as before, after the close)
@@ -94,6 +99,7 @@ T2R_INTERPOSE int close_range(unsigned int first, unsigned int last, int flags) 
   }
   // No descriptor lies beyond INT_MAX (the kernel's limit is far below it).
   auto as_fd = [](unsigned n) { return n > static_cast<unsigned>(INT_MAX) ? INT_MAX : static_cast<int>(n); };
+  std::unique_lock<std::mutex> take_ups = tcp2rdma::preload::hold_take_ups_while_freeing(as_fd(first), as_fd(last));
   tcp2rdma::preload::for_each_tracked_fd(
       [](int fd, tcp2rdma::preload::SocketHold&) { tcp2rdma::preload::settle_session(fd); }, as_fd(first), as_fd(last));
   std::vector<tcp2rdma::preload::TrackedSocket*> sockets;
@@ -103,6 +109,7 @@ T2R_INTERPOSE int close_range(unsigned int first, unsigned int last, int flags) 
     sockets = tcp2rdma::preload::untrack_range(first, last);
     rc = real().close_range(first, last, flags);
   }
+  if (take_ups) take_ups.unlock();
   int saved_errno = errno;
   for (auto* socket : sockets) socket->release();
   errno = saved_errno;
@@ -119,6 +126,8 @@ T2R_INTERPOSE int dup(int fd) {
 // the table says what the number names now.
 template <typename Dup>
 int dup_onto(int fd, int fd2, Dup dup) {
+  std::unique_lock<std::mutex> take_ups;  // as in close()
+  if (fd != fd2) take_ups = tcp2rdma::preload::hold_take_ups_while_freeing(fd2, fd2);
   if (fd != fd2) tcp2rdma::preload::settle_session(fd2);  // dup2 closes fd2 first
   std::unique_lock<std::mutex> numbers;
   if (fd != fd2 && watched_number(fd2)) numbers = tcp2rdma::preload::hold_descriptor_numbers();

@@ -3,6 +3,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -50,15 +52,20 @@ void log_stays(TrackedSocket* socket, const char* why) {
   stats::slot_on_tcp(socket->stats_slot.load(std::memory_order_relaxed), stats::TcpReason::kClosedEarly, why);
 }
 
+// Why the parent takes an upgrade up that no process used (the log line's end).
+constexpr char kUnusedNote[] = " (no process used it within 200 ms of the fork)";
+static_assert(kUnusedTakeUpAfter == std::chrono::milliseconds(200), "kUnusedNote says 200 ms");
+
 // The record's upgrade, taken up in this process: a child first gets an RDMA listener of its own
-// (the parent holds the listener's port and sends the client's request on).
-void resume(TrackedSocket* socket, int fd, const TrackedSocket::DeferredUpgrade& record, bool child) {
+// (the parent holds the listener's port and sends the client's request on). `note` ends the log line.
+void resume(TrackedSocket* socket, int fd, const TrackedSocket::DeferredUpgrade& record, bool child,
+            const char* note = "") {
   if (child) {
     stats_taken_over(socket, fd, config::Role::kServer, record.decision);  // `tcp2rdma stat` of this process
     claim_rdma_listener(fd, record.listener);
   }
   log_line("%s: the upgrade a fork interrupted goes on in this process%s", connection_label(socket),
-           child ? " (its parent let go of the connection)" : "");
+           child ? " (its parent let go of the connection)" : note);
   upgrade_beside(fd, config::Role::kServer, record.listener, record.decision, SessionStart::kResumed);
 }
 
@@ -108,15 +115,22 @@ HandBack give_up_for_child(TrackedSocket* socket) {
 }  // namespace
 
 void defer_sessions_for_fork() noexcept {
-  for_each_tracked_fd([](int, SocketHold& socket) {
+  auto now = std::chrono::steady_clock::now();
+  for_each_tracked_fd([now](int, SocketHold& socket) {
+    if (const TrackedSocket::DeferredUpgrade* earlier = socket->deferred_upgrade()) {
+      // Deferred at an earlier fork and not taken up yet: this fork's child gets its own while to use it.
+      if (earlier->generation == fork_generation()) earlier->lent_at = now;
+      return;
+    }
     UpgradeSession* session = socket->active_session();
-    if (session == nullptr || socket->has_deferred_upgrade()) return;
+    if (session == nullptr) return;
     // Installed before the session ends: a thread that finds the session over finds the record too,
     // and waits for the take-up lock (the fork's, until the real fork is done) instead of reaching the
     // kernel socket uncounted.
     auto* record = new (std::nothrow) TrackedSocket::DeferredUpgrade;
     if (record != nullptr) {
       record->generation = fork_generation();
+      record->lent_at = now;
       socket->defer_upgrade(std::unique_ptr<TrackedSocket::DeferredUpgrade>(record));
     }
     TrackedSocket* listener = nullptr;
@@ -161,13 +175,13 @@ namespace {
 
 // take_up_deferred_upgrade under the lock. The record stays on the socket (other threads wait for
 // the lock) until the new session is in place.
-void take_up_locked(TrackedSocket* socket, int fd, bool may_resume) {
+void take_up_locked(TrackedSocket* socket, int fd, bool may_resume, const char* note = "") {
   const TrackedSocket::DeferredUpgrade* record = socket->deferred_upgrade();
   if (record == nullptr) return;  // another thread took it up first
   bool child = record->generation != fork_generation();
   if (!child && !may_resume) return;  // this process's own: it stays for its first use
   if (!child) {
-    resume(socket, fd, *record, /*child=*/false);
+    resume(socket, fd, *record, /*child=*/false, note);
   } else {
     HandBack answer = claim_deferred_from_parent(socket->serial());
     apply_answer(socket, fd, *record, answer, may_resume);
@@ -180,6 +194,42 @@ void take_up_locked(TrackedSocket* socket, int fd, bool may_resume) {
 void take_up_deferred_upgrade(TrackedSocket* socket, int fd, bool may_resume) noexcept {
   std::lock_guard lock(take_up_lock());
   take_up_locked(socket, fd, may_resume);
+}
+
+std::chrono::steady_clock::time_point take_up_unused_deferred_upgrades() noexcept {
+  using Clock = std::chrono::steady_clock;
+  auto next = Clock::time_point::max();
+  std::vector<std::pair<int, SocketHold>> waiting;
+  try {
+    for_each_tracked_fd([&](int fd, SocketHold& socket) {
+      const TrackedSocket::DeferredUpgrade* record = socket->deferred_upgrade();
+      if (record != nullptr && record->generation == fork_generation()) waiting.emplace_back(fd, std::move(socket));
+    });
+  } catch (const std::bad_alloc&) {
+    return Clock::now() + kUnusedTakeUpAfter;  // another look later
+  }
+  for (auto& [fd, socket] : waiting) {
+    std::lock_guard lock(take_up_lock());
+    // The number is freed under this lock (hold_take_ups_while_freeing): still the socket's, it stays so.
+    const TrackedSocket::DeferredUpgrade* record = socket->deferred_upgrade();
+    if (record == nullptr || fd_table().find(fd) != socket.get()) continue;
+    if (auto due = record->lent_at + kUnusedTakeUpAfter; due > Clock::now()) {
+      next = std::min(next, due);  // lent again at a later fork
+      continue;
+    }
+    take_up_locked(socket.get(), fd, /*may_resume=*/true, kUnusedNote);
+    // This process takes it as its user: its request is answered now, as after a call of the
+    // application's (a family's listener holds a request until the connection is used).
+    if (UpgradeSession* session = socket->active_session()) session->note_used();
+  }
+  return next;
+}
+
+std::unique_lock<std::mutex> hold_take_ups_while_freeing(int first, int last) noexcept {
+  bool deferred = false;
+  for_each_tracked_fd([&](int, SocketHold& socket) { deferred = deferred || socket->has_deferred_upgrade(); }, first,
+                      last);
+  return deferred ? std::unique_lock(take_up_lock()) : std::unique_lock<std::mutex>();
 }
 
 void hold_take_ups_for_fork() noexcept { take_up_lock().lock(); }

@@ -6,6 +6,9 @@
 //   - The parent's first use takes the upgrade up again at once, on its own RDMA listener; a child
 //     that later uses its copy claims it (fork_service.h) and the parent gives it up: the session
 //     ends on TCP, or a connection that reached RDMA meanwhile moves back, as a lent one does.
+//   - Unused for kUnusedTakeUpAfter, the parent takes it up on its own: the client waits in its
+//     upgrade and may send nothing before it ends, while the parent's event loop waits for the
+//     client's bytes and the child never touches its copy (redis's BGSAVE child).
 //   - A child's first use claims it over the fork channel. A parent that has let go of its copy (the
 //     postmaster closes it right after the fork) answers kResume: the child makes an RDMA listener on
 //     a port of its own, publishes the connection in the family's directory, and the parent's
@@ -14,7 +17,9 @@
 // Client connections, and servers without a pre-fork directory, still stay TCP at a fork.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <mutex>
 
 #include "registry/lent_streams.h"
 
@@ -41,6 +46,21 @@ void take_up_deferred_upgrade(TrackedSocket* socket, int fd, bool may_resume = t
 // Every inherited one (with `survives`, exec's: only those the new program keeps a descriptor of),
 // claimed without resuming: before this process forks (`lock_held`: the fork wrapper's), execs or spawns.
 void claim_inherited_deferred_upgrades(bool (*survives)(const TrackedSocket*), bool lock_held) noexcept;
+
+// How long an upgrade a fork deferred waits for a process to use the connection. The postmaster lets
+// go of its copy and its child claims it well within it; a child that uses the connection only later
+// finds it on RDMA in the parent and asks for it as for any lent connection. The client waits this
+// long in its upgrade, once per fork that crossed it.
+constexpr std::chrono::milliseconds kUnusedTakeUpAfter{200};
+// The fork service's thread (fork_service.h), when one is due: this process takes up every upgrade
+// it deferred that has waited kUnusedTakeUpAfter since the latest fork that lent it. Returns when the
+// next one is due (time_point::max(): none is left).
+std::chrono::steady_clock::time_point take_up_unused_deferred_upgrades() noexcept;
+// Held by close(), dup2() and close_range() while they free a number in [first, last] that names a
+// socket with a deferred upgrade, from before its session is settled until the table forgets the
+// number (empty otherwise): the fork service's thread takes an upgrade up through a number it found
+// in the table, under this lock, and must not start it on a number being freed.
+[[nodiscard]] std::unique_lock<std::mutex> hold_take_ups_while_freeing(int first, int last) noexcept;
 
 // The parent's thread that answers its children: a child claims the deferred connection `serial`
 // that this process still held when the claim came (the live socket, not handed back).

@@ -1,7 +1,5 @@
 #include "process/fork_service.h"
 
-#include <poll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -10,13 +8,13 @@
 #include <chrono>
 #include <cstring>
 #include <mutex>
-#include <thread>
 #include <unordered_map>
 
 #include "back_to_tcp/move_back.h"
 #include "keep_forever.h"
 #include "libc/real_calls.h"
 #include "own_descriptors.h"
+#include "process/claim_service.h"
 #include "process/deferred_upgrade.h"
 #include "process/fork_channel.h"
 #include "registry/connection_path.h"
@@ -24,7 +22,6 @@
 #include "registry/stream_closer.h"
 #include "registry/tracked_socket.h"
 #include "util/log.h"
-#include "util/quiet_thread.h"
 #include "util/saved_errno.h"
 
 namespace tcp2rdma::preload {
@@ -33,108 +30,6 @@ namespace {
 // How long a child waits for its parent's answer: the parent's move is bounded by the stream's
 // timeout (and a hand-back under way by its own), so this is only for a parent that is stopped or hung.
 constexpr int kAnswerWaitMs = 30000;
-
-// --- The parent's side: one thread answers every child's claims ---------------------------------
-
-// Made on first use, never destroyed (the thread uses it), anew in a forked child.
-struct Service {
-  std::mutex mutex;
-  std::vector<int> channels;  // this process's ends, one per child that holds something
-  int wake = -1;              // an eventfd: a channel was added
-  bool running = false;
-};
-Service*& service_slot() {
-  static Service* service = new Service;
-  return service;
-}
-
-void answer_claim(int channel, uint64_t serial) {
-  HandBack answer;
-  if (!is_lent_to(serial, channel)) {
-    answer.outcome = HandBack::Outcome::kGone;  // not this child's to ask for
-  } else {
-    // Let go of already (its answer is kept), still this process's, or between the two (the last
-    // close under way: moments); a socket gone for good answers kGone after them.
-    for (int look = 0; look < 100; ++look) {
-      // A connection whose upgrade was on TCP at the fork (deferred_upgrade.h): answered without a hold.
-      bool deferred = false;
-      if (SocketHold held = SocketHold::live(serial)) deferred = held->own_stream() == nullptr;
-      if (deferred) {
-        answer = answer_deferred_claim(serial);
-        break;
-      }
-      if (auto handed = handed_back_for(serial, kAnswerWaitMs / 2)) {
-        bool kept = handed->outcome == HandBack::Outcome::kResume || handed->outcome == HandBack::Outcome::kStaysTcp;
-        answer = kept ? answer_deferred_claim(serial) : std::move(*handed);  // kept ones go once
-        break;
-      }
-      if (SocketHold socket = SocketHold::live(serial)) {
-        answer = move_back_for_child(socket.get(), "a child that uses it");
-        break;
-      }
-      usleep(10000);
-    }
-  }
-  send_answer(channel, serial, answer);
-  note_answered(serial, channel);
-}
-
-void drop_channel(Service* s, int channel) {
-  forget_channel(channel);
-  std::lock_guard lock(s->mutex);
-  s->channels.erase(std::remove(s->channels.begin(), s->channels.end(), channel), s->channels.end());
-  real().close(channel);
-}
-
-void serve(Service* s) {
-  std::vector<pollfd> fds;
-  for (;;) {
-    fds.clear();
-    {
-      std::lock_guard lock(s->mutex);
-      fds.push_back({s->wake, POLLIN, 0});
-      for (int channel : s->channels) fds.push_back({channel, POLLIN, 0});
-    }
-    if (real().poll(fds.data(), fds.size(), -1) < 0) continue;  // EINTR
-    if (fds[0].revents & POLLIN) {
-      uint64_t added;
-      (void)!read(s->wake, &added, sizeof added);
-    }
-    for (size_t i = 1; i < fds.size(); ++i) {
-      if (fds[i].revents == 0) continue;
-      uint64_t serial = 0;
-      HandBack ignored;
-      switch (receive_message(fds[i].fd, 0, &serial, &ignored)) {
-        case ChannelMessage::kClaim: answer_claim(fds[i].fd, serial); break;
-        case ChannelMessage::kNone: break;
-        case ChannelMessage::kAnswer:  // a child answers nothing: the format is broken
-        case ChannelMessage::kClosed: drop_channel(s, fds[i].fd); break;
-      }
-    }
-  }
-}
-
-// Adds this process's end of a new child's channel to the thread's watch (starting the thread).
-// False when there is no thread to be had: nobody would answer that child.
-bool serve_channel(int channel) {
-  Service* s = service_slot();
-  std::lock_guard lock(s->mutex);
-  if (s->wake < 0) {
-    transport::OwnDescriptors window;
-    s->wake = window.place(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-    if (s->wake < 0) return false;
-  }
-  if (!s->running) {
-    std::thread thread = start_quiet_thread([s] { serve(s); });
-    if (!thread.joinable()) return false;
-    thread.detach();
-    s->running = true;
-  }
-  s->channels.push_back(channel);
-  uint64_t one = 1;
-  (void)!write(s->wake, &one, sizeof one);
-  return true;
-}
 
 // --- The child's side ----------------------------------------------------------------------------
 
@@ -225,6 +120,7 @@ bool ForkLending::prepare() noexcept {
       // An upgrade this process deferred at this fork (or an earlier one) is lent as a stream is.
       const TrackedSocket::DeferredUpgrade* deferred = socket->deferred_upgrade();
       bool lend_deferred = deferred != nullptr && deferred->generation == here;
+      deferred_ = deferred_ || lend_deferred;
       if (!lend_deferred && (socket->stream() == nullptr || !socket->path_is(Path::kRdma))) return;
       if (!lend_deferred && !socket->follows_fork.load(std::memory_order_relaxed)) return;
       if (std::find(serials_.begin(), serials_.end(), socket->serial()) == serials_.end()) {
@@ -268,14 +164,12 @@ void ForkLending::in_parent(pid_t child) noexcept {
   log_line("fork: %zu connections lent to child %d (on rdma, or with their upgrade deferred: they stay here until it "
            "uses one)", serials_.size(), static_cast<int>(child));
   ends_[0] = -1;  // the service's now
+  if (deferred_) plan_unused_take_up();
 }
 
 void ForkLending::in_child() noexcept {
   // The parent's service, its channels to our siblings and its lendings are not ours.
-  Service* parents = std::exchange(service_slot(), new Service);
-  for (int channel : parents->channels) real().close(channel);
-  if (parents->wake >= 0) real().close(parents->wake);
-  transport::keep_forever(parents);
+  forget_parents_service();
   lent_streams_after_fork();
   ParentLine* grandparent = std::exchange(parent_slot(), new ParentLine);
   if (grandparent->channel >= 0) real().close(grandparent->channel);  // claimed from before the fork

@@ -43,6 +43,7 @@ class ForkLending {
  private:
   int ends_[2] = {-1, -1};  // [0] the parent's, [1] the child's
   std::vector<uint64_t> serials_;
+  bool deferred_ = false;  // some are upgrades this process deferred (deferred_upgrade.h)
 };
 
 // The child's side: fd names a connection the parent lent (TrackedSocket::stream_of_parent). Asks for

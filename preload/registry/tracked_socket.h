@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <climits>
 #include <cstdint>
 #include <memory>
@@ -97,8 +98,7 @@ class TrackedSocket {
 
   // One reference per descriptor that maps to this socket.
   void add_ref() noexcept { refs_.fetch_add(1, std::memory_order_relaxed); }
-  // Drops one reference; with the last one an upgraded stream is closed in order (its bytes are
-  // delivered first) and the socket deleted.
+  // Drops one reference; the last one closes an upgraded stream in order (its bytes first) and the socket.
   void release() noexcept {
     if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
   }
@@ -187,11 +187,13 @@ class TrackedSocket {
   // A server connection whose background upgrade was still on TCP when its process forked: the
   // process that uses the connection next takes the upgrade up again (process/deferred_upgrade.h).
   // `listener` is held (one reference) by the record; `generation` is the fork_generation() of the
-  // process that forked (the parent: the one that may take it up without asking).
+  // process that forked (the parent: the one that may take it up without asking); `lent_at` the latest
+  // fork that lent it (the parent's own take-up waits from there), under the take-up lock.
   struct DeferredUpgrade {
     TrackedSocket* listener = nullptr;
     config::Decision decision{};
     unsigned generation = 0;
+    mutable std::chrono::steady_clock::time_point lent_at{};
   };
   bool has_deferred_upgrade() const noexcept { return deferred_.load(std::memory_order_acquire) != nullptr; }
   const DeferredUpgrade* deferred_upgrade() const noexcept { return deferred_.load(std::memory_order_acquire); }
@@ -216,9 +218,8 @@ class TrackedSocket {
   // The session while it is under way (its phase is not over), else null: one load on the fast path.
   UpgradeSession* active_session() const noexcept;
 
-  // O_NONBLOCK of the socket's file description, kept so that an upgraded read or write needs no
-  // fcntl(F_GETFL): read once at the upgrade, then followed through fcntl(F_SETFL) and
-  // ioctl(FIONBIO) (interpose/fd.cpp).
+  // O_NONBLOCK of the socket's file description, so that an upgraded read or write needs no fcntl:
+  // read once at the upgrade, then followed through fcntl(F_SETFL) and ioctl(FIONBIO) (interpose/fd.cpp).
   std::atomic<bool> nonblocking{false};
 
   // A client whose non-blocking connect was decided for RDMA while it was still under way: the upgrade

@@ -12,16 +12,21 @@
 //   spawn  the same cat, started with posix_spawnp and file actions that dup2 the connection onto
 //          its standard input and output (no fork of ours: the file actions hand the socket on);
 //          the parent closes its copy at once.
+//   idle-child  the parent serves instead, from an epoll loop it set up before the fork (redis's
+//          shape), and the child never touches the connection (redis's BGSAVE child): it sleeps
+//          2 s and exits.
 // Under `upgrade: background` with no pause, the fork comes before the connection could switch: it
 // stays TCP. Under `upgrade: before-return` it is on RDMA when accept() returns, and the fork moves
 // it back to TCP (docs/architecture.md, "Back to TCP"); with a pause, the client's first bytes have
 // arrived on the stream unread by then and must reach the child (and cat, through exec) first.
 // The client checks the echoed bytes.
 #include <spawn.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -67,6 +72,49 @@ int spawn_cat(int fd) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }
 
+// The echo from an event loop: fd is in `epfd`'s set (level-triggered EPOLLIN) from before the fork.
+bool echo_from_epoll(int epfd, int fd) {
+  for (;;) {
+    epoll_event ev{};
+    int n = epoll_wait(epfd, &ev, 1, -1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n != 1) return false;
+    char buffer[65536];
+    ssize_t got = read(fd, buffer, sizeof buffer);
+    if (got == 0) return true;
+    if (got < 0) {
+      if (errno == EAGAIN || errno == EINTR) continue;
+      return false;
+    }
+    for (ssize_t done = 0; done < got;) {
+      ssize_t w = write(fd, buffer + done, static_cast<size_t>(got - done));
+      if (w <= 0) return false;
+      done += w;
+    }
+  }
+}
+
+// The child that never touches the connection: a snapshot's worth of sleep, then exit() (the
+// module's exit hooks run, as they do when redis's child ends).
+int idle_child_then_echo(int fd, int listener) {
+  int epfd = epoll_create1(0);
+  epoll_event ev{EPOLLIN, {.fd = fd}};
+  if (epfd < 0 || epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) != 0) return 1;
+  pid_t child = fork();
+  if (child == 0) {
+    close(listener);
+    sleep(2);
+    std::exit(0);
+  }
+  bool ok = echo_from_epoll(epfd, fd);
+  close(fd);
+  int status = 0;
+  waitpid(child, &status, 0);
+  std::printf("parent: %s; the idle child %s\n", ok ? "echoed the connection to its end" : "FAILED",
+              WIFEXITED(status) && WEXITSTATUS(status) == 0 ? "exited" : "FAILED");
+  return ok && WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+}
+
 // A helper process forked before the first accept, as PostgreSQL's postmaster forks its auxiliary
 // processes: it closes its copy of the listener and idles until the server is gone.
 void start_helper(int listener) {
@@ -83,11 +131,12 @@ int main(int argc, char** argv) {
   const char* mode = argc >= 3 ? argv[2] : "";
   bool family = std::strcmp(mode, "handoff-family") == 0;
   bool handoff = family || std::strcmp(mode, "handoff") == 0, handoff_exit = std::strcmp(mode, "handoff-exit") == 0;
+  bool idle_child = std::strcmp(mode, "idle-child") == 0;
   if (argc < 3 || argc > 4 ||
       (std::strcmp(mode, "fork") != 0 && std::strcmp(mode, "exec") != 0 && std::strcmp(mode, "spawn") != 0 &&
-       !handoff && !handoff_exit)) {
-    std::fprintf(stderr,
-                 "usage: accept_fork_echo PORT fork|handoff|handoff-family|handoff-exit|exec|spawn [PAUSE_MS]\n");
+       !handoff && !handoff_exit && !idle_child)) {
+    std::fprintf(stderr, "usage: accept_fork_echo PORT fork|handoff|handoff-family|handoff-exit|exec|spawn|idle-child "
+                 "[PAUSE_MS]\n");
     return 2;
   }
   int listener = tcp2rdma::test::listen_on(argv[1]);
@@ -101,6 +150,7 @@ int main(int argc, char** argv) {
   if (fd < 0) return 1;
   if (argc == 4) usleep(static_cast<useconds_t>(std::atoi(argv[3])) * 1000);
   if (std::strcmp(argv[2], "spawn") == 0) return spawn_cat(fd);
+  if (idle_child) return idle_child_then_echo(fd, listener);
   pid_t child = fork();
   if (child == 0) {
     close(listener);

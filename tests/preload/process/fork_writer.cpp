@@ -1,9 +1,10 @@
 // fork_writer ADDR PORT [FIRST]: a client run under the shim with a rule selecting RDMA, to test fork.
-// It connects (upgraded), writes 1 MiB (or FIRST bytes), forks; the child must find its inherited connection failing
-// loudly (a write fails; it never reaches the parent's RDMA resources) and exits; the parent writes
-// another 1 MiB after the child's exit and closes. The receiver (nc) must get exactly the 2 MiB the
-// parent wrote: the child neither added bytes nor ended the parent's stream. The bytes are a fixed
-// pattern: `fork_writer --expect [FIRST]` writes the same bytes to standard output for the comparison.
+// It connects (upgraded), writes 1 MiB (or FIRST bytes), pauses 500 ms, forks; the child must find its
+// inherited connection failing loudly (a write fails; it never reaches the parent's RDMA resources)
+// and exits; the parent writes another 1 MiB after the child's exit and closes. The receiver (nc) must
+// get exactly the 2 MiB the parent wrote: the child neither added bytes nor ended the parent's stream.
+// The bytes are a fixed pattern: `fork_writer --expect [FIRST]` writes the same bytes to standard
+// output for the comparison.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -60,6 +61,9 @@ int main(int argc, char** argv) {
     usleep(200000);
   }
   if (fd < 0 || !write_all(fd, first)) return 1;
+  // The peer's module may still be at its upgrade's end for a moment (its engine looks at the link,
+  // and would answer a move then); a peer that makes no call is idle only after it.
+  usleep(500000);
   pid_t child = fork();
   if (child == 0) {
     const char x[] = "child bytes must never arrive";
