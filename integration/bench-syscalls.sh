@@ -5,7 +5,10 @@
 # first byte). Each end runs under `strace -f -c`, twice (2000 and 6000 GETs); the difference over
 # 4000 is what a request costs with the setup taken out. Counts, not times: they carry over to a real
 # NIC, where each system call or wakeup the module adds eats the RDMA round trip's lead over TCP (on
-# Soft-RoCE a send's doorbell is one write(), on mlx5 none). Figures go to docs/benchmarks.md.
+# Soft-RoCE a send's doorbell is one write(), on mlx5 none). BENCH_TOPOLOGY=pair puts the server in
+# one VM and the client in the other (a send then completes a link's round trip after it was posted,
+# as on a real NIC, where in one guest rxe completes it almost at once). Figures go to
+# docs/benchmarks.md.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 clients=${1:-8}
@@ -15,13 +18,22 @@ lib=${TCP2RDMA_LIB:-$root/build/preload/libtcp2rdma.so}
 rules=$(realpath "${BENCH_RULES:-$root/integration/rules/redis-before-return.yaml}")  # the guest runs elsewhere
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
+topology=${BENCH_TOPOLOGY:-loop}
+run="sh $root/integration/guest/bench-syscalls-run.sh $lib $rules $clients 2000 6000 $rounds"
 set +e
-"$root/integration/vm" loop --timeout 3000 --share "$(dirname "$(dirname "$lib")")" \
-  "sh $root/integration/guest/bench-syscalls-run.sh $lib $rules $clients 2000 6000 $rounds" > "$out" 2>&1
+case $topology in
+  loop)
+    where="one Soft-RoCE VM (2 GiB, 1 vCPU)"
+    "$root/integration/vm" loop --timeout 3000 --share "$(dirname "$(dirname "$lib")")" "$run" > "$out" 2>&1 ;;
+  pair)
+    where="server and client in two Soft-RoCE VMs (1 GiB, 1 vCPU each)"
+    "$root/integration/vm" pair --timeout 3000 --share "$(dirname "$(dirname "$lib")")" "$run server" "$run client" > "$out" 2>&1 ;;
+  *) echo "BENCH_TOPOLOGY is loop or pair" >&2; exit 2 ;;
+esac
 status=$?
 set -e
-echo "bench-syscalls: redis-benchmark -t get -c $clients, system calls per request (strace -f -c, 6000 less 2000 GETs), one Soft-RoCE VM (2 GiB, 1 vCPU), rules $(basename "$rules"), $(date -u +%F), commit $(git -C "$root" rev-parse --short HEAD), host $(nproc) cores"
-grep -E '^(result|  (server|client):)' "$out" || true
+echo "bench-syscalls: redis-benchmark -t get -c $clients, system calls per request (strace -f -c, 6000 less 2000 GETs), $where, rules $(basename "$rules"), $(date -u +%F), commit $(git -C "$root" rev-parse --short HEAD), host $(nproc) cores"
+grep -E '^(\[[ab]\] )?(result|  (server|client):)' "$out" | sed -E 's/^\[([ab])\] /\1: /' || true
 if [ $status -ne 0 ]; then
   echo "bench-syscalls: the VM run failed ($status):"
   tail -40 "$out"

@@ -1,24 +1,38 @@
 #!/bin/sh
-# bench-syscalls-run.sh SHIM RULES CLIENTS SHORT LONG ROUNDS: the guest's half of
+# bench-syscalls-run.sh SHIM RULES CLIENTS SHORT LONG ROUNDS [ROLE]: the guests' half of
 # integration/bench-syscalls.sh. For each round and each mode (tcp: no module; rdma: the module with
 # RULES), redis-server and redis-benchmark -t get -c CLIENTS each run under `strace -f -c`, once for
 # SHORT requests and once for LONG; the difference of the two runs' counts, over LONG - SHORT, is the
 # system calls a request costs each end with the connections' setup and teardown taken out. Prints a
-# "result" line per round and mode, and the calls that make up most of it.
+# "result" line per round and mode, and the calls that make up most of it. ROLE: both (default: one
+# guest runs both ends), or server / client (the pair: guest A the server, B the client, in step
+# through files in $T2R_WORK).
 set -u
-shim=$1 rules=$2 clients=$3 short=$4 long=$5 rounds=$6
+shim=$1 rules=$2 clients=$3 short=$4 long=$5 rounds=$6 role=${7:-both}
 ln -sf /usr/bin/redis-check-rdb /tmp/redis-server
 server_cmd="/tmp/redis-server --port 6390 --bind $T2R_SELF --protected-mode no --save '' --appendonly no --dir /tmp"
+host=$T2R_SELF
+[ "$role" = client ] && host=$T2R_PEER
 
 # strace's -c summary as "name calls" lines.
 calls_of() {
   awk '$NF ~ /^[a-z_0-9]+$/ && $NF != "total" && $4 ~ /^[0-9]+$/ { print $NF, $4 }' "$1"
 }
 
-# One run of N requests: both ends' counts in /tmp/sys-MODE-N-{server,client}.
-one() { # MODE N [env...]
-  mode=$1 n=$2
-  shift 2
+# Waits (up to 10 min) for the other guest's file $T2R_WORK/$1.
+await() {
+  i=0
+  until [ -e "$T2R_WORK/$1" ]; do
+    i=$((i + 1)); [ $i -lt 6000 ] || { echo "bench-syscalls: no $1 from the other guest"; exit 1; }
+    sleep 0.1
+  done
+}
+
+# The server's part of one run: redis-server under strace until the client's run is over (`done`: the
+# client's step is done; a function for the loop guest, a file from the pair's client).
+serve() { # MODE N TAG [env...]
+  mode=$1 n=$2 tag=$3
+  shift 3
   rm -f /tmp/redis.out
   env "$@" TCP2RDMA_LOG=/tmp/shim-server.log strace -f -c -o /tmp/strace-server.txt sh -c "exec $server_cmd" > /tmp/redis.out 2>&1 &
   i=0
@@ -26,12 +40,37 @@ one() { # MODE N [env...]
     i=$((i + 1)); [ $i -lt 600 ] || { echo "bench-syscalls: redis never became ready:"; cat /tmp/redis.out; exit 1; }
     sleep 0.1
   done
-  env "$@" TCP2RDMA_LOG=/tmp/shim-client.log strace -f -c -o /tmp/strace-client.txt \
-    redis-benchmark -h "$T2R_SELF" -p 6390 -c "$clients" -n "$n" -t get -q > /tmp/bench.out 2>&1
+  if [ "$role" = both ]; then
+    bench "$mode" "$n" "$@"
+  else
+    touch "$T2R_WORK/ready-$tag"
+    await "done-$tag"
+  fi
   pkill -TERM -x redis-server  # not -f: strace's own command line names it too
   wait
   calls_of /tmp/strace-server.txt > "/tmp/sys-$mode-$n-server"
+}
+
+# The client's part: redis-benchmark under strace.
+bench() { # MODE N [env...]
+  mode=$1 n=$2
+  shift 2
+  env "$@" TCP2RDMA_LOG=/tmp/shim-client.log strace -f -c -o /tmp/strace-client.txt \
+    redis-benchmark -h "$host" -p 6390 -c "$clients" -n "$n" -t get -q > /tmp/bench.out 2>&1
   calls_of /tmp/strace-client.txt > "/tmp/sys-$mode-$n-client"
+}
+
+# One run of N requests: the counts of this guest's ends in /tmp/sys-MODE-N-{server,client}.
+one() { # MODE N TAG [env...]
+  case $role in
+    both | server) serve "$@" ;;
+    client)
+      mode=$1 n=$2 tag=$3
+      shift 3
+      await "ready-$tag"
+      bench "$mode" "$n" "$@"
+      touch "$T2R_WORK/done-$tag" ;;
+  esac
 }
 
 # The calls a request costs, per system call, from the two runs: "name per-request" lines, largest first.
@@ -46,24 +85,28 @@ total() { awk '{ s += $2 } END { printf "%.2f", s }'; }
 # cost none: the totals are given without them too.
 without_clock() { grep -v -E '^(gettimeofday|clock_gettime|time) '; }
 
+# This guest's ends' per-request counts, as "SIDE: total without-clock" words, and the top calls.
+report() { # MODE
+  words="" tops=""
+  for side in server client; do
+    [ "$role" = both ] || [ "$role" = "$side" ] || continue
+    words="$words $side=$(per_request "$1" "$side" | total) ${side}_without_clock=$(per_request "$1" "$side" | without_clock | total) on_rdma_$side=$(grep -c 'upgraded to rdma' "/tmp/shim-$side.log" 2>/dev/null)"
+    tops="$tops
+  $side: $(per_request "$1" "$side" | head -8 | tr '\n' ' ')"
+  done
+  echo "result round=$round mode=$1 clients=$clients$words$tops"
+}
+
 for round in $(seq "$rounds"); do
   for mode in tcp rdma; do
     : > /tmp/shim-server.log; : > /tmp/shim-client.log
-    if [ "$mode" = tcp ]; then
-      one tcp "$short"; one tcp "$long"
-    else
-      one rdma "$short" LD_PRELOAD="$shim" TCP2RDMA_RULES="$rules"
-      one rdma "$long" LD_PRELOAD="$shim" TCP2RDMA_RULES="$rules"
-    fi
-    server=$(per_request "$mode" server | total)
-    client=$(per_request "$mode" client | total)
-    server_nc=$(per_request "$mode" server | without_clock | total)
-    client_nc=$(per_request "$mode" client | without_clock | total)
-    echo "result round=$round mode=$mode clients=$clients server=$server client=$client" \
-         "server_without_clock=$server_nc client_without_clock=$client_nc" \
-         "on_rdma_server=$(grep -c 'upgraded to rdma' /tmp/shim-server.log)" \
-         "on_rdma_client=$(grep -c 'upgraded to rdma' /tmp/shim-client.log)"
-    echo "  server: $(per_request "$mode" server | head -8 | tr '\n' ' ')"
-    echo "  client: $(per_request "$mode" client | head -8 | tr '\n' ' ')"
+    for n in "$short" "$long"; do
+      if [ "$mode" = tcp ]; then
+        one tcp "$n" "$round-$mode-$n"
+      else
+        one rdma "$n" "$round-$mode-$n" LD_PRELOAD="$shim" TCP2RDMA_RULES="$rules"
+      fi
+    done
+    report "$mode"
   done
 done
