@@ -39,6 +39,8 @@ class LinkWatch {
   // and connection events once they are the link's own): a look at the stream may then leave them to
   // take() (RdmaStream::readiness).
   bool takes_events_of(const RdmaStream& stream) const;
+  // Whether the link it watched has ended (or it watches none).
+  bool link_gone() const { return link_.expired(); }
   // Stops watching: the set goes, the news list stays.
   void unbind();
   // Readable (POLLIN) when the link has events or a channel has news: call take() then.

@@ -89,15 +89,21 @@ extern std::atomic<int> g_prefixed_count;
 // The record of the link `stream` is on, in set epfd: found, or made and registered in the kernel's
 // set (null, errno set, when that fails). Counted as one more entry's.
 Record* join_record_locked(int epfd, transport::RdmaStream& stream);
-// An entry of r's went: the last one takes r out of the kernel's set.
+// An entry of r's went: the last one leaves r idle in the kernel's set (epoll_records.cpp), or takes
+// it out.
 void leave_record_locked(Record* r);
+// An event of set epfd came through `data`, an idle record of ours: it leaves the set (true).
+bool drop_if_idle_locked(const void* data, int epfd);
+// Idle records, in any set: a wait on a set that holds one takes the module's path.
+extern std::atomic<int> g_idle_records;
 // The record at an event's data when it is one of ours registered in set epfd; *ours says whether
 // the data is a record of ours at all (registered or retired).
 Record* live_record_locked(const void* data, int epfd, bool* ours);
 // The set epfd is being closed: its records go (the kernel drops their registrations).
 void forget_records_locked(int epfd);
-// Entries registered in set epfd (a wait on a set without any takes the real call alone).
-size_t entries_in_set_locked(int epfd);
+// Entries and idle records registered in set epfd (a wait on a set without any takes the real call
+// alone).
+size_t registrations_in_set_locked(int epfd);
 
 Entry* find_locked(int epfd, int fd);
 // The registered entry at `data` (any set), or null.

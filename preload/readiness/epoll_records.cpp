@@ -1,5 +1,9 @@
 // The records of epoll's translation: one per (epoll set, link), registered in the kernel's set in
 // place of the link's channels there (epoll_entries.h, Record). Under epoll_detail::g_mutex.
+#include <sys/epoll.h>
+
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <new>
 #include <unordered_map>
@@ -13,6 +17,13 @@
 namespace tcp2rdma::preload::epoll_detail {
 namespace {
 
+// A record whose last entry went stays registered, idle, for the next entry of its link in the same
+// set: an event loop with one connection deletes its registration after each write and adds it again
+// for the reply (redis-benchmark -c 1, ae and libevent programs), and a record made and dropped each
+// time cost 14 system calls a request. At most kIdlePerSet a set; one that fires goes (nothing of the
+// application's is behind it), as does one whose link ended.
+constexpr size_t kIdlePerSet = 4;
+
 // Made on first use and never destroyed (a wrapper may run before this file's constructors; records
 // stay reachable at exit for LeakSanitizer).
 struct Records {
@@ -20,6 +31,7 @@ struct Records {
   std::unordered_set<const void*> made;                  // every record ever made
   std::vector<Record*> retired;                          // for reuse
   std::unordered_map<int, size_t> entries;               // registered entries by epoll set
+  std::unordered_map<int, std::vector<Record*>> idle;    // registered ones without entries, by set
 };
 Records& records() {
   static auto* r = new Records;
@@ -56,13 +68,63 @@ void retire_record_locked(Record* r) {
   }
 }
 
+// Takes r out of the set's lists, the kernel's set and the idle ones, and retires it.
+void drop_locked(Record* r) {
+  Records& all = records();
+  auto it = all.by_set.find(r->epfd);
+  if (it != all.by_set.end()) {
+    std::vector<Record*>& mine = it->second;
+    for (size_t i = 0; i < mine.size(); ++i) {
+      if (mine[i] != r) continue;
+      mine[i] = mine.back();
+      mine.pop_back();
+      break;
+    }
+    if (mine.empty()) all.by_set.erase(it);
+  }
+  if (auto idle = all.idle.find(r->epfd); idle != all.idle.end()) {
+    if (std::erase(idle->second, r) > 0) g_idle_records.fetch_sub(1, std::memory_order_release);
+    if (idle->second.empty()) all.idle.erase(idle);
+  }
+  // Our own descriptor: taking it out of the application's set touches nothing of the application's.
+  real().epoll_ctl(r->epfd, EPOLL_CTL_DEL, r->watch.fd(), nullptr);
+  retire_record_locked(r);
+}
+
+// r's last entry went: kept idle (true), once the set's idle records whose link ended are gone.
+bool keep_idle_locked(Record* r) {
+  if (r->watch.link_gone()) return false;
+  std::vector<Record*>& idle = records().idle[r->epfd];
+  std::vector<Record*> ended;
+  for (Record* other : idle) {
+    if (other->watch.link_gone()) ended.push_back(other);
+  }
+  for (Record* other : ended) drop_locked(other);  // may take the set's list away: looked up again
+  std::vector<Record*>& now = records().idle[r->epfd];
+  if (now.size() >= kIdlePerSet) return false;
+  try {
+    now.push_back(r);
+  } catch (const std::bad_alloc&) {
+    return false;
+  }
+  g_idle_records.fetch_add(1, std::memory_order_release);
+  return true;
+}
+
 }  // namespace
+
+std::atomic<int> g_idle_records{0};
 
 Record* join_record_locked(int epfd, transport::RdmaStream& stream) {
   Records& all = records();
   std::vector<Record*>& mine = all.by_set[epfd];
   for (Record* r : mine) {
     if (!r->watch.watches_link_of(stream)) continue;
+    if (r->entries == 0) {  // idle: in use again
+      auto idle = all.idle.find(epfd);
+      if (idle != all.idle.end() && std::erase(idle->second, r) > 0) g_idle_records.fetch_sub(1, std::memory_order_release);
+      if (idle != all.idle.end() && idle->second.empty()) all.idle.erase(idle);
+    }
     ++r->entries;
     ++all.entries[epfd];
     return r;
@@ -105,21 +167,16 @@ Record* join_record_locked(int epfd, transport::RdmaStream& stream) {
 void leave_record_locked(Record* r) {
   Records& all = records();
   if (auto it = all.entries.find(r->epfd); it != all.entries.end() && --it->second == 0) all.entries.erase(it);
-  if (--r->entries > 0) return;
-  auto it = all.by_set.find(r->epfd);
-  if (it != all.by_set.end()) {
-    std::vector<Record*>& mine = it->second;
-    for (size_t i = 0; i < mine.size(); ++i) {
-      if (mine[i] != r) continue;
-      mine[i] = mine.back();
-      mine.pop_back();
-      break;
-    }
-    if (mine.empty()) all.by_set.erase(it);
-  }
-  // Our own descriptor: taking it out of the application's set touches nothing of the application's.
-  real().epoll_ctl(r->epfd, EPOLL_CTL_DEL, r->watch.fd(), nullptr);
-  retire_record_locked(r);
+  if (--r->entries > 0 || keep_idle_locked(r)) return;
+  drop_locked(r);
+}
+
+bool drop_if_idle_locked(const void* data, int epfd) {
+  if (records().made.count(data) == 0) return false;
+  auto* r = static_cast<Record*>(const_cast<void*>(data));
+  if (r->epfd != epfd || r->entries != 0) return false;
+  drop_locked(r);
+  return true;
 }
 
 Record* live_record_locked(const void* data, int epfd, bool* ours) {
@@ -136,12 +193,18 @@ void forget_records_locked(int epfd) {
   std::vector<Record*> going = std::move(it->second);
   all.by_set.erase(it);
   all.entries.erase(epfd);
+  if (auto idle = all.idle.find(epfd); idle != all.idle.end()) {
+    g_idle_records.fetch_sub(static_cast<int>(idle->second.size()), std::memory_order_release);
+    all.idle.erase(idle);
+  }
   for (Record* r : going) retire_record_locked(r);
 }
 
-size_t entries_in_set_locked(int epfd) {
-  auto it = records().entries.find(epfd);
-  return it == records().entries.end() ? 0 : it->second;
+size_t registrations_in_set_locked(int epfd) {
+  Records& all = records();
+  auto it = all.entries.find(epfd);
+  auto idle = all.idle.find(epfd);
+  return (it == all.entries.end() ? 0 : it->second) + (idle == all.idle.end() ? 0 : idle->second.size());
 }
 
 }  // namespace tcp2rdma::preload::epoll_detail

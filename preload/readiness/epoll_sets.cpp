@@ -339,7 +339,7 @@ void epoll_forget_set(int epfd) noexcept {
       if (g_pending[i].epfd == epfd) erase_pending_locked(i);
     }
   }
-  if (g_count.load(std::memory_order_acquire) == 0) return;
+  if (g_count.load(std::memory_order_acquire) == 0 && g_idle_records.load(std::memory_order_acquire) == 0) return;
   std::lock_guard lock(g_mutex);
   for (size_t i = g_entries.size(); i-- > 0;) {
     if (g_entries[i]->epfd == epfd) erase_locked(g_entries[i]);

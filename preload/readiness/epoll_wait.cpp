@@ -71,7 +71,10 @@ void report_prefixed_locked(int epfd, EpollReport& report) {
 bool expand_record(const void* data, int epfd, std::vector<Entry*>* looks) {
   bool ours = false;
   Record* r = live_record_locked(data, epfd, &ours);
-  if (r == nullptr) return ours;
+  if (r == nullptr) {
+    if (ours) drop_if_idle_locked(data, epfd);  // level-triggered: it would fire again and again
+    return ours;
+  }
   static thread_local std::vector<void*> news;
   if (!r->watch.take(&news)) {
     // Some news was lost to a lack of memory: every entry of the record is looked at.
@@ -103,7 +106,7 @@ void move_gone_locked(std::vector<Entry*>& gone, int* awaited_fd) {
 bool epoll_wait_upgraded(int epfd, epoll_event* events, int maxevents, int timeout_ms, RealEpollWait wait,
                          const void* context, int* result) noexcept {
   if ((g_count.load(std::memory_order_acquire) == 0 && g_pending_count.load(std::memory_order_acquire) == 0 &&
-       g_prefixed_count.load(std::memory_order_acquire) == 0) ||
+       g_prefixed_count.load(std::memory_order_acquire) == 0 && g_idle_records.load(std::memory_order_acquire) == 0) ||
       maxevents <= 0 || transport::OwnCalls::active()) {  // the transport's own sleep (own_calls.h)
     return false;
   }
@@ -113,7 +116,7 @@ bool epoll_wait_upgraded(int epfd, epoll_event* events, int maxevents, int timeo
   // registration onto its stream while we wait, and the event that then comes carries our record.
   {
     std::lock_guard lock(g_mutex);
-    bool mine = entries_in_set_locked(epfd) > 0;
+    bool mine = registrations_in_set_locked(epfd) > 0;
     for (size_t i = 0; i < g_pending.size() && !mine; ++i) mine = g_pending[i].epfd == epfd;
     for (size_t i = 0; i < g_prefixed.size() && !mine; ++i) mine = g_prefixed[i].epfd == epfd;
     if (!mine) return false;

@@ -19,6 +19,11 @@
 //       the same from one thread driven by epoll alone: a non-blocking connect is added to the set
 //       before it completes (EPOLLIN | EPOLLOUT), SO_ERROR says when it is up, then every write
 //       waits for EPOLLOUT and every read for EPOLLIN
+//   epoll_echo client-reregister ADDR PORT ROUNDS
+//       request and echo, ROUNDS times, as an event loop with one connection registers it (ae, libevent):
+//       added for EPOLLOUT, deleted after the write, added for EPOLLIN, deleted after the echo; after
+//       every even round a wait on the set reports nothing (nothing of the application's is in it),
+//       and before every 16th the set is closed and a new one made (it usually gets the same number)
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -290,6 +295,58 @@ int client_epoll(const char* host, int port, uint64_t bytes) {
   return ok && got == bytes ? 0 : 1;
 }
 
+// Adds fd to `ep` for `events`, waits for them (20 s at most), takes fd out again; false on a failure.
+bool await_alone(int ep, int fd, uint32_t events) {
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.fd = fd;
+  if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) != 0) return false;
+  epoll_event got{};
+  int n = epoll_wait(ep, &got, 1, 20000);
+  bool ok = n == 1 && got.data.fd == fd && (got.events & events) != 0;
+  return epoll_ctl(ep, EPOLL_CTL_DEL, fd, nullptr) == 0 && ok;
+}
+
+int client_reregister(const char* host, int port, int rounds) {
+  int fd = connect_to(host, port);
+  if (fd < 0 || fcntl(fd, F_SETFL, O_NONBLOCK) != 0) return 1;
+  int ep = epoll_create1(0);
+  char out[100], in[100];
+  for (int round = 0; round < rounds; ++round) {
+    if (round % 16 == 0 && round > 0) {  // after an odd round: the link's record is idle in the set
+      close(ep);
+      ep = epoll_create1(0);
+    }
+    for (size_t i = 0; i < sizeof out; ++i) out[i] = pattern(round * sizeof out + i);
+    if (ep < 0 || !await_alone(ep, fd, EPOLLOUT) || write(fd, out, sizeof out) != sizeof out) {
+      std::fprintf(stderr, "client-reregister: round %d: no room to write (%s)\n", round, std::strerror(errno));
+      return 1;
+    }
+    for (size_t got = 0; got < sizeof in;) {
+      if (!await_alone(ep, fd, EPOLLIN)) {
+        std::fprintf(stderr, "client-reregister: round %d: no echo after %zu bytes\n", round, got);
+        return 1;
+      }
+      ssize_t r = read(fd, in + got, sizeof in - got);
+      if (r <= 0 && !(r < 0 && errno == EAGAIN)) return 1;
+      if (r > 0) got += static_cast<size_t>(r);
+    }
+    if (std::memcmp(in, out, sizeof in) != 0) {
+      std::fprintf(stderr, "client-reregister: round %d: the echo differs\n", round);
+      return 1;
+    }
+    epoll_event stray{};
+    if (int n = round % 2 == 0 ? epoll_wait(ep, &stray, 1, 0) : 0; n != 0) {
+      std::fprintf(stderr, "client-reregister: round %d: an empty set reported %d events\n", round, n);
+      return 1;
+    }
+  }
+  close(ep);
+  close(fd);
+  std::printf("client-reregister: %d requests echoed equal, the set re-registered around each\n", rounds);
+  return 0;
+}
+
 // The connection is shared by fork: the first bytes go before it, and their echo waits unread in this
 // process when it forks; then the parent writes the rest and ends its sending side while the child
 // reads and checks every byte that comes back.
@@ -372,6 +429,7 @@ int main(int argc, char** argv) {
     return client_fork_under_sleeper(argv[2], std::atoi(argv[3]), std::strtoull(argv[4], nullptr, 10), argv[5]);
   }
   if (argc == 5 && role == "client-fork") return client_fork(argv[2], std::atoi(argv[3]), std::strtoull(argv[4], nullptr, 10));
+  if (argc == 5 && role == "client-reregister") return client_reregister(argv[2], std::atoi(argv[3]), std::atoi(argv[4]));
   if (argc == 5 && role == "client-epoll") {
     return client_epoll(argv[2], std::atoi(argv[3]), std::strtoull(argv[4], nullptr, 10));
   }
