@@ -96,6 +96,9 @@ void leave_record_locked(Record* r);
 bool drop_if_idle_locked(const void* data, int epfd);
 // Idle records, in any set: a wait on a set that holds one takes the module's path.
 extern std::atomic<int> g_idle_records;
+// Before a fork: every idle record leaves its set. A child shares the kernel's sets with its parent
+// but has a copy of the records: its wait must meet none of them, nor drop one from under the parent.
+void drop_idle_records_locked();
 // The record at an event's data when it is one of ours registered in set epfd; *ours says whether
 // the data is a record of ours at all (registered or retired).
 Record* live_record_locked(const void* data, int epfd, bool* ours);

@@ -200,6 +200,13 @@ void forget_records_locked(int epfd) {
   for (Record* r : going) retire_record_locked(r);
 }
 
+void drop_idle_records_locked() {
+  if (g_idle_records.load(std::memory_order_acquire) == 0) return;
+  std::vector<Record*> idle;
+  for (auto& [set, records_of_set] : records().idle) idle.insert(idle.end(), records_of_set.begin(), records_of_set.end());
+  for (Record* r : idle) drop_locked(r);
+}
+
 size_t registrations_in_set_locked(int epfd) {
   Records& all = records();
   auto it = all.entries.find(epfd);

@@ -323,7 +323,7 @@ void epoll_forget_fd(int fd) noexcept {
   for (Entry* e : closing) erase_locked(e);
 }
 
-void epoll_hold_for_fork() noexcept { g_mutex.lock(); }
+void epoll_hold_for_fork() noexcept { g_mutex.lock(); drop_idle_records_locked(); }
 void epoll_release_after_fork() noexcept { g_mutex.unlock(); }
 
 void epoll_forget_set(int epfd) noexcept {

@@ -47,7 +47,8 @@ void epoll_forget_fd(int fd) noexcept;
 // epfd was closed.
 void epoll_forget_set(int epfd) noexcept;
 // Around the real fork: the lock of the epoll bookkeeping is held, so that no other thread is in the
-// middle of changing it when the child gets its copy (the child has none of those threads).
+// middle of changing it when the child gets its copy (the child has none of those threads); idle
+// records leave their sets first (epoll_records.cpp).
 void epoll_hold_for_fork() noexcept;
 void epoll_release_after_fork() noexcept;
 

@@ -5,8 +5,10 @@
       An epoll event loop (selectors) that echoes every connection on each port, byte for byte, and
       ends its sending side after the client's end. Prints "listening" on standard error.
   client HOST SECONDS CUT_AFTER MARKS SPEC [SPEC...] [--expect-reset]
-      SPEC is PORT:BULK:IDLE[:THREADED]. BULK connections write a pattern for SECONDS while reading
-      its echo, then end their sending side and read the rest up to the end. IDLE connections
+      SPEC is PORT:BULK:IDLE[:THREADED]. BULK connections write a pattern for SECONDS (and at least
+      15 s after the fault is over, so that their returns to RDMA come while they write, however late
+      a slow guest's failover) while reading its echo, then end their sending side and read the rest
+      up to the end. IDLE connections
       exchange 1000 bytes, sit idle until every file of MARKS (comma-separated) exists (the fault is
       over), exchange 100 000 more and end. THREADED connections are bulk ones on blocking sockets,
       with a writer thread and a reader thread each (ThreadedConn). CUT_AFTER seconds after every
@@ -235,6 +237,8 @@ def run_client(host, seconds, cut_after, marks, specs, expect_reset):
             cut = True
         if marks_seen_at is None and cut and all(os.path.exists(m) for m in marks):
             marks_seen_at = now
+            until = max(until, now + 15)
+            give_up = max(give_up, until + 150)
         for c in conns:
             # An idle connection wakes 2 s after the fault is over, with 100 000 bytes more.
             if not c.bulk and c.goal == 1000 and c.got == 1000 and marks_seen_at and now > marks_seen_at + 2:
