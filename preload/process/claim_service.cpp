@@ -101,13 +101,6 @@ int take_up_due(Service* s) {
   return static_cast<int>(std::clamp<long long>(ms, 0, 60 * 1000));
 }
 
-void plan_take_up(Service* s) {
-  std::lock_guard lock(s->mutex);
-  s->take_up_at = std::min(s->take_up_at, std::chrono::steady_clock::now() + kUnusedTakeUpAfter);
-  uint64_t one = 1;
-  (void)!write(s->wake, &one, sizeof one);
-}
-
 void serve(Service* s) {
   std::vector<pollfd> fds;
   for (;;) {
@@ -159,8 +152,13 @@ bool serve_channel(int channel) noexcept {
   return true;
 }
 
-
-void plan_unused_take_up() noexcept { plan_take_up(service_slot()); }
+void plan_unused_take_up() noexcept {
+  Service* s = service_slot();
+  std::lock_guard lock(s->mutex);
+  s->take_up_at = std::min(s->take_up_at, std::chrono::steady_clock::now() + kUnusedTakeUpAfter);
+  uint64_t one = 1;
+  (void)!write(s->wake, &one, sizeof one);
+}
 
 void forget_parents_service() noexcept {
   Service* parents = std::exchange(service_slot(), new Service);

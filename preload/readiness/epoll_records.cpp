@@ -82,9 +82,8 @@ void drop_locked(Record* r) {
     }
     if (mine.empty()) all.by_set.erase(it);
   }
-  if (auto idle = all.idle.find(r->epfd); idle != all.idle.end()) {
-    if (std::erase(idle->second, r) > 0) g_idle_records.fetch_sub(1, std::memory_order_release);
-    if (idle->second.empty()) all.idle.erase(idle);
+  if (auto idle = all.idle.find(r->epfd); idle != all.idle.end() && std::erase(idle->second, r) > 0) {
+    g_idle_records.fetch_sub(1, std::memory_order_release);
   }
   // Our own descriptor: taking it out of the application's set touches nothing of the application's.
   real().epoll_ctl(r->epfd, EPOLL_CTL_DEL, r->watch.fd(), nullptr);
@@ -120,10 +119,10 @@ Record* join_record_locked(int epfd, transport::RdmaStream& stream) {
   std::vector<Record*>& mine = all.by_set[epfd];
   for (Record* r : mine) {
     if (!r->watch.watches_link_of(stream)) continue;
-    if (r->entries == 0) {  // idle: in use again
-      auto idle = all.idle.find(epfd);
-      if (idle != all.idle.end() && std::erase(idle->second, r) > 0) g_idle_records.fetch_sub(1, std::memory_order_release);
-      if (idle != all.idle.end() && idle->second.empty()) all.idle.erase(idle);
+    // Idle: in use again. The set's idle list stays, empty, until the set goes (no allocation each
+    // time an event loop deletes and adds its connection).
+    if (auto idle = all.idle.find(epfd); r->entries == 0 && idle != all.idle.end() && std::erase(idle->second, r) > 0) {
+      g_idle_records.fetch_sub(1, std::memory_order_release);
     }
     ++r->entries;
     ++all.entries[epfd];
@@ -203,7 +202,7 @@ void forget_records_locked(int epfd) {
 void drop_idle_records_locked() {
   if (g_idle_records.load(std::memory_order_acquire) == 0) return;
   std::vector<Record*> idle;
-  for (auto& [set, records_of_set] : records().idle) idle.insert(idle.end(), records_of_set.begin(), records_of_set.end());
+  for (auto& [set, of_set] : records().idle) idle.insert(idle.end(), of_set.begin(), of_set.end());
   for (Record* r : idle) drop_locked(r);
 }
 
