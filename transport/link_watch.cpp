@@ -68,6 +68,7 @@ bool LinkWatch::subscribe(RdmaStream& stream, void* tag) {
 void LinkWatch::unsubscribe(RdmaStream& stream, const void* tag) { stream.unsubscribe_news(tag); }
 
 bool LinkWatch::take(std::vector<void*>* tags) {
+  news_.begin_take();
   if (std::shared_ptr<StreamLink> link = link_.lock()) {
     std::lock_guard lock(link->mu());
     // A server's link watches its own connection events only once the accept is done (stream_link.h).

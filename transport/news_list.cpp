@@ -31,7 +31,8 @@ bool NewsList::make() {
   }
   generation_ = now;
   OwnDescriptors window;
-  fd_ = window.place(::eventfd(tags_.empty() && !lost_ ? 0 : 1, EFD_NONBLOCK | EFD_CLOEXEC));
+  signalled_ = !tags_.empty() || lost_;
+  fd_ = window.place(::eventfd(signalled_ ? 1 : 0, EFD_NONBLOCK | EFD_CLOEXEC));
   return fd_ >= 0;
 }
 
@@ -44,8 +45,17 @@ void NewsList::push(void* tag) {
   } catch (const std::bad_alloc&) {
     lost_ = true;  // the taker looks at everything instead
   }
-  // eventfd_write is libc's own call, never the module's wrapper (own_calls.h).
-  if (was_quiet && fd_ >= 0) (void)eventfd_write(fd_, 1);
+  // eventfd_write is libc's own call, never the module's wrapper (own_calls.h). The taker's own news
+  // is in the list when it takes: no wakeup is due for it.
+  if (was_quiet && fd_ >= 0 && taker_ != std::this_thread::get_id()) {
+    (void)eventfd_write(fd_, 1);
+    signalled_ = true;
+  }
+}
+
+void NewsList::begin_take() {
+  std::lock_guard lock(mu_);
+  taker_ = std::this_thread::get_id();
 }
 
 bool NewsList::take(std::vector<void*>* tags) {
@@ -55,8 +65,10 @@ bool NewsList::take(std::vector<void*>* tags) {
   listed_.clear();
   bool whole = !lost_;
   lost_ = false;
+  taker_ = std::thread::id{};
   eventfd_t count = 0;
-  if (fd_ >= 0) (void)eventfd_read(fd_, &count);
+  if (fd_ >= 0 && signalled_) (void)eventfd_read(fd_, &count);
+  signalled_ = false;
   return whole;
 }
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <mutex>
+#include <thread>
 #include <unordered_set>
 #include <vector>
 
@@ -28,6 +29,10 @@ class NewsList {
   // Adds `tag` unless it is in the list already (a link's progress may tell the same channel many
   // times before the poller looks).
   void push(void* tag);
+  // The calling thread is about to take: what it pushes itself until its take() needs no eventfd
+  // write (it takes it at once), which spares a write and a read per wakeup of an event loop whose
+  // own look at the link finds the news.
+  void begin_take();
   // Everything pushed so far, each once, in order, and the eventfd made quiet; news during the
   // taker's look is pushed again. Returns false when a push found no memory: the taker must look at
   // every channel it holds.
@@ -39,6 +44,8 @@ class NewsList {
   std::unordered_set<void*> listed_;  // what tags_ holds
   bool lost_ = false;  // a push found no memory since the last take
   int fd_ = -1;
+  bool signalled_ = false;    // the eventfd was written since its last read
+  std::thread::id taker_{};   // the thread between begin_take() and take(), if any
   unsigned generation_ = 0;  // the process's fork generation when fd_ was made
 };
 

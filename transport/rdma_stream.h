@@ -489,6 +489,20 @@ class RdmaStream {
   void fail_and_stop(Status s);
   void drain_after_failure(std::unique_lock<std::mutex>& lock);
   bool moved_locked() const;
+  // What a poller of the channel can see, with mu_ held: compared around a completion the caller
+  // takes for itself, so that only a change a poller could see tells its pollers (dispatch).
+  struct PollMark {
+    size_t readable = 0;  // bytes a read would return
+    unsigned ends = 0;    // one bit per end, failure or move a poll reports
+    bool writable = false;
+    // Whether `after` shows a poller something `before` did not: bytes arrived, an end, or room to
+    // write where there was none (as the kernel wakes a socket's pollers on data, a state change, and
+    // write space once a writer found none).
+    static bool news(const PollMark& before, const PollMark& after) {
+      return after.readable > before.readable || after.ends != before.ends || (after.writable && !before.writable);
+    }
+  };
+  PollMark poll_mark_locked() const;
 
   // Failover bookkeeping (stream_failover.cpp), with mu_ held.
   // A data message was posted, ending our stream at `end`: remembered until its completion.

@@ -356,14 +356,18 @@ StreamLink::CmNews StreamLink::take_cm_events() {
 
 bool StreamLink::take_channel_events() {
   // eventfd_read and eventfd_write are libc's own calls, never the module's wrappers (own_calls.h).
+  // Read only after a kick: kick() writes before it sets the flag, so a read never misses a kick
+  // whose flag it took (one whose flag comes a moment later is read by the next take; the sleeper it
+  // wakes meanwhile finds its event and looks again).
   eventfd_t kicks = 0;
-  (void)eventfd_read(kick_fd_, &kicks);
+  if (kicked_.exchange(false, std::memory_order_acq_rel)) (void)eventfd_read(kick_fd_, &kicks);
   ibv_cq* cq = nullptr;
   void* context = nullptr;
-  int events = 0;
-  while (ibv_get_cq_event(comp_channel_, &cq, &context) == 0) ++events;
-  if (events == 0) return false;
-  ibv_ack_cq_events(cq_, static_cast<unsigned>(events));
+  // One read: an event comes of an arming, and the queue is armed again only after its event was
+  // taken (cq_armed_, under the link's lock), so a second read would find nothing. (Should one ever
+  // be left, the channel stays readable and the next sleep or take reads it.)
+  if (ibv_get_cq_event(comp_channel_, &cq, &context) != 0) return false;
+  ibv_ack_cq_events(cq_, 1);
   cq_armed_ = false;
   return true;
 }
@@ -373,7 +377,10 @@ int StreamLink::sleep(int ms) {
   return os().epoll_wait(epoll_fd_, ev, 3, ms);
 }
 
-void StreamLink::kick() { (void)eventfd_write(kick_fd_, 1); }
+void StreamLink::kick() {
+  (void)eventfd_write(kick_fd_, 1);
+  kicked_.store(true, std::memory_order_release);
+}
 
 void StreamLink::stop() {
   stopped_ = true;

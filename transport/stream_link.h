@@ -326,6 +326,8 @@ class StreamLink {
   std::unique_ptr<RegistrationCache> registrations_;
   int epoll_fd_ = -1;  // comp channel, cm channel, kick_fd_: what the channels' threads sleep on
   int kick_fd_ = -1;   // eventfd: wakes the sleeping thread when another one changed the state
+  // Set after a kick's write, taken before its read: a take without a kick since makes no call.
+  std::atomic<bool> kicked_{false};
   std::atomic<bool> cm_watched_{false};  // read without the lock by a poller's watch (link_watch.h)
   bool disconnected_ = false;
   bool established_ = false;

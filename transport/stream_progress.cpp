@@ -370,9 +370,17 @@ Status RdmaStream::dispatch(StreamLink& link, const ibv_wc& wc, RdmaStream* call
   }
   if (target == caller) {
     // The caller's own news, which may be what another thread of its application polls for (a
-    // writer's thread takes the completions its reader's poll waits on): told as any channel is.
+    // writer's thread takes the completions its reader's poll waits on): told, except a send's
+    // completion that changes nothing a poller sees (it frees a slot of the link's send queue: news
+    // only to a channel that had no room), which would wake an event loop that just wrote a reply,
+    // for nothing, once a request. A message of the peer's is always told: what it brings (bytes,
+    // an end, credits through the mailbox) may be served only after this (serve()).
+    bool marked = target->polled_ && target->flow_ != nullptr && kind != kWrReceive;
+    PollMark before = marked ? target->poll_mark_locked() : PollMark{};
     Status s = target->handle_completion(wc);
-    if (target->polled_) target->wake_pollers();
+    if (target->polled_ && (!marked || s != Status::kOk || PollMark::news(before, target->poll_mark_locked()))) {
+      target->wake_pollers();
+    }
     return s;
   }
   if (Status s = target->handle_completion(wc); s != Status::kOk) target->fail(s);
@@ -787,6 +795,16 @@ Readiness RdmaStream::readiness(bool want_writable, bool take_link_events) {
     if (arm_channel(&news) != Status::kOk) fail(Status::kReset);
     if (!news && !failed()) return r;
   }
+}
+
+RdmaStream::PollMark RdmaStream::poll_mark_locked() const {
+  PollMark m;
+  m.readable = flow_->readable() + prefix_left();
+  bool ends[] = {failed(), flow_->peer_closed(), flow_->peer_moved(), read_shut_, error_pending_, write_shut_,
+                 move_sent_, disconnect_seen_, wrote_after_peer_left_, moved_locked(), failover_due()};
+  for (unsigned i = 0; i < sizeof ends / sizeof ends[0]; ++i) m.ends |= ends[i] ? 1u << i : 0u;
+  m.writable = flow_->data_room(1) > 0 && link_->send_queue_has_room(2);
+  return m;
 }
 
 void RdmaStream::want_writable() {

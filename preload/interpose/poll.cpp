@@ -27,8 +27,11 @@ namespace {
 
 using tcp2rdma::transport::Deadline;
 
+// Also tells epoll of an epoll set polled here (epoll_sets.h, epoll_note_watched): its readiness must
+// show to poll from then on.
 bool any_upgraded(const pollfd* fds, nfds_t nfds) {
   for (nfds_t i = 0; i < nfds; ++i) {
+    tcp2rdma::preload::epoll_note_watched(fds[i].fd);
     if (auto route = route_for_call(fds[i].fd); route.ours() || route.counted()) return true;
   }
   return false;
@@ -159,6 +162,7 @@ bool any_upgraded_in(int nfds, const fd_set* rd, const fd_set* wr, const fd_set*
     bool asked = (rd != nullptr && FD_ISSET(fd, rd)) || (wr != nullptr && FD_ISSET(fd, wr)) ||
                  (ex != nullptr && FD_ISSET(fd, ex));
     if (!asked) continue;
+    tcp2rdma::preload::epoll_note_watched(fd);
     if (auto route = route_for_call(fd); route.ours() || route.counted()) return true;
   }
   return false;
@@ -233,9 +237,17 @@ int timeout_ms_of(const timespec* t) {
 
 }  // namespace
 
-T2R_INTERPOSE int epoll_create(int size) { return real().epoll_create(size); }
+T2R_INTERPOSE int epoll_create(int size) {
+  int epfd = real().epoll_create(size);
+  tcp2rdma::preload::epoll_note_set_made(epfd);
+  return epfd;
+}
 
-T2R_INTERPOSE int epoll_create1(int flags) { return real().epoll_create1(flags); }
+T2R_INTERPOSE int epoll_create1(int flags) {
+  int epfd = real().epoll_create1(flags);
+  tcp2rdma::preload::epoll_note_set_made(epfd);
+  return epfd;
+}
 
 T2R_INTERPOSE int epoll_ctl(int epfd, int op, int fd, struct epoll_event* event) {
   auto ref = route_for_call(fd);
@@ -255,6 +267,7 @@ T2R_INTERPOSE int epoll_ctl(int epfd, int op, int fd, struct epoll_event* event)
     ref = route_for_call(tcp2rdma::preload::SocketHold(ref.socket()), fd);
   }
   if (ref != nullptr) return tcp2rdma::preload::epoll_ctl_upgraded(epfd, op, fd, event);
+  if (op != EPOLL_CTL_DEL) tcp2rdma::preload::epoll_note_watched(fd);  // an epoll set inside another
   int rc = real().epoll_ctl(epfd, op, fd, event);
   if (rc == 0) tcp2rdma::preload::epoll_note_registration(epfd, op, fd, event);
   // An event-driven worker of a pre-fork server adds the listener to its set before its first accept:

@@ -21,6 +21,7 @@ class TrackedSocket;
 namespace epoll_detail {
 
 struct Record;
+class EpollReport;
 
 // One upgraded descriptor in one epoll set, as the application registered it.
 struct Entry {
@@ -32,6 +33,7 @@ struct Entry {
   epoll_data_t data;   // the application's
   bool disabled;       // EPOLLONESHOT fired; waits for EPOLL_CTL_MOD
   size_t slot;         // its place in g_entries while registered
+  uint64_t pass = 0;   // the wait's pass that last reported it (epoll_report.h: once a pass)
 };
 
 // One link's channels in one epoll set (docs/links.md, "Readiness per link"): what is registered in
@@ -124,11 +126,16 @@ uint32_t ready_events(const Entry& e, bool* moved = nullptr);
 // After (re)registration: arm the stream so that its news comes on the next change, and if it is
 // ready already, put it on its record's list now: epoll reports a descriptor that is ready when it is added.
 void prime(Entry& e);
-// A level-triggered entry was just reported ready: it goes on its record's list again, to be looked
-// at on the next wait (as the kernel keeps a ready level-triggered socket on its ready list), which
-// also keeps the record readable for a poller of the set itself (epoll inside epoll, or poll on the
-// epoll fd): the kernel must see the still-ready stream too, as it sees a socket with unread bytes.
-void keep_signalled(Entry& e);
+// Level-triggered entries just reported ready by a wait on epfd are looked at again on the set's
+// next wait, as the kernel keeps a ready level-triggered socket on its ready list: carried to it in
+// the module's state, or pushed on their records' lists where someone else must see the set readable
+// (epoll_carried.cpp). report_carried_locked reports the carried ones that are still ready.
+void keep_reported_locked(int epfd, const std::vector<Entry*>& reported);
+void report_carried_locked(int epfd, EpollReport& report);
+// A thread of ours goes to sleep in the kernel's wait on epfd (+1), or is back (-1).
+void note_sleeper_locked(int epfd, int change);
+// The set epfd is being closed: nothing is carried to it any more.
+void forget_carried_locked(int epfd);
 void erase_pending_locked(size_t i);
 // A registration an upgrade is to move onto its stream (epoll_move_pending).
 void note_pending_locked(const Pending& p);

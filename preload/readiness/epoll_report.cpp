@@ -1,11 +1,17 @@
 #include "readiness/epoll_report.h"
 
+#include <atomic>
+
 namespace tcp2rdma::preload::epoll_detail {
 
 void EpollReport::start(epoll_event* events, int maxevents, LookAt look) noexcept {
   events_ = events;
   maxevents_ = maxevents;
   n_ = 0;
+  // Passes of every thread's report are numbered from one counter, so that no two passes share a
+  // number (an entry may be looked at by a pass of another thread in between).
+  static std::atomic<uint64_t> passes{0};
+  pass_ = passes.fetch_add(1, std::memory_order_relaxed) + 1;
   unfired_from_ = unfired_to_ = 0;
   look_ = look;
   reported_.clear();
@@ -14,6 +20,7 @@ void EpollReport::start(epoll_event* events, int maxevents, LookAt look) noexcep
 }
 
 void EpollReport::report_entry(Entry* e) {
+  if (e->pass == pass_) return;  // reported in this pass already
   Look now = look_(*e);
   if (now.moved) {
     gone_.push_back(e);
@@ -22,6 +29,7 @@ void EpollReport::report_entry(Entry* e) {
   if (now.events == 0) return;
   events_[n_++] = {now.events, e->data};
   reported_.push_back(e);
+  e->pass = pass_;
   if (e->events & EPOLLONESHOT) e->disabled = true;
 }
 

@@ -35,7 +35,7 @@ class EpollReport {
 
   int count() const noexcept { return n_; }
   bool full() const noexcept { return n_ >= maxevents_; }
-  // The entries reported in this pass (a level-triggered one is kept signalled: keep_signalled).
+  // The entries reported in this pass (the level-triggered ones are kept: keep_reported_locked).
   const std::vector<Entry*>& reported() const noexcept { return reported_; }
   // The entries found gone back to TCP since the last call, for the caller to move; it also forgets them.
   std::vector<Entry*>& take_gone() noexcept { return gone_; }
@@ -45,6 +45,15 @@ class EpollReport {
   // An event that has no kernel event behind it (a prefix the kernel cannot see, epoll_sets.h).
   // The kernel may report the same registration's socket in this pass: its events are merged in.
   void report_unfired(const epoll_event& event) noexcept;
+  // An entry a former pass reported (level-triggered: keep_reported_locked), reported again if its
+  // stream still has the application's events, or handed back as gone.
+  void report_carried(Entry* e) {
+    if (full()) {
+      unlooked_.push_back(e);
+      return;
+    }
+    report_entry(e);
+  }
   // The `fired` events the kernel wrote at events[count()...]. The application's own descriptors'
   // pass as they are, first: each takes the slot it came in, so none is ever dropped for want of
   // room (an edge-triggered one would be lost). Then each entry a record of ours stands for is
@@ -55,12 +64,14 @@ class EpollReport {
 
  private:
   // e's events now: reported (and a one-shot registration disabled, as the kernel disarms it), or
-  // e handed back as gone.
+  // e handed back as gone. Reported once a pass: an entry both carried and named by its record's news
+  // is one registration (one looked at without events is looked at again: news may have come since).
   void report_entry(Entry* e);
 
   epoll_event* events_ = nullptr;
   int maxevents_ = 0;
   int n_ = 0;
+  uint64_t pass_ = 0;  // this pass's number, stamped on the entries it looks at (Entry::pass)
   int unfired_from_ = 0, unfired_to_ = 0;
   LookAt look_ = nullptr;
   std::vector<Entry*> reported_;

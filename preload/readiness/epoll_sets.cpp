@@ -131,11 +131,6 @@ void prime(Entry& e) {
   if (ready_events(e) != 0) e.record->watch.push(&e);
 }
 
-void keep_signalled(Entry& e) {
-  if (e.events & (EPOLLET | EPOLLONESHOT)) return;
-  e.record->watch.push(&e);
-}
-
 void erase_pending_locked(size_t i) {
   g_pending[i] = g_pending.back();
   g_pending.pop_back();
@@ -339,8 +334,10 @@ void epoll_forget_set(int epfd) noexcept {
       if (g_pending[i].epfd == epfd) erase_pending_locked(i);
     }
   }
+  epoll_note_set_gone(epfd);
   if (g_count.load(std::memory_order_acquire) == 0 && g_idle_records.load(std::memory_order_acquire) == 0) return;
   std::lock_guard lock(g_mutex);
+  forget_carried_locked(epfd);
   for (size_t i = g_entries.size(); i-- > 0;) {
     if (g_entries[i]->epfd == epfd) erase_locked(g_entries[i]);
   }

@@ -42,6 +42,14 @@ void epoll_move_pending(int fd, bool upgraded) noexcept;
 // change together: true for the one call that made it so.
 bool epoll_move_back(TrackedSocket* socket, int fd, bool by_mover) noexcept;
 
+// Whether a poller other than the set's own waits may see an epoll set's readiness
+// (epoll_carried.cpp): the process made set epfd (epoll_create); fd, given to poll, select or
+// epoll_ctl, is watched by a poller (a no-op unless fd is such a set); fd, an epoll set or not, was
+// closed.
+void epoll_note_set_made(int epfd) noexcept;
+void epoll_note_watched(int fd) noexcept;
+void epoll_note_set_gone(int fd) noexcept;
+
 // fd was closed: forget its registrations (the kernel forgets the socket's).
 void epoll_forget_fd(int fd) noexcept;
 // epfd was closed.

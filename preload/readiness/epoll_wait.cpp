@@ -132,25 +132,30 @@ bool epoll_wait_upgraded(int epfd, epoll_event* events, int maxevents, int timeo
     if (awaited_fd >= 0 && !moving_back(awaited_fd)) awaited_fd = -1;
     report.start(events, maxevents, look_now);
     report_prefixed_locked(epfd, report);
+    // What the last waits reported level-triggered, looked at again from state (epoll_carried.cpp).
+    report_carried_locked(epfd, report);
     int wait_ms = report.count() > 0 ? 0 : deadline.poll_ms();
     if (awaited_fd >= 0 && wait_ms != 0) wait_ms = 1;
     int rc = 0;
     if (!report.full()) {
+      note_sleeper_locked(epfd, +1);
       g_mutex.unlock();
       rc = wait(epfd, events + report.count(), maxevents - report.count(), wait_ms, context);
       g_mutex.lock();
+      note_sleeper_locked(epfd, -1);
     }
+    if (rc >= 0) report.translate_fired(rc, epfd, expand_record);
+    // News that found no room is looked at next time (the record stays readable meanwhile).
+    for (Entry* e : report.unlooked()) e->record->watch.push(e);
     if (rc < 0) {
+      keep_reported_locked(epfd, report.reported());
       *result = report.count() > 0 ? report.count() : -1;
       return true;
     }
-    report.translate_fired(rc, epfd, expand_record);
-    // News that found no room is looked at next time (the record stays readable meanwhile).
-    for (Entry* e : report.unlooked()) e->record->watch.push(e);
     // Their registrations are the sockets' again: the next real wait reports what the sockets have.
     move_gone_locked(report.take_gone(), &awaited_fd);
     if (report.count() > 0 || (wait_ms == 0 && awaited_fd < 0) || (awaited_fd >= 0 && deadline.passed())) {
-      for (Entry* e : report.reported()) keep_signalled(*e);
+      keep_reported_locked(epfd, report.reported());
       *result = report.count();
       errno = saved_errno;  // success leaves errno alone, as the kernel's epoll_wait does
       return true;

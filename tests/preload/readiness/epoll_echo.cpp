@@ -1,10 +1,21 @@
 // epoll_echo: an epoll echo server and a checking client, run under the shim to test epoll on
 // upgraded connections (Soft-RoCE pair).
-//   epoll_echo server PORT lt|et|oneshot|nested
+//   epoll_echo server PORT lt|et|oneshot|nested|polled|two-threads
 //       one epoll set holds the listener (a kernel socket) and the accepted connection (upgraded);
 //       echoes one connection, then exits 0 at its end. nested: the connection is level-triggered
 //       in an inner set, and the outer set watches the inner one (with the listener); one read per
-//       wakeup, so the outer set must go on reporting while unread bytes remain.
+//       wakeup, so the outer set must go on reporting while unread bytes remain. polled: the same
+//       with poll() on the set's descriptor in place of the outer set. two-threads: two threads wait
+//       on the set and take turns, 4 KiB each; a thread woken out of turn leaves the bytes to the
+//       other, which only the level-triggered report of the bytes left can wake.
+//   epoll_echo server PORT lt|nested|polled|two-threads blocks
+//       the same, reading at most 1000 bytes a wakeup and checking them against the pattern, with a
+//       4-byte count (the bytes read so far) for each 20000 read in place of the echo: between two
+//       blocks nothing arrives and nothing is sent, so only the level-triggered report of the
+//       bytes left brings the next wakeup (the echo's own completions and the client's steady
+//       stream would hide a missing one)
+//   epoll_echo client-blocks ADDR PORT ROUNDS
+//       writes 20000 bytes of the pattern and waits for the server's count, ROUNDS times
 //   epoll_echo client ADDR PORT BYTES
 //       writes BYTES of a pattern from a thread while it reads and checks the echo; exit 0 only if
 //       every byte came back
@@ -27,21 +38,28 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string_view>
 #include <thread>
 #include <vector>
 
 namespace {
+
+// server ... blocks (see the top of the file).
+bool g_blocks = false;
+constexpr size_t kBlock = 20000, kBlockRead = 1000;
 
 char pattern(uint64_t i) { return static_cast<char>((i * 2654435761u) >> 13); }
 
@@ -57,6 +75,70 @@ bool write_all(int fd, const char* p, size_t n) {
     n -= static_cast<size_t>(w);
   }
   return true;
+}
+
+// What a server does with r bytes it read at stream offset `at`: echoes them, or (blocks) checks
+// them and sends the count read so far at the end of each block. False on a write error or a byte
+// that differs.
+bool answer(int fd, const char* p, size_t r, uint64_t at) {
+  if (!g_blocks) return write_all(fd, p, r);
+  for (size_t i = 0; i < r; ++i) {
+    if (p[i] != pattern(at + i)) {
+      std::fprintf(stderr, "server: byte %llu differs\n", static_cast<unsigned long long>(at + i));
+      return false;
+    }
+  }
+  uint64_t done = at + r;
+  if (done / kBlock == at / kBlock) return true;
+  auto count = static_cast<uint32_t>(done);
+  return write_all(fd, reinterpret_cast<const char*>(&count), sizeof count);
+}
+
+// server two-threads: the connection, once accepted, is echoed by two threads that wait on `ep`
+// and take turns. Level-triggered, 4 KiB a turn, so bytes usually remain: a thread whose wait
+// reported the connection out of its turn waits for its turn without reading, and the thread whose
+// turn it is sleeps in epoll_wait, woken only because a level-triggered report wakes every waiter
+// while the connection stays ready (as the kernel's does). 0 at the connection's end.
+int serve_in_turns(int listener, int ep, uint32_t conn_events) {
+  int c = accept4(listener, nullptr, nullptr, SOCK_NONBLOCK);
+  epoll_event cev{};
+  cev.events = conn_events;
+  cev.data.fd = c;
+  if (c < 0 || epoll_ctl(ep, EPOLL_CTL_DEL, listener, nullptr) != 0 || epoll_ctl(ep, EPOLL_CTL_ADD, c, &cev) != 0) return 1;
+  std::mutex mu;
+  std::condition_variable turns;
+  int turn = 0;
+  bool done = false, failed = false;
+  uint64_t echoed = 0;
+  auto take_turns = [&](int me) {
+    char buf[4096];
+    for (;;) {
+      epoll_event got{};
+      int n = epoll_wait(ep, &got, 1, 20000);
+      std::unique_lock lock(mu);
+      if (n <= 0 && !done) {
+        std::fprintf(stderr, "server: thread %d: epoll_wait returned %d (%s)\n", me, n, n < 0 ? strerror(errno) : "timeout");
+        failed = done = true;
+      }
+      turns.wait(lock, [&] { return turn == me || done; });
+      if (done) break;
+      ssize_t r = read(c, buf, g_blocks ? kBlockRead : sizeof buf);
+      if (r == 0) done = true;
+      if (r < 0 && errno != EAGAIN) failed = done = true;
+      if (r > 0 && !answer(c, buf, static_cast<size_t>(r), echoed)) failed = done = true;
+      if (r > 0) echoed += static_cast<uint64_t>(r);
+      turn = 1 - me;
+      turns.notify_all();
+    }
+    turns.notify_all();
+  };
+  std::thread other(take_turns, 1);
+  take_turns(0);
+  other.join();
+  std::printf("server (two-threads): echoed %llu bytes, %s\n", static_cast<unsigned long long>(echoed),
+              failed ? "FAILED" : "then the end");
+  close(c);
+  return failed ? 1 : 0;
 }
 
 int server(int port, std::string_view mode) {
@@ -84,11 +166,21 @@ int server(int port, std::string_view mode) {
     iev.data.fd = inner;
     if (epoll_ctl(ep, EPOLL_CTL_ADD, inner, &iev) != 0) return 1;
   }
+  if (mode == "two-threads") return serve_in_turns(listener, ep, conn_events);
   std::vector<char> buf(1 << 16);
   uint64_t echoed = 0, wakeups = 0;
   for (;;) {
     epoll_event got[8];
-    int n = epoll_wait(ep, got, 8, 20000);
+    int n = 0;
+    if (mode == "polled") {
+      // The set's readiness as poll sees it: readable while a registration in it is ready.
+      pollfd set{ep, POLLIN, 0};
+      n = poll(&set, 1, 20000);
+      if (n == 1) n = epoll_wait(ep, got, 8, 0);
+      if (n == 0 && set.revents != 0) continue;  // a change that made nothing ready
+    } else {
+      n = epoll_wait(ep, got, 8, 20000);
+    }
     if (n <= 0) {
       std::fprintf(stderr, "server: epoll_wait returned %d (%s)\n", n, n < 0 ? strerror(errno) : "timeout");
       return 1;
@@ -121,7 +213,7 @@ int server(int port, std::string_view mode) {
       ++wakeups;
       // Edge-triggered: drain until EAGAIN. Level-triggered and one-shot: one read per wakeup.
       for (;;) {
-        ssize_t r = read(fd, buf.data(), buf.size());
+        ssize_t r = read(fd, buf.data(), g_blocks ? kBlockRead : buf.size());
         if (r == 0) {
           std::printf("server (%s): echoed %llu bytes in %llu wakeups, then the end\n", std::string(mode).c_str(),
                       static_cast<unsigned long long>(echoed), static_cast<unsigned long long>(wakeups));
@@ -134,7 +226,7 @@ int server(int port, std::string_view mode) {
           std::fprintf(stderr, "server: read: %s\n", strerror(errno));
           return 1;
         }
-        if (!write_all(fd, buf.data(), static_cast<size_t>(r))) return 1;
+        if (!answer(fd, buf.data(), static_cast<size_t>(r), echoed)) return 1;
         echoed += static_cast<uint64_t>(r);
         if (mode != "et") break;
       }
@@ -215,6 +307,33 @@ int client(const char* host, int port, uint64_t bytes) {
   std::printf("client: %llu of %llu bytes came back, %s\n", static_cast<unsigned long long>(pos),
               static_cast<unsigned long long>(bytes), ok ? "all equal" : "SOME DIFFER");
   return ok && sent && pos == bytes ? 0 : 1;
+}
+
+// client-blocks: ROUNDS blocks of the pattern, each answered by the server's count.
+int client_blocks(const char* host, int port, int rounds) {
+  int fd = connect_to(host, port);
+  if (fd < 0) return 1;
+  for (int i = 0; i < rounds; ++i) {
+    uint64_t from = static_cast<uint64_t>(i) * kBlock;
+    uint32_t count = 0;
+    uint64_t got = 0;
+    if (!write_pattern(fd, from, from + kBlock)) return 1;
+    while (got < sizeof count) {
+      ssize_t r = read(fd, reinterpret_cast<char*>(&count) + got, sizeof count - got);
+      if (r <= 0) {
+        std::fprintf(stderr, "client-blocks: round %d: no count (%s)\n", i, r < 0 ? strerror(errno) : "the end");
+        return 1;
+      }
+      got += static_cast<uint64_t>(r);
+    }
+    if (count != static_cast<uint32_t>(from + kBlock)) {
+      std::fprintf(stderr, "client-blocks: round %d: the server counts %u\n", i, count);
+      return 1;
+    }
+  }
+  close(fd);
+  std::printf("client-blocks: %d blocks of %zu bytes, each counted\n", rounds, kBlock);
+  return 0;
 }
 
 // Connects without blocking, registered in `ep` before the connect completes; -1 if refused.
@@ -423,7 +542,11 @@ int client_fork_under_sleeper(const char* host, int port, uint64_t bytes, std::s
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   std::string_view role = argc > 1 ? argv[1] : "";
-  if (argc == 4 && role == "server") return server(std::atoi(argv[2]), argv[3]);
+  if ((argc == 4 || argc == 5) && role == "server") {
+    g_blocks = argc == 5 && std::string_view(argv[4]) == "blocks";
+    return server(std::atoi(argv[2]), argv[3]);
+  }
+  if (argc == 5 && role == "client-blocks") return client_blocks(argv[2], std::atoi(argv[3]), std::atoi(argv[4]));
   if (argc == 5 && role == "client") return client(argv[2], std::atoi(argv[3]), std::strtoull(argv[4], nullptr, 10));
   if (argc == 6 && role == "client-fork-under") {
     return client_fork_under_sleeper(argv[2], std::atoi(argv[3]), std::strtoull(argv[4], nullptr, 10), argv[5]);

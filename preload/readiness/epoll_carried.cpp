@@ -1,0 +1,151 @@
+// Level-triggered reports carried to their set's next wait (epoll_entries.h, keep_reported_locked).
+//
+// The kernel keeps a level-triggered descriptor it reported on its ready list and looks at it again
+// at the next wait. Pushing such an entry through its record's news list does the same for us, at
+// the price of an eventfd write, a wakeup of the next wait with nothing in it and the reads of a
+// take: in an event loop that answers one request per wakeup (redis at -c 1), most of what the
+// module added per request. A set's own waits can look at the entries again from the module's state
+// instead, with no call at all. The push is still needed wherever the kernel's ready list is seen
+// by someone else than the set's next wait: another thread asleep on the set (the kernel wakes it),
+// and a poller of the set's descriptor (an epoll set inside another, poll or select on it), which must
+// find it readable. So a set carries only when this process made it (epoll_create here: a set
+// inherited through exec is not known), no poller was ever seen watching it, and no other thread of
+// ours sleeps in it.
+#include <sys/epoll.h>
+
+#include <atomic>
+#include <cstdint>
+#include <new>
+#include <unordered_map>
+#include <vector>
+
+#include "readiness/epoll_entries.h"
+#include "readiness/epoll_report.h"
+#include "readiness/epoll_sets.h"
+#include "registry/fd_table.h"
+
+namespace tcp2rdma::preload {
+namespace epoll_detail {
+namespace {
+
+// One bit per descriptor number, read without a lock (poll and select look up every descriptor they
+// are given). Zero pages of the bss cost nothing until a bit in them is set.
+class FdBits {
+ public:
+  bool test(int fd) const noexcept {
+    if (static_cast<unsigned>(fd) >= static_cast<unsigned>(FdTable::kMaxFd)) return false;
+    return (words_[fd / 64].load(std::memory_order_relaxed) >> (fd % 64) & 1) != 0;
+  }
+  void set(int fd, bool on) noexcept {
+    if (static_cast<unsigned>(fd) >= static_cast<unsigned>(FdTable::kMaxFd)) return;
+    uint64_t bit = uint64_t{1} << (fd % 64);
+    if (on) {
+      words_[fd / 64].fetch_or(bit, std::memory_order_relaxed);
+    } else {
+      words_[fd / 64].fetch_and(~bit, std::memory_order_relaxed);
+    }
+  }
+
+ private:
+  std::atomic<uint64_t> words_[FdTable::kMaxFd / 64] = {};
+};
+
+FdBits g_sets_made;  // epoll sets made here, by number
+FdBits g_watched;  // of those, the ones a poller was seen watching
+
+struct SetWaits {
+  std::vector<Entry*> carried;  // reported level-triggered entries, looked at again by the next wait
+  int sleepers = 0;             // threads of ours inside the kernel's wait on the set
+};
+
+// By set. Nodes are never erased (a sleeper holds its set's across the wait, while another thread
+// may close the set): a closed set's is emptied, and reused with its number.
+std::unordered_map<int, SetWaits>& waits() {
+  static auto* all = new std::unordered_map<int, SetWaits>;
+  return *all;
+}
+
+SetWaits* waits_of_locked(int epfd) {
+  try {
+    return &waits()[epfd];
+  } catch (const std::bad_alloc&) {
+    return nullptr;
+  }
+}
+
+}  // namespace
+
+void report_carried_locked(int epfd, EpollReport& report) {
+  auto it = waits().find(epfd);
+  if (it == waits().end() || it->second.carried.empty()) return;
+  static thread_local std::vector<Entry*> taken;
+  taken.swap(it->second.carried);
+  it->second.carried.clear();
+  for (Entry* e : taken) {
+    // One that went, was reused in another set, or became edge-triggered or one-shot since (its
+    // EPOLL_CTL_MOD primed it as the kernel does) is not the kernel's to report again either.
+    if (!alive_locked(e) || e->epfd != epfd || e->disabled || (e->events & (EPOLLET | EPOLLONESHOT))) continue;
+    report.report_carried(e);
+  }
+  taken.clear();
+}
+
+void keep_reported_locked(int epfd, const std::vector<Entry*>& reported) {
+  SetWaits* w = nullptr;
+  bool carry = g_sets_made.test(epfd) && !g_watched.test(epfd) && (w = waits_of_locked(epfd)) != nullptr && w->sleepers == 0;
+  for (Entry* e : reported) {
+    if (e->events & (EPOLLET | EPOLLONESHOT)) continue;
+    bool carried = false;
+    if (carry) {
+      try {
+        w->carried.push_back(e);
+        carried = true;
+      } catch (const std::bad_alloc&) {
+      }
+    }
+    if (!carried) e->record->watch.push(e);
+  }
+}
+
+void note_sleeper_locked(int epfd, int change) {
+  if (SetWaits* w = waits_of_locked(epfd)) w->sleepers += change;
+}
+
+// Its carried entries are pushed through their records: someone now sees the set from outside.
+void push_carried_locked(int epfd) {
+  auto it = waits().find(epfd);
+  if (it == waits().end()) return;
+  for (Entry* e : it->second.carried) {
+    if (alive_locked(e) && e->epfd == epfd) e->record->watch.push(e);
+  }
+  it->second.carried.clear();
+}
+
+void forget_carried_locked(int epfd) {
+  if (auto it = waits().find(epfd); it != waits().end()) it->second.carried.clear();
+}
+
+}  // namespace epoll_detail
+
+using namespace epoll_detail;
+
+void epoll_note_set_made(int epfd) noexcept {
+  if (epfd < 0) return;
+  g_watched.set(epfd, false);
+  g_sets_made.set(epfd, true);
+}
+
+void epoll_note_set_gone(int fd) noexcept {
+  if (!g_sets_made.test(fd)) return;
+  g_sets_made.set(fd, false);
+  g_watched.set(fd, false);
+}
+
+void epoll_note_watched(int fd) noexcept {
+  if (!g_sets_made.test(fd) || g_watched.test(fd)) return;
+  std::lock_guard lock(g_mutex);
+  g_watched.set(fd, true);
+  push_carried_locked(fd);
+}
+
+}  // namespace tcp2rdma::preload
