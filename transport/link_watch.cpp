@@ -73,7 +73,8 @@ bool LinkWatch::take(std::vector<void*>* tags) {
     std::lock_guard lock(link->mu());
     // A server's link watches its own connection events only once the accept is done (stream_link.h).
     if (!cm_watched_ && link->cm_watched() && set_fd_ >= 0) cm_watched_ = watch_readable(set_fd_, link->cm_fd());
-    RdmaStream::drain_link(*link);
+    // Its set watches the connection events once it holds them (cm_watched_): taken when quiet.
+    RdmaStream::drain_link(*link, false, cm_watched_);
   }
   return news_.take(tags);
 }

@@ -418,8 +418,11 @@ class RdmaStream {
   // connection events and completion event, hands every completion to its channel and arms the queue
   // again; every channel with news is told (its pollers woken, its sinks pushed). Link lock held.
   // `arm`: arm the queue even when no event was taken (a watcher that starts watching: the listener,
-  // whose set must wake at the next completion).
-  static void drain_link(StreamLink& link, bool arm = false);
+  // whose set must wake at the next completion). `cm_when_quiet`: the connection events are taken
+  // only when no completion event was (a watcher whose set holds the link's connection-event channel,
+  // level-triggered: an event left there fires the set again at once, and is taken then), which
+  // spares an event loop a system call that finds nothing at each wakeup.
+  static void drain_link(StreamLink& link, bool arm = false, bool cm_when_quiet = false);
   // The link's connection events, taken and told to every channel (once they are the link's own).
   static void tell_cm_news(StreamLink& link);
   // Channels that left something undone for want of room in the link's send queue (shared by all its

@@ -449,12 +449,13 @@ Status RdmaStream::progress_link(StreamLink& link) {
   return n < 0 || link.stopped() ? Status::kReset : Status::kOk;
 }
 
-void RdmaStream::drain_link(StreamLink& link, bool arm) {
+void RdmaStream::drain_link(StreamLink& link, bool arm, bool cm_when_quiet) {
   OwnCalls own;  // own_calls.h
-  tell_cm_news(link);
+  if (!cm_when_quiet) tell_cm_news(link);
   // As rearm_link, for no channel of its own: the event taken, the queue is armed again before the
   // lock goes, with what came before the arming handed out.
-  if (link.take_channel_events() || arm) {
+  bool took = link.take_channel_events();
+  if (took || arm) {
     for (;;) {
       bool got = false;
       ibv_wc wc;
@@ -466,6 +467,8 @@ void RdmaStream::drain_link(StreamLink& link, bool arm) {
       dispatch(link, wc, nullptr);
     }
   }
+  // After the completions: a disconnect is judged (serve) only after what came before it was seen.
+  if (cm_when_quiet && !took) tell_cm_news(link);
   serve_touched(link, nullptr);
   // A channel's thread asleep on the link may have been waiting for the event taken here.
   if (link.poller) link.kick();

@@ -1,4 +1,5 @@
-// Level-triggered reports carried to their set's next wait (epoll_entries.h, keep_reported_locked).
+// Level-triggered reports carried to their set's next wait (epoll_entries.h, keep_reported_locked),
+// and registrations ready when made (prime).
 //
 // The kernel keeps a level-triggered descriptor it reported on its ready list and looks at it again
 // at the next wait. Pushing such an entry through its record's news list does the same for us, at
@@ -81,30 +82,44 @@ void report_carried_locked(int epfd, EpollReport& report) {
   static thread_local std::vector<Entry*> taken;
   taken.swap(it->second.carried);
   it->second.carried.clear();
+  for (Entry* e : taken) e->carried = false;
   for (Entry* e : taken) {
-    // One that went, was reused in another set, or became edge-triggered or one-shot since (its
-    // EPOLL_CTL_MOD primed it as the kernel does) is not the kernel's to report again either.
-    if (!alive_locked(e) || e->epfd != epfd || e->disabled || (e->events & (EPOLLET | EPOLLONESHOT))) continue;
+    // One that went, or was reused in another set, is not the kernel's to report either.
+    if (!alive_locked(e) || e->epfd != epfd || e->disabled) continue;
     report.report_carried(e);
   }
   taken.clear();
 }
 
-void keep_reported_locked(int epfd, const std::vector<Entry*>& reported) {
-  SetWaits* w = nullptr;
-  bool carry = g_sets_made.test(epfd) && !g_watched.test(epfd) && (w = waits_of_locked(epfd)) != nullptr && w->sleepers == 0;
-  for (Entry* e : reported) {
-    if (e->events & (EPOLLET | EPOLLONESHOT)) continue;
-    bool carried = false;
-    if (carry) {
-      try {
-        w->carried.push_back(e);
-        carried = true;
-      } catch (const std::bad_alloc&) {
-      }
+// The set's carried list, when the set may carry (see the top of the file); else null.
+SetWaits* carrying_locked(int epfd) {
+  if (!g_sets_made.test(epfd) || g_watched.test(epfd)) return nullptr;
+  SetWaits* w = waits_of_locked(epfd);
+  return w != nullptr && w->sleepers == 0 ? w : nullptr;
+}
+
+void look_again_locked(Entry& e, SetWaits* w) {
+  if (e.carried) return;  // listed already (an event loop that modifies a ready registration twice)
+  if (w != nullptr) {
+    try {
+      w->carried.push_back(&e);
+      e.carried = true;
+      return;
+    } catch (const std::bad_alloc&) {
     }
-    if (!carried) e->record->watch.push(e);
   }
+  e.record->watch.push(&e);
+}
+
+void keep_reported_locked(int epfd, const std::vector<Entry*>& reported) {
+  SetWaits* w = carrying_locked(epfd);
+  for (Entry* e : reported) {
+    if (!(e->events & (EPOLLET | EPOLLONESHOT))) look_again_locked(*e, w);
+  }
+}
+
+void prime(Entry& e) {
+  if (ready_events(e) != 0) look_again_locked(e, carrying_locked(e.epfd));
 }
 
 void note_sleeper_locked(int epfd, int change) {
@@ -116,13 +131,17 @@ void push_carried_locked(int epfd) {
   auto it = waits().find(epfd);
   if (it == waits().end()) return;
   for (Entry* e : it->second.carried) {
+    e->carried = false;
     if (alive_locked(e) && e->epfd == epfd) e->record->watch.push(e);
   }
   it->second.carried.clear();
 }
 
 void forget_carried_locked(int epfd) {
-  if (auto it = waits().find(epfd); it != waits().end()) it->second.carried.clear();
+  auto it = waits().find(epfd);
+  if (it == waits().end()) return;
+  for (Entry* e : it->second.carried) e->carried = false;
+  it->second.carried.clear();
 }
 
 }  // namespace epoll_detail

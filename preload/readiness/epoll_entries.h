@@ -34,6 +34,7 @@ struct Entry {
   bool disabled;       // EPOLLONESHOT fired; waits for EPOLL_CTL_MOD
   size_t slot;         // its place in g_entries while registered
   uint64_t pass = 0;   // the wait's pass that last reported it (epoll_report.h: once a pass)
+  bool carried = false;  // on its set's list for the next wait (epoll_carried.cpp)
 };
 
 // One link's channels in one epoll set (docs/links.md, "Readiness per link"): what is registered in
@@ -123,8 +124,9 @@ int fail(int error);
 // The application's events for e now, or 0. *moved: e's stream has gone back to TCP (the entry is
 // to leave its record for the socket).
 uint32_t ready_events(const Entry& e, bool* moved = nullptr);
-// After (re)registration: arm the stream so that its news comes on the next change, and if it is
-// ready already, put it on its record's list now: epoll reports a descriptor that is ready when it is added.
+// After (re)registration: if it is ready already, it is looked at by the set's next wait, carried
+// or pushed as a level-triggered report is (epoll_carried.cpp): epoll reports a descriptor that is
+// ready when it is added.
 void prime(Entry& e);
 // Level-triggered entries just reported ready by a wait on epfd are looked at again on the set's
 // next wait, as the kernel keeps a ready level-triggered socket on its ready list: carried to it in

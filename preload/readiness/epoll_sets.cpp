@@ -127,10 +127,6 @@ uint32_t ready_events(const Entry& e, bool* moved) {
   return gone ? 0 : events;
 }
 
-void prime(Entry& e) {
-  if (ready_events(e) != 0) e.record->watch.push(&e);
-}
-
 void erase_pending_locked(size_t i) {
   g_pending[i] = g_pending.back();
   g_pending.pop_back();

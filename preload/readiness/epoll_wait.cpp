@@ -136,11 +136,12 @@ bool epoll_wait_upgraded(int epfd, epoll_event* events, int maxevents, int timeo
     report_carried_locked(epfd, report);
     int wait_ms = report.count() > 0 ? 0 : deadline.poll_ms();
     if (awaited_fd >= 0 && wait_ms != 0) wait_ms = 1;
-    int rc = 0;
+    int rc = 0, wait_errno = 0;
     if (!report.full()) {
       note_sleeper_locked(epfd, +1);
       g_mutex.unlock();
       rc = wait(epfd, events + report.count(), maxevents - report.count(), wait_ms, context);
+      wait_errno = errno;
       g_mutex.lock();
       note_sleeper_locked(epfd, -1);
     }
@@ -150,6 +151,7 @@ bool epoll_wait_upgraded(int epfd, epoll_event* events, int maxevents, int timeo
     if (rc < 0) {
       keep_reported_locked(epfd, report.reported());
       *result = report.count() > 0 ? report.count() : -1;
+      errno = wait_errno;
       return true;
     }
     // Their registrations are the sockets' again: the next real wait reports what the sockets have.
