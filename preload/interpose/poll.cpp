@@ -285,19 +285,26 @@ T2R_INTERPOSE int epoll_ctl(int epfd, int op, int fd, struct epoll_event* event)
 
 T2R_INTERPOSE int epoll_wait(int epfd, struct epoll_event* events, int maxevents, int timeout) {
   int result = 0;
-  if (tcp2rdma::preload::epoll_wait_upgraded(epfd, events, maxevents, timeout, real_epoll_wait, nullptr, &result)) {
+  tcp2rdma::preload::EpollWaiter waiter;
+  if (tcp2rdma::preload::epoll_wait_upgraded(epfd, events, maxevents, timeout, real_epoll_wait, nullptr, waiter,
+                                             &result)) {
     return result;
   }
-  return real().epoll_wait(epfd, events, maxevents, timeout);
+  int rc = real().epoll_wait(epfd, events, maxevents, timeout);
+  return tcp2rdma::preload::epoll_lone_wait_result(epfd, events, maxevents, rc, timeout, real_epoll_wait, nullptr, waiter);
 }
 
 T2R_INTERPOSE int epoll_pwait(int epfd, struct epoll_event* events, int maxevents, int timeout,
                               const sigset_t* sigmask) {
   int result = 0;
-  if (tcp2rdma::preload::epoll_wait_upgraded(epfd, events, maxevents, timeout, real_epoll_pwait, sigmask, &result)) {
+  tcp2rdma::preload::EpollWaiter waiter;
+  if (tcp2rdma::preload::epoll_wait_upgraded(epfd, events, maxevents, timeout, real_epoll_pwait, sigmask, waiter,
+                                             &result)) {
     return result;
   }
-  return real().epoll_pwait(epfd, events, maxevents, timeout, sigmask);
+  int rc = real().epoll_pwait(epfd, events, maxevents, timeout, sigmask);
+  return tcp2rdma::preload::epoll_lone_wait_result(epfd, events, maxevents, rc, timeout, real_epoll_pwait, sigmask,
+                                                   waiter);
 }
 
 T2R_INTERPOSE int epoll_pwait2(int epfd, struct epoll_event* events, int maxevents, const struct timespec* timeout,
@@ -307,9 +314,12 @@ T2R_INTERPOSE int epoll_pwait2(int epfd, struct epoll_event* events, int maxeven
     return -1;
   }
   int result = 0;
+  tcp2rdma::preload::EpollWaiter waiter;
   if (tcp2rdma::preload::epoll_wait_upgraded(epfd, events, maxevents, timeout_ms_of(timeout), real_epoll_pwait,
-                                             sigmask, &result)) {
+                                             sigmask, waiter, &result)) {
     return result;
   }
-  return real().epoll_pwait2(epfd, events, maxevents, timeout, sigmask);
+  int rc = real().epoll_pwait2(epfd, events, maxevents, timeout, sigmask);
+  return tcp2rdma::preload::epoll_lone_wait_result(epfd, events, maxevents, rc, timeout_ms_of(timeout), real_epoll_pwait,
+                                                   sigmask, waiter);
 }

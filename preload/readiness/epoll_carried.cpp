@@ -23,6 +23,7 @@
 #include "readiness/epoll_entries.h"
 #include "readiness/epoll_report.h"
 #include "readiness/epoll_sets.h"
+#include "own_calls.h"
 #include "registry/fd_table.h"
 
 namespace tcp2rdma::preload {
@@ -53,6 +54,9 @@ class FdBits {
 
 FdBits g_sets_made;  // epoll sets made here, by number
 FdBits g_watched;  // of those, the ones a poller was seen watching
+
+// Threads that may be in the kernel's wait on a set without the module's path (EpollWaiter).
+std::atomic<int> g_lone_waiters{0};
 
 struct SetWaits {
   std::vector<Entry*> carried;  // reported level-triggered entries, looked at again by the next wait
@@ -94,6 +98,10 @@ void report_carried_locked(int epfd, EpollReport& report) {
 // The set's carried list, when the set may carry (see the top of the file); else null.
 SetWaits* carrying_locked(int epfd) {
   if (!g_sets_made.test(epfd) || g_watched.test(epfd)) return nullptr;
+  // A waiter counts itself before it looks at the registrations, we look at it after adding ours: one
+  // of the two sees the other (each side's store is fenced before its load).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (g_lone_waiters.load(std::memory_order_seq_cst) > 0) return nullptr;
   SetWaits* w = waits_of_locked(epfd);
   return w != nullptr && w->sleepers == 0 ? w : nullptr;
 }
@@ -148,10 +156,26 @@ void forget_carried_locked(int epfd) {
 
 using namespace epoll_detail;
 
+EpollWaiter::EpollWaiter() noexcept {
+  if (transport::OwnCalls::active()) return;
+  g_lone_waiters.fetch_add(1, std::memory_order_seq_cst);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  counted_ = true;
+}
+
+void EpollWaiter::leave() noexcept {
+  if (counted_) g_lone_waiters.fetch_sub(1, std::memory_order_release);
+  counted_ = false;
+}
+
 void epoll_note_set_made(int epfd) noexcept {
-  if (epfd < 0) return;
+  // The module's own sets are none of the application's (and it may hold our lock: own_calls.h).
+  if (epfd < 0 || transport::OwnCalls::active()) return;
   g_watched.set(epfd, false);
   g_sets_made.set(epfd, true);
+  // A set closed without our close() (close_range, dup2 over it) left its list: not this set's.
+  std::lock_guard lock(g_mutex);
+  forget_carried_locked(epfd);
 }
 
 void epoll_note_set_gone(int fd) noexcept {
@@ -161,7 +185,7 @@ void epoll_note_set_gone(int fd) noexcept {
 }
 
 void epoll_note_watched(int fd) noexcept {
-  if (!g_sets_made.test(fd) || g_watched.test(fd)) return;
+  if (!g_sets_made.test(fd) || g_watched.test(fd) || transport::OwnCalls::active()) return;
   std::lock_guard lock(g_mutex);
   g_watched.set(fd, true);
   push_carried_locked(fd);

@@ -99,6 +99,8 @@ void leave_record_locked(Record* r);
 bool drop_if_idle_locked(const void* data, int epfd);
 // Idle records, in any set: a wait on a set that holds one takes the module's path.
 extern std::atomic<int> g_idle_records;
+// Whether the process ever made a record (set before its first registration in a kernel set).
+extern std::atomic<bool> g_records_made;
 // Before a fork: every idle record leaves its set. A child shares the kernel's sets with its parent
 // but has a copy of the records: its wait must meet none of them, nor drop one from under the parent.
 void drop_idle_records_locked();

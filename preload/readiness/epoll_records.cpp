@@ -54,6 +54,7 @@ Record* new_record_locked() {
     delete r;
     return nullptr;
   }
+  g_records_made.store(true, std::memory_order_release);  // before the kernel's set ever holds one
   return r;
 }
 
@@ -113,6 +114,7 @@ bool keep_idle_locked(Record* r) {
 }  // namespace
 
 std::atomic<int> g_idle_records{0};
+std::atomic<bool> g_records_made{false};
 
 Record* join_record_locked(int epfd, transport::RdmaStream& stream) {
   Records& all = records();

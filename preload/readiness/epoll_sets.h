@@ -16,12 +16,37 @@ class TrackedSocket;
 // epoll_ctl for an upgraded fd (its stream is not null). Returns the result epoll_ctl returns.
 int epoll_ctl_upgraded(int epfd, int op, int fd, epoll_event* event) noexcept;
 
+// A thread in an epoll wait, counted from before it looks whether the set is the module's until it
+// is back from the kernel's wait, unless the module's path takes the wait (leave()). While any thread
+// may sleep in the kernel's wait alone, no report is carried to a set's next wait in the module's
+// state (epoll_carried.cpp): a ready registration added meanwhile must wake it, as the kernel's
+// would. The transport's own waits are not counted (own_calls.h).
+class EpollWaiter {
+ public:
+  EpollWaiter() noexcept;
+  ~EpollWaiter() { leave(); }
+  EpollWaiter(const EpollWaiter&) = delete;
+  EpollWaiter& operator=(const EpollWaiter&) = delete;
+  void leave() noexcept;
+
+ private:
+  bool counted_ = false;
+};
+
 // epoll_wait and its variants, when epfd holds upgraded descriptors; `wait` makes the real call
 // (with the given timeout in milliseconds, -1 for none). Returns false when epfd holds none: the
-// caller makes the real call itself.
+// caller makes the real call itself, `waiter` counting it.
 using RealEpollWait = int (*)(int epfd, epoll_event* events, int maxevents, int timeout_ms, const void* context);
 bool epoll_wait_upgraded(int epfd, epoll_event* events, int maxevents, int timeout_ms, RealEpollWait wait,
-                         const void* context, int* result) noexcept;
+                         const void* context, EpollWaiter& waiter, int* result) noexcept;
+
+// After the kernel's wait that epoll_wait_upgraded left to the caller (`rc` its result): a record of
+// ours that came into the set meanwhile (another thread added an upgraded connection, or an upgrade
+// moved a registration onto its stream) may be among the events, its data ours, not the
+// application's. They are taken out, and when nothing else is left the wait goes on through the
+// module's path (from the start of `timeout_ms`: a wait so ended may last longer than asked).
+int epoll_lone_wait_result(int epfd, epoll_event* events, int maxevents, int rc, int timeout_ms, RealEpollWait wait,
+                           const void* context, EpollWaiter& waiter) noexcept;
 
 // After a successful real epoll_ctl on a socket that is not upgraded: when the socket's upgrade is
 // still pending (a non-blocking connect under way), remember the registration, so that the upgrade

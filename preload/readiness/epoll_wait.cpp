@@ -104,7 +104,7 @@ void move_gone_locked(std::vector<Entry*>& gone, int* awaited_fd) {
 }  // namespace
 
 bool epoll_wait_upgraded(int epfd, epoll_event* events, int maxevents, int timeout_ms, RealEpollWait wait,
-                         const void* context, int* result) noexcept {
+                         const void* context, EpollWaiter& waiter, int* result) noexcept {
   if ((g_count.load(std::memory_order_acquire) == 0 && g_pending_count.load(std::memory_order_acquire) == 0 &&
        g_prefixed_count.load(std::memory_order_acquire) == 0 && g_idle_records.load(std::memory_order_acquire) == 0) ||
       maxevents <= 0 || transport::OwnCalls::active()) {  // the transport's own sleep (own_calls.h)
@@ -121,6 +121,7 @@ bool epoll_wait_upgraded(int epfd, epoll_event* events, int maxevents, int timeo
     for (size_t i = 0; i < g_prefixed.size() && !mine; ++i) mine = g_prefixed[i].epfd == epfd;
     if (!mine) return false;
   }
+  waiter.leave();  // counted as the set's own sleeper instead (note_sleeper_locked)
   const int saved_errno = errno;
   auto deadline = Deadline::in_ms(timeout_ms);
   // A connection that another thread is moving back to TCP (a fork): its registrations are moved
@@ -166,5 +167,30 @@ bool epoll_wait_upgraded(int epfd, epoll_event* events, int maxevents, int timeo
   }
 }
 
+int epoll_lone_wait_result(int epfd, epoll_event* events, int maxevents, int rc, int timeout_ms, RealEpollWait wait,
+                           const void* context, EpollWaiter& waiter) noexcept {
+  waiter.leave();
+  // A process that never made a record has none to meet. Else the lock: a thread that registers a
+  // record holds it from the kernel's EPOLL_CTL_ADD (which may wake us at once) until its
+  // bookkeeping knows the record.
+  if (rc <= 0 || !g_records_made.load(std::memory_order_acquire)) return rc;
+  const int saved_errno = errno;
+  int kept = 0;
+  {
+    std::lock_guard lock(g_mutex);
+    for (int i = 0; i < rc; ++i) {
+      bool ours = false;
+      live_record_locked(events[i].data.ptr, epfd, &ours);
+      if (!ours) events[kept++] = events[i];
+    }
+  }
+  if (kept > 0 || kept == rc) return kept;
+  int result = 0;
+  if (!epoll_wait_upgraded(epfd, events, maxevents, timeout_ms, wait, context, waiter, &result)) {
+    errno = saved_errno;
+    return 0;  // the set holds nothing of ours any more: the record went with its last entry
+  }
+  return result;
+}
 
 }  // namespace tcp2rdma::preload

@@ -8,6 +8,11 @@
 //       with poll() on the set's descriptor in place of the outer set. two-threads: two threads wait
 //       on the set and take turns, 4 KiB each; a thread woken out of turn leaves the bytes to the
 //       other, which only the level-triggered report of the bytes left can wake.
+//   epoll_echo server PORT handoff
+//       a worker thread sleeps in epoll_wait on a set of its own that holds only an eventfd; the
+//       main thread accepts and adds the connection to the worker's set meanwhile (an acceptor
+//       handing connections to its workers): every event the worker gets must carry data the
+//       application registered, and it echoes the connection to its end
 //   epoll_echo server PORT lt|nested|polled|two-threads blocks
 //       the same, reading at most 1000 bytes a wakeup and checking them against the pattern, with a
 //       4-byte count (the bytes read so far) for each 20000 read in place of the echo: between two
@@ -40,6 +45,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -141,6 +147,59 @@ int serve_in_turns(int listener, int ep, uint32_t conn_events) {
   return failed ? 1 : 0;
 }
 
+// server handoff (see the top of the file).
+int serve_handed_off(int listener) {
+  int ep = epoll_create1(EPOLL_CLOEXEC);
+  int bell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  epoll_event bev{};
+  bev.events = EPOLLIN;
+  bev.data.u64 = 1000000 + static_cast<uint64_t>(bell);
+  if (epoll_ctl(ep, EPOLL_CTL_ADD, bell, &bev) != 0) return 1;
+  std::atomic<int> conn{-1};
+  std::atomic<bool> ok{true};
+  uint64_t echoed = 0;
+  std::thread worker([&] {
+    std::vector<char> buf(1 << 16);
+    for (;;) {
+      epoll_event got[8];
+      int n = epoll_wait(ep, got, 8, 20000);
+      if (n <= 0) {
+        std::fprintf(stderr, "server (handoff): epoll_wait returned %d\n", n);
+        ok = false;
+        return;
+      }
+      for (int i = 0; i < n; ++i) {
+        int c = conn.load();
+        if (c < 0 || got[i].data.u64 != static_cast<uint64_t>(c)) {
+          std::fprintf(stderr, "server (handoff): an event with data %#llx, which the application never registered\n",
+                       static_cast<unsigned long long>(got[i].data.u64));
+          ok = false;
+          return;
+        }
+        ssize_t r = read(c, buf.data(), buf.size());
+        if (r == 0) return;
+        if (r < 0 && errno == EAGAIN) continue;
+        if (r < 0 || !write_all(c, buf.data(), static_cast<size_t>(r))) {
+          ok = false;
+          return;
+        }
+        echoed += static_cast<uint64_t>(r);
+      }
+    }
+  });
+  usleep(200000);  // the worker is asleep in its wait
+  int c = accept4(listener, nullptr, nullptr, SOCK_NONBLOCK);
+  conn = c;
+  epoll_event cev{};
+  cev.events = EPOLLIN | EPOLLRDHUP;
+  cev.data.u64 = static_cast<uint64_t>(c);
+  if (c < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, c, &cev) != 0) ok = false;
+  worker.join();
+  std::printf("server (handoff): echoed %llu bytes, %s\n", static_cast<unsigned long long>(echoed),
+              ok ? "then the end" : "FAILED");
+  return ok ? 0 : 1;
+}
+
 int server(int port, std::string_view mode) {
   int listener = socket(AF_INET, SOCK_STREAM, 0);
   int one = 1;
@@ -149,6 +208,7 @@ int server(int port, std::string_view mode) {
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
   if (bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(listener, 4) != 0) return 1;
+  if (mode == "handoff") return serve_handed_off(listener);
   int ep = epoll_create1(EPOLL_CLOEXEC);
   epoll_event ev{};
   ev.events = EPOLLIN;
