@@ -98,10 +98,10 @@ void report_carried_locked(int epfd, EpollReport& report) {
 // The set's carried list, when the set may carry (see the top of the file); else null.
 SetWaits* carrying_locked(int epfd) {
   if (!g_sets_made.test(epfd) || g_watched.test(epfd)) return nullptr;
-  // A waiter counts itself before it looks at the registrations, we look at it after adding ours: one
-  // of the two sees the other (each side's store is fenced before its load).
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (g_lone_waiters.load(std::memory_order_seq_cst) > 0) return nullptr;
+  // A waiter counts itself before it looks at the registrations, we look at the count after adding
+  // ours: one of the two sees the other. Both sides change the count (ours adds 0): one of the two
+  // read-modify-writes comes first, and the later one sees it and what its thread did before.
+  if (g_lone_waiters.fetch_add(0, std::memory_order_seq_cst) > 0) return nullptr;
   SetWaits* w = waits_of_locked(epfd);
   return w != nullptr && w->sleepers == 0 ? w : nullptr;
 }
@@ -159,7 +159,6 @@ using namespace epoll_detail;
 EpollWaiter::EpollWaiter() noexcept {
   if (transport::OwnCalls::active()) return;
   g_lone_waiters.fetch_add(1, std::memory_order_seq_cst);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
   counted_ = true;
 }
 
