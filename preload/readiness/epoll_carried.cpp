@@ -10,8 +10,9 @@
 // by someone else than the set's next wait: another thread asleep on the set (the kernel wakes it),
 // and a poller of the set's descriptor (an epoll set inside another, poll or select on it), which must
 // find it readable. So a set carries only when this process made it (epoll_create here: a set
-// inherited through exec is not known), no poller was ever seen watching it, and no other thread of
-// ours sleeps in it.
+// inherited through exec is not known), no poller was ever seen watching it, no other thread of ours
+// sleeps in it, and no thread of the process may sleep in the kernel's wait alone (EpollWaiter,
+// epoll_sets.h: a ready registration added to its set must wake it).
 #include <sys/epoll.h>
 
 #include <atomic>
