@@ -479,6 +479,8 @@ class RdmaStream {
   // sleep ends the wait with kInterrupted, so the caller can report it as the kernel would.
   // `max_sleep_ms` (>= 0) bounds the sleep, for a caller with a deadline of its own.
   Status wait(std::unique_lock<std::mutex>& lock, bool interruptible = false, int max_sleep_ms = -1);
+  // Sleeps on the link's condition while another thread is the link's sleeper (its wakeup tells all).
+  Status wait_for_poller(std::unique_lock<std::mutex>& lock, int max_sleep_ms);
   Status arm_channel(bool* news);
   Status keepalive_locked();
   Status flush_locked(std::unique_lock<std::mutex>& lock, Deadline deadline);

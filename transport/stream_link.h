@@ -109,6 +109,10 @@ class StreamLink {
   std::condition_variable& cv() { return cv_; }
   bool poller = false;
   bool spinning = false;  // a thread busy-polls the completion queue (RdmaStream::wait)
+  // Completions handed out so far (RdmaStream::dispatch). Two threads of one channel (its reader and
+  // its writer) each take the other's completions: a thread about to wait notes this first, and its
+  // spin, and its sleep, end once it grew, so that it looks at what another thread took for it.
+  uint64_t dispatched = 0;
   // Channels with news another channel's thread handed them (serve_touched serves these), and
   // channels that left something undone for want of room in the send queue (touch_room_waiters).
   ChannelQueue touched;

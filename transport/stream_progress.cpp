@@ -317,6 +317,7 @@ void RdmaStream::rearm_link() {
 
 Status RdmaStream::dispatch(StreamLink& link, const ibv_wc& wc, RdmaStream* caller) {
   uint64_t kind = StreamLink::work_kind(wc.wr_id);
+  ++link.dispatched;
   if (kind == kWrReceive && wc.status != IBV_WC_SUCCESS) {
     // A flushed receive names no channel: the queue pair is in the error state, which is every
     // channel's to judge (a failure, or the expected tail of one that ended).
@@ -381,6 +382,9 @@ Status RdmaStream::dispatch(StreamLink& link, const ibv_wc& wc, RdmaStream* call
     if (target->polled_ && (!marked || s != Status::kOk || PollMark::news(before, target->poll_mark_locked()))) {
       target->wake_pollers();
     }
+    // The channel's other thread (a writer waiting for its acknowledgement, a reader for bytes) may
+    // wait on the link's condition for exactly this: it looks again (costs nothing with no waiter).
+    link.cv().notify_all();
     return s;
   }
   if (Status s = target->handle_completion(wc); s != Status::kOk) target->fail(s);
@@ -657,17 +661,22 @@ Status RdmaStream::arm_channel(bool* news) {
   return s;
 }
 
+Status RdmaStream::wait_for_poller(std::unique_lock<std::mutex>& lock, int max_sleep_ms) {
+  if (max_sleep_ms >= 0) {
+    cv_.wait_for(lock, std::chrono::milliseconds(max_sleep_ms));
+  } else {
+    cv_.wait(lock);
+  }
+  return Status::kOk;
+}
+
 Status RdmaStream::wait(std::unique_lock<std::mutex>& lock, bool interruptible, int max_sleep_ms) {
   if (failed()) return failure_;
-  if (link_->poller) {
-    // Another thread sleeps on the channels and will wake everyone after its progress.
-    if (max_sleep_ms >= 0) {
-      cv_.wait_for(lock, std::chrono::milliseconds(max_sleep_ms));
-    } else {
-      cv_.wait(lock);
-    }
-    return Status::kOk;
-  }
+  // The caller judged the channel's state just now, under the lock: from here on, a completion
+  // another thread hands out may be what it waits for (link_->dispatched).
+  const uint64_t seen = link_->dispatched;
+  // Another thread sleeps on the channels and will wake everyone after its progress.
+  if (link_->poller) return wait_for_poller(lock, max_sleep_ms);
   // Bounded busy polling: a reply that comes within microseconds costs no sleep and no interrupt. One
   // thread a link spins (the others wait for its news), and it lets go of the link's lock between
   // polls: the link's other channels, and the listener that answers opens, must get in meanwhile.
@@ -692,7 +701,7 @@ Status RdmaStream::wait(std::unique_lock<std::mutex>& lock, bool interruptible, 
       sched_yield();
       lock.lock();
       // Another thread may have taken our news meanwhile: the caller looks again.
-      if (failed() || touched_) break;
+      if (failed() || touched_ || link_->dispatched != seen) break;
       // Reading the clock can be a system call (no vDSO clock in some guests): not on every poll.
       if (polls % 32 == 0 && std::chrono::steady_clock::now() >= until) break;
     }
@@ -702,6 +711,12 @@ Status RdmaStream::wait(std::unique_lock<std::mutex>& lock, bool interruptible, 
       touched_ = false;
       return serve();
     }
+    if (link_->dispatched != seen) return Status::kOk;
+    // Another thread became the link's sleeper while we spun without the lock. A second sleeper in
+    // the kernel would never be woken: the link's events wake one thread, which takes them and tells
+    // the others through the condition, where we must be (a writer slept through the room its own
+    // reader's thread took: epoll_echo's client, 64 KiB rings).
+    if (link_->poller) return wait_for_poller(lock, max_sleep_ms);
   }
   bool news = false;
   if (Status s = arm_channel(&news); s != Status::kOk) {
