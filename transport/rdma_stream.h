@@ -409,7 +409,13 @@ class RdmaStream {
   // receive, which names none). Returns this channel's status; another's failure is that channel's.
   Status take_completion(const ibv_wc& wc) { return dispatch(*link_, wc, this); }
   // The same for any thread that holds the link's lock (`caller` may be null: the listener's).
+  // A send's completion first completes the unsignalled sends before it (StreamLink::post_send).
   static Status dispatch(StreamLink& link, const ibv_wc& wc, RdmaStream* caller);
+  static Status dispatch_one(StreamLink& link, const ibv_wc& wc, RdmaStream* caller);
+  // Before a wait for this channel's sends to complete: a signalled zero-byte write after our newest
+  // send, if that one is unsignalled (its completion would otherwise come only with a later
+  // signalled send of anyone's on the link).
+  Status signal_tail();
   static void serve_touched(StreamLink& link, RdmaStream* except);
   // Takes every completion of a link for a thread that is none of its channels' (the listener's, which
   // collects the opens): returns kReset when the link failed.
@@ -543,6 +549,7 @@ class RdmaStream {
   void fail(Status s);
   void note_failure(const char* what, const char* detail);
 
+  bool last_send_signalled_ = true;  // our newest send asked for its completion (signal_tail)
   bool writer_busy_ = false;  // a write() is in progress (writes are not interleaved)
   bool reader_busy_ = false;
 

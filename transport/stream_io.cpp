@@ -386,6 +386,7 @@ Status RdmaStream::flush_locked(std::unique_lock<std::mutex>& lock, Deadline dea
   while ((link_->sends_of(index_) > 0 || close_owed_) && !failed() && !disconnect_seen_) {
     if (deadline.passed()) return Status::kTimeout;
     progress();
+    if (link_->sends_of(index_) > 0 && !close_owed_) signal_tail();
     if (link_->sends_of(index_) > 0 || close_owed_) wait(lock, false, deadline.poll_ms());
   }
   return failed() ? outward(failure_) : Status::kOk;

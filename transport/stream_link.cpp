@@ -45,6 +45,7 @@ Status StreamLink::create(const StreamOptions& options) {
   if (device_ == nullptr) return Status::kNoDevice;
   ibv_context* context = device_->get();
   send_queue_depth_ = options.send_queue_depth;
+  send_log_.assign(static_cast<size_t>(send_queue_depth_), 0);
   // Without an explicit ack timeout rdma_cm may leave it at 0 (seen with rxe): "never time out", so a
   // crashed peer host would never fail a send, and the keepalive could never notice it.
   uint8_t ack_timeout = options.ack_timeout_log2;
@@ -310,10 +311,33 @@ int StreamLink::take_free_slot() {
 void StreamLink::free_slot(uint32_t slot) { used_slots_ &= ~(uint64_t{1} << slot); }
 
 int StreamLink::post_send(ibv_send_wr* wr) {
+  if (unsignalled_run_ + 1 >= std::min(kSignalEvery, send_queue_depth_)) wr->send_flags |= IBV_SEND_SIGNALED;
+  // The send's place in the order rides in its wr_id, for take_older_send (the low 32 bits of the
+  // count: at most send_queue_depth_ sends are outstanding, so they tell them apart).
+  wr->wr_id = (wr->wr_id & 0xffffffff) | next_send_ << 32;
   ibv_send_wr* bad = nullptr;
   int e = ibv_post_send(qp_, wr, &bad);
-  if (e == 0) ++sends_outstanding_;
-  return e;
+  if (e != 0) return e;
+  send_log_[next_send_ % send_log_.size()] = wr->wr_id;
+  ++next_send_;
+  ++sends_outstanding_;
+  unsignalled_run_ = (wr->send_flags & IBV_SEND_SIGNALED) != 0 ? 0 : unsignalled_run_ + 1;
+  return 0;
+}
+
+bool StreamLink::take_older_send(uint64_t wr_id, uint64_t* older) {
+  // Our own wr_ids, in our own order: nothing here comes from the peer. A completion of a send no
+  // longer logged (none is expected) takes nothing.
+  if (oldest_send_ == next_send_) return false;
+  uint64_t oldest = send_log_[oldest_send_ % send_log_.size()];
+  if ((oldest >> 32) == (wr_id >> 32)) {
+    ++oldest_send_;
+    return false;
+  }
+  if (((wr_id >> 32) - (oldest_send_ & 0xffffffff)) & 0x80000000) return false;  // before the oldest: not ours to take
+  ++oldest_send_;
+  *older = oldest;
+  return true;
 }
 
 Status StreamLink::post_receive() {

@@ -43,9 +43,10 @@ class StreamLink {
   static constexpr uint64_t kWrCopy = 1;    // data from the bounce buffer, or inline
   static constexpr uint64_t kWrZeroCopy = 2;
   static constexpr uint64_t kWrReceive = 3;
+  // post_send adds the send's place in the link's order of sends (its low 32 bits) above both.
   static constexpr uint64_t work_id(uint32_t channel, uint64_t kind) { return uint64_t{channel} << 8 | kind; }
   static constexpr uint64_t work_kind(uint64_t wr_id) { return wr_id & 0xff; }
-  static constexpr uint32_t work_channel(uint64_t wr_id) { return static_cast<uint32_t>(wr_id >> 8); }
+  static constexpr uint32_t work_channel(uint64_t wr_id) { return static_cast<uint32_t>(wr_id >> 8) & 0xffffff; }
   // Each outgoing mailbox update is written from a slot of its own, so that an update still being
   // read by the adapter is never overwritten by the next.
   static constexpr size_t kMailboxSlot = 96;  // a MailboxRecord (wire.h: 88 bytes), rounded up to 32
@@ -236,9 +237,20 @@ class StreamLink {
   uint8_t* next_mailbox_slot() { return mailbox_out_ + (mailbox_updates_++ % send_queue_depth_) * kMailboxSlot; }
   uint32_t mailbox_lkey() const { return mailbox_out_mr_->lkey; }
 
-  // The queues. post_send returns ibv_post_send's error (0: posted); every posted send is signalled
-  // and counts until on_send_completed.
+  // The queues. post_send returns ibv_post_send's error (0: posted); a posted send counts until
+  // on_send_completed. Not every send is signalled: RC completes sends in the order they were posted,
+  // so the completion of a signalled one tells that every send before it completed too, and a
+  // successful send needs no completion of its own unless its caller waits for it (a zero-copy
+  // write's buffer, an end, a keepalive: the caller sets IBV_SEND_SIGNALED). post_send signals every
+  // kSignalEvery-th send besides, so that a full queue always has a completion on the way. A reply
+  // sent from an event loop then raises no completion that would wake the loop again for nothing,
+  // and a failed send raises one whether signalled or not (the adapter reports every error).
+  static constexpr int kSignalEvery = 16;
   int post_send(ibv_send_wr* wr);
+  // A send's completion (signalled, or failed) completes the unsignalled sends posted before it,
+  // oldest first: each call takes the oldest still logged off the log; true with its wr_id in
+  // *older while it is one before `wr_id`, false once it was `wr_id`'s own.
+  bool take_older_send(uint64_t wr_id, uint64_t* older);
   Status post_receive();
   bool send_queue_has_room(int n) const { return sends_outstanding_ + n <= send_queue_depth_; }
   int sends_outstanding() const { return sends_outstanding_; }
@@ -325,6 +337,12 @@ class StreamLink {
   uint32_t max_inline_ = 0;
   int send_queue_depth_ = 0;
   int sends_outstanding_ = 0;
+  // The wr_ids of the sends posted and not yet completed, in posting order (a circle of
+  // send_queue_depth_): positions count every send posted (next) and taken off (oldest).
+  std::vector<uint64_t> send_log_;
+  uint64_t next_send_ = 0;
+  uint64_t oldest_send_ = 0;
+  int unsignalled_run_ = 0;  // unsignalled sends posted since the last signalled one
   uint8_t* mailbox_out_ = nullptr;  // one slot per send work request
   ibv_mr* mailbox_out_mr_ = nullptr;
   std::unique_ptr<RegistrationCache> registrations_;

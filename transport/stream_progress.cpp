@@ -55,7 +55,13 @@ Status RdmaStream::post_write_to(uint32_t rkey, const void* local, uint32_t leng
   ibv_send_wr wr{};
   wr.wr_id = StreamLink::work_id(index_, wr_kind);
   wr.opcode = with_imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
-  wr.send_flags = IBV_SEND_SIGNALED | send_flags;
+  // Signalled where a completion is awaited (StreamLink::post_send): a zero-copy write (the caller's
+  // buffer is ours until it completes), an end (close, abort, release, "to TCP": the channel's last
+  // sends, whose completion frees what it leaves on the link) and a zero-byte write (a keepalive, or
+  // a wait's tail: signal_tail). Data copied into the mirror, credit updates, arms and wakeups are
+  // not: the next signalled send completes them.
+  bool awaited = wr_kind == kWrZeroCopy || (with_imm && imm_type(imm) == MessageType::kEnd) || (length == 0 && !with_imm);
+  wr.send_flags = (awaited ? IBV_SEND_SIGNALED : 0) | send_flags;
   wr.sg_list = length > 0 ? &sge : nullptr;
   wr.num_sge = length > 0 ? 1 : 0;
   wr.imm_data = htonl(imm);
@@ -67,6 +73,7 @@ Status RdmaStream::post_write_to(uint32_t rkey, const void* local, uint32_t leng
     return Status::kReset;
   }
   link_->on_channel_send_posted(index_);
+  last_send_signalled_ = (wr.send_flags & IBV_SEND_SIGNALED) != 0;
   ++sends_since_keepalive_;
   if (wr_kind == kWrZeroCopy) ++zcopy_outstanding_;
   if (wr_kind == kWrCopy || wr_kind == kWrZeroCopy) note_data_posted(flow_->sent() + length, wr_kind == kWrZeroCopy);
@@ -316,8 +323,28 @@ void RdmaStream::rearm_link() {
 }
 
 Status RdmaStream::dispatch(StreamLink& link, const ibv_wc& wc, RdmaStream* caller) {
-  uint64_t kind = StreamLink::work_kind(wc.wr_id);
   ++link.dispatched;
+  if (StreamLink::work_kind(wc.wr_id) != kWrReceive) {
+    // The unsignalled sends posted before this one completed, successfully, before it (RC order; a
+    // failed one would have raised a completion of its own): each is handed out as if it had raised
+    // one, oldest first, then this one.
+    Status mine = Status::kOk;
+    for (uint64_t older = 0; link.take_older_send(wc.wr_id, &older);) {
+      ibv_wc done{};
+      done.wr_id = older;
+      done.status = IBV_WC_SUCCESS;
+      done.opcode = IBV_WC_RDMA_WRITE;
+      done.qp_num = wc.qp_num;
+      if (Status s = dispatch_one(link, done, caller); s != Status::kOk && mine == Status::kOk) mine = s;
+    }
+    Status s = dispatch_one(link, wc, caller);
+    return mine != Status::kOk ? mine : s;
+  }
+  return dispatch_one(link, wc, caller);
+}
+
+Status RdmaStream::dispatch_one(StreamLink& link, const ibv_wc& wc, RdmaStream* caller) {
+  uint64_t kind = StreamLink::work_kind(wc.wr_id);
   if (kind == kWrReceive && wc.status != IBV_WC_SUCCESS) {
     // A flushed receive names no channel: the queue pair is in the error state, which is every
     // channel's to judge (a failure, or the expected tail of one that ended).
@@ -758,6 +785,14 @@ Status RdmaStream::keepalive_locked() {
   }
   sends_since_keepalive_ = 0;
   return Status::kOk;
+}
+
+Status RdmaStream::signal_tail() {
+  if (last_send_signalled_ || link_->sends_of(index_) == 0 || !send_queue_has_room(1) || link_->stopped()) {
+    return Status::kOk;
+  }
+  // A zero-byte RDMA Write: it consumes no receive of the peer's and raises nothing there.
+  return post_write(nullptr, 0, 0, 0, 0, false, 0, kWrSignal);
 }
 
 Status RdmaStream::keepalive() {
