@@ -69,7 +69,10 @@ sockperf_run() { # ROUND MODE PORT pp|ul
   extra=""
   [ "$4" = ul ] && extra="--mps 2000"
   out=$(under "$2" sockperf "$4" --tcp -i "$peer" -p "$3" -t 5 -m 64 $extra 2>&1)
-  rate=$(echo "$out" | grep -o 'ReceivedMessages=[0-9]*' | tail -1 | awk -F= '{ printf "%.0f", $2 / 5 }')
+  # Ping-pong: round trips a second. Under load the rate is the one asked for (--mps), and what
+  # sockperf counts as received is only its latency samples: no rate.
+  rate=-
+  [ "$4" = pp ] && rate=$(echo "$out" | grep -o 'ReceivedMessages=[0-9]*' | tail -1 | awk -F= '{ printf "%.0f", $2 / 5 }')
   p50=$(echo "$out" | awk '/percentile 50.000/ { printf "%.1f", $NF }')
   p99=$(echo "$out" | awk '/percentile 99.000/ { printf "%.1f", $NF }')
   emit "$1" "sockperf-$4-64B" "$2" "$rate" "$p50" "$p99"
