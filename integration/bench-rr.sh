@@ -10,7 +10,9 @@
 # load runs without the module against the TCP port and under it against the RDMA port.
 # Prints every run's line, then a table: for each load the rate's min/median/max over the rounds on
 # each path, the ratio of the medians (RDMA / TCP), and the medians of p50 and p99 (microseconds); a
-# stall shows as a spread. System calls per request are bench-syscalls.sh's.
+# stall shows as a spread. BENCH_CALLS=1 adds, after the rounds, the client's system calls a
+# request (strace -f -c of one more run of redis GET -c 8, memcslap get, wrk and sockperf's
+# ping-pong on each path; setup included); both ends' of redis, setup left out, are bench-syscalls.sh's.
 # Figures with date, commit and machine go to docs/benchmarks.md.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -34,7 +36,7 @@ before="ln -sf /usr/bin/redis-check-rdb /tmp/redis-server && mkdir -p /tmp/www &
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 status=0
-bench_pair bench-rr "$servers" "ROUNDS=$rounds sh $root/integration/guest/bench-rr-client.sh $lib $rules" "$before" > "$out" || status=$?
+bench_pair bench-rr "$servers" "ROUNDS=$rounds BENCH_CALLS=${BENCH_CALLS:-0} sh $root/integration/guest/bench-rr-client.sh $lib $rules" "$before" > "$out" || status=$?
 cat "$out"
 [ $status -eq 0 ] || exit $status
 echo

@@ -78,6 +78,25 @@ sockperf_run() { # ROUND MODE PORT pp|ul
   emit "$1" "sockperf-$4-64B" "$2" "$rate" "$p50" "$p99"
 }
 
+# calls TEST MODE REQUESTS-PATTERN CMD...: CMD once more under `strace -f -c` (BENCH_CALLS=1), and a
+# "calls" line: the client's system calls (every thread, setup and teardown included) over the
+# requests its output reports (REQUESTS-PATTERN: an awk program that prints that count).
+calls() {
+  t=$1 mode=$2 pattern=$3
+  shift 3
+  out=$(under "$mode" strace -f -c -o /tmp/bench-rr-strace "$@" 2>&1)
+  requests=$(echo "$out" | awk "$pattern")
+  awk -v t="$t" -v m="$mode" -v n="${requests:-0}" '
+    $NF == "total" { total = $4 }
+    NR > 2 && $1 ~ /^[0-9.]+$/ && $NF != "total" { calls[$NF] = $4 }
+    END {
+      if (n + 0 == 0) { print "calls test=" t " mode=" m " per_request=- (no requests counted)"; exit }
+      top = ""; for (k = 0; k < 4; ++k) { best = ""; for (s in calls) if (best == "" || calls[s] + 0 > calls[best] + 0) best = s
+        if (best == "") break; top = top sprintf(" %s %.2f", best, calls[best] / n); delete calls[best] }
+      printf "calls test=%s mode=%s requests=%d per_request=%.2f:%s\n", t, m, n, total / n, top
+    }' /tmp/bench-rr-strace
+}
+
 for r in $(seq "${ROUNDS:-3}"); do
   for c in 1 8 50 1000; do
     case $c in 1) n=2000 ;; 8) n=10000 ;; *) n=20000 ;; esac
@@ -97,3 +116,15 @@ for r in $(seq "${ROUNDS:-3}"); do
   lat=$(ib_send_lat -d rxe0 -p 5402 -s 64 -n 2000 "$peer" 2>/dev/null | awk '/^ *64 +[0-9]+ / { print $5 }')
   emit "$r" "sockperf-pp-64B" ib_send_lat "-" "$lat" "-"
 done
+if [ "${BENCH_CALLS:-0}" = 1 ]; then
+  for mode in tcp rdma; do
+    port=5020; [ $mode = rdma ] && port=5010
+    calls redis-get-c8 $mode '/GET/ { n = 10000 } END { print n }' redis-benchmark -h "$peer" -p $port -c 8 -n 10000 -t get -P 1 --csv
+    port=5021; [ $mode = rdma ] && port=5011
+    calls memcslap-get-c8 $mode '/Time to get/ { for (i = 1; i <= NF; ++i) if ($i == "keys") print $(i - 1) }' memcslap --servers="$peer:$port" --concurrency=8 --execute-number=1000 --test=get
+    port=5029; [ $mode = rdma ] && port=5019
+    calls nginx-wrk-c32 $mode '/requests in/ { print $1 }' wrk -t2 -c32 -d5s "http://$peer:$port/small"
+    port=5022; [ $mode = rdma ] && port=5012
+    calls sockperf-pp-64B $mode '!n && match($0, /ReceivedMessages=[0-9]+/) { n = substr($0, RSTART + 17, RLENGTH - 17) } END { print n + 0 }' sockperf pp --tcp -i "$peer" -p $port -t 5 -m 64
+  done
+fi

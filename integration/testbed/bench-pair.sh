@@ -16,7 +16,7 @@ bench_pair() {
   status=$?
   set -e
   echo "$title"
-  grep -E '^\[b\] (result|  why|  rings|failed|client )' "$out" | sed 's/^\[b\] //'
+  grep -E '^\[b\] (result|calls|  why|  rings|failed|client )' "$out" | sed 's/^\[b\] //'
   grep -E '^\[a\] server ' "$out" | sed 's/^\[a\] //' || true
   if [ $status -ne 0 ]; then
     echo "$name: the run failed (status $status); its output:" >&2
