@@ -42,6 +42,11 @@ struct ConnectionOptions {
   // A background upgrade of a client whose process is already linked to the server: how long the
   // application's call waits for the connection to be on RDMA (0: not at all; docs/links.md).
   uint64_t linked_wait_us = 50 * kMicrosPerMilli;
+  // How long a thread that waits for a connection on RDMA polls before it sleeps (0: not at all), and
+  // whether an event loop's wait adapts it to how soon messages come (docs/protocol.md, "Polling
+  // before sleeping").
+  uint64_t busy_poll_us = 1 * kMicrosPerMilli;
+  bool busy_poll_adaptive = true;
 
   bool operator==(const ConnectionOptions&) const = default;
 };

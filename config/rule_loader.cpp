@@ -24,14 +24,14 @@ namespace {
 
 constexpr std::array<std::string_view, 3> kTopKeys = {"version", "defaults", "rules"};
 constexpr std::array<std::string_view, 6> kMatchKeys = {"program", "role", "remote", "local", "ports", "user"};
-constexpr std::array<std::string_view, 13> kOptionKeys = {
+constexpr std::array<std::string_view, 14> kOptionKeys = {
     "transport",        "upgrade",          "on_fork",       "buffer_size",     "zcopy_threshold", "inline_threshold",
     "send_queue_depth", "recv_queue_depth", "link_channels", "connect_timeout", "upgrade_timeout", "keepalive",
-    "linked_wait"};
-constexpr std::array<std::string_view, 15> kRuleKeys = {
+    "linked_wait",      "busy_poll"};
+constexpr std::array<std::string_view, 16> kRuleKeys = {
     "name",     "match",           "transport",        "upgrade",          "on_fork",         "buffer_size",
     "zcopy_threshold", "inline_threshold", "send_queue_depth", "recv_queue_depth", "link_channels",
-    "connect_timeout", "upgrade_timeout", "keepalive", "linked_wait"};
+    "connect_timeout", "upgrade_timeout", "keepalive", "linked_wait", "busy_poll"};
 
 template <size_t N>
 std::string one_of(const std::array<std::string_view, N>& keys) {
@@ -120,6 +120,22 @@ class Parser {
     }
   }
 
+  // off, adaptive (up to the built-in time), or a fixed duration (0 is off).
+  void parse_busy_poll(const YAML::Node& value, ConnectionOptions* options) {
+    const std::string& text = value.Scalar();
+    if (text == "off" || text == "adaptive") {
+      options->busy_poll_us = text == "off" ? 0 : ConnectionOptions{}.busy_poll_us;
+      options->busy_poll_adaptive = text == "adaptive";
+      return;
+    }
+    std::string why;
+    auto micros = parse_duration_us(text, &why);
+    if (!micros) return error(value, "busy_poll: expected off, adaptive or a duration: " + why);
+    if (*micros > 100 * kMicrosPerMilli) return error(value, "busy_poll must be at most 100ms, got " + text);
+    options->busy_poll_us = *micros;
+    options->busy_poll_adaptive = false;
+  }
+
   void parse_option(const std::string& key, const YAML::Node& value, ConnectionOptions* options,
                     bool* transport_set) {
     const std::string& text = value.Scalar();
@@ -177,6 +193,8 @@ class Parser {
       if (!micros) return error(value, key + ": " + why);
       if (*micros >= kMicrosPerSecond) return error(value, "linked_wait must be shorter than 1s, got " + text);
       options->linked_wait_us = *micros;
+    } else if (key == "busy_poll") {
+      parse_busy_poll(value, options);
     } else {  // the three durations
       auto micros = parse_duration_us(text, &why);
       if (!micros) return error(value, key + ": " + why);

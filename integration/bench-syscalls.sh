@@ -8,7 +8,8 @@
 # Soft-RoCE a send's doorbell is one write(), on mlx5 none). BENCH_TOPOLOGY=pair puts the server in
 # one VM and the client in the other (a send then completes a link's round trip after it was posted,
 # as on a real NIC, where in one guest rxe completes it almost at once). Figures go to
-# docs/benchmarks.md.
+# docs/benchmarks.md. BENCH_TRACER=perf counts with perf trace instead of strace (no stop at each call:
+# a timed busy poll runs as it would untraced).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 clients=${1:-8}
@@ -19,7 +20,7 @@ rules=$(realpath "${BENCH_RULES:-$root/integration/rules/redis-before-return.yam
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 topology=${BENCH_TOPOLOGY:-loop}
-run="sh $root/integration/guest/bench-syscalls-run.sh $lib $rules $clients 2000 6000 $rounds"
+run="BENCH_TRACER=${BENCH_TRACER:-strace} sh $root/integration/guest/bench-syscalls-run.sh $lib $rules $clients 2000 6000 $rounds"
 set +e
 case $topology in
   loop)

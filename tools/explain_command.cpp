@@ -85,6 +85,10 @@ void print_options(const config::ConnectionOptions& o) {
   std::printf("  upgrade_timeout   %s\n", config::format_duration_us(o.upgrade_timeout_us).c_str());
   std::printf("  keepalive         %s\n", config::format_duration_us(o.keepalive_us).c_str());
   std::printf("  linked_wait       %s\n", config::format_duration_us(o.linked_wait_us).c_str());
+  std::string busy_poll = o.busy_poll_us == 0 ? "off"
+                          : o.busy_poll_adaptive ? "adaptive (up to " + config::format_duration_us(o.busy_poll_us) + ")"
+                                                 : config::format_duration_us(o.busy_poll_us);
+  std::printf("  busy_poll         %s\n", busy_poll.c_str());
 }
 
 std::string endpoint_text(const sockaddr_storage& s) {

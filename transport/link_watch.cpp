@@ -52,6 +52,12 @@ bool LinkWatch::takes_events_of(const RdmaStream& stream) const {
 }
 
 void LinkWatch::unbind() {
+  if (std::shared_ptr<StreamLink> link = link_.lock()) {
+    // A take of ours may have left the queue unarmed: armed again for whoever else waits on the link
+    // (the listener's thread for its next open) now that this poller stops looking.
+    std::lock_guard lock(link->mu());
+    if (!link->armed() && !link->stopped()) RdmaStream::arm_link_for_sleep(*link);
+  }
   if (set_fd_ >= 0) {
     OwnCalls own;  // own_calls.h
     os().close(set_fd_);
@@ -67,16 +73,59 @@ bool LinkWatch::subscribe(RdmaStream& stream, void* tag) {
 
 void LinkWatch::unsubscribe(RdmaStream& stream, const void* tag) { stream.unsubscribe_news(tag); }
 
-bool LinkWatch::take(std::vector<void*>* tags) {
+bool LinkWatch::take(std::vector<void*>* tags, bool lazy) {
   news_.begin_take();
   if (std::shared_ptr<StreamLink> link = link_.lock()) {
     std::lock_guard lock(link->mu());
     // A server's link watches its own connection events only once the accept is done (stream_link.h).
     if (!cm_watched_ && link->cm_watched() && set_fd_ >= 0) cm_watched_ = watch_readable(set_fd_, link->cm_fd());
     // Its set watches the connection events once it holds them (cm_watched_): taken when quiet.
-    RdmaStream::drain_link(*link, false, cm_watched_);
+    RdmaStream::drain_link(*link, false, cm_watched_, lazy);
   }
   return news_.take(tags);
+}
+
+int LinkWatch::spin(std::vector<void*>* tags, bool* whole) {
+  int taken = 0;
+  news_.begin_take();
+  if (std::shared_ptr<StreamLink> link = link_.lock()) {
+    std::lock_guard lock(link->mu());
+    taken = RdmaStream::spin_link(*link);
+  }
+  *whole = news_.take(tags);
+  return taken;
+}
+
+int LinkWatch::busy_poll_us(bool* adaptive) const {
+  std::shared_ptr<StreamLink> link = link_.lock();
+  if (link == nullptr) return 0;
+  if (!link->busy_poll_adaptive.load(std::memory_order_relaxed)) *adaptive = false;
+  return link->busy_poll_us.load(std::memory_order_relaxed);
+}
+
+bool LinkWatch::arm_for_sleep(std::shared_ptr<StreamLink>* held) {
+  *held = link_.lock();
+  if (*held == nullptr) return false;
+  StreamLink& link = **held;
+  std::lock_guard lock(link.mu());
+  ++link.event_sleepers;
+  // Once counted, a take by another thread arms the queue again (drain_link): armed now, it stays so.
+  return RdmaStream::arm_link_for_sleep(link);
+}
+
+void LinkWatch::end_sleep(StreamLink& link) {
+  std::lock_guard lock(link.mu());
+  --link.event_sleepers;
+}
+
+void LinkWatch::make_eager() {
+  std::shared_ptr<StreamLink> link = link_.lock();
+  if (link == nullptr) return;
+  std::lock_guard lock(link->mu());
+  if (link->eager) return;
+  link->eager = true;
+  // What came before the arming is told to its channels (and so pushed to the pollers' lists).
+  RdmaStream::arm_link_for_sleep(*link);
 }
 
 LinkWatch::~LinkWatch() { unbind(); }

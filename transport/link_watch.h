@@ -57,7 +57,25 @@ class LinkWatch {
 
   // Takes the link's events (if the link is still there) and the news: the tags pushed since the last
   // take, in order. False when some news was lost to a lack of memory: look at every channel then.
-  bool take(std::vector<void*>* tags);
+  // `lazy` (an event loop that arms the queue itself before it sleeps: arm_for_sleep): the queue is
+  // left unarmed when nobody else relies on its event (RdmaStream::drain_link).
+  bool take(std::vector<void*>* tags, bool lazy = false);
+  // An event loop's spin: the completions on the link's queue handed out (no event taken, nothing
+  // armed, no system call) and the news taken as take() does. Returns how many completions came.
+  int spin(std::vector<void*>* tags, bool* whole);
+  // How long the link's channels ask an event loop to poll before it sleeps, and whether adaptively
+  // (StreamLink::busy_poll_us).
+  int busy_poll_us(bool* adaptive) const;
+
+  // A thread about to sleep on the set: the link's queue armed and the thread counted as relying on
+  // its event until end_sleep(*held) (held keeps the link for it). True when completions came before
+  // the arming: they were handed out, and the news is on the list (the set is readable).
+  bool arm_for_sleep(std::shared_ptr<StreamLink>* held);
+  static void end_sleep(StreamLink& link);
+  // For good: someone may sleep on this link's event outside the module's waits (the set is watched
+  // by another poller, or a wait on it began before the record joined): the queue is armed now and
+  // after every take (StreamLink::eager).
+  void make_eager();
 
  private:
   std::weak_ptr<StreamLink> link_;

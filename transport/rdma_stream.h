@@ -48,6 +48,7 @@ struct StreamOptions {
                                        // buffer by RDMA Write (0: never)
   uint32_t inline_threshold = 128;  // pieces up to this long travel inside the work request
   int busy_poll_us = 1000;          // a blocked call polls this long (yielding the CPU) before it sleeps
+  bool busy_poll_adaptive = true;   // an event loop's wait polls up to busy_poll_us, as it pays (spin_budget.h)
   int keepalive_ms = 5000;          // a blocked call probes an idle peer this often (0: never)
   // A grown ring goes back to its first size when the peer sent nothing between two periodic looks
   // at the stream (the path watcher's, or a blocked call's keepalive: every keepalive_ms) and all it
@@ -247,6 +248,9 @@ class RdmaStream {
   // and whoever takes it (any look at a channel of the link) pushes the news to the subscribers.
   bool subscribe_news(NewsList* list, void* tag) { return readiness_.subscribe(list, tag); }
   void unsubscribe_news(const void* tag) { readiness_.unsubscribe(tag); }
+  // A poll or select call (StreamSleeper) may sleep on this stream's link's event from now (+1) until
+  // it is done (-1): takes by event loops arm the queue again meanwhile (StreamLink::event_sleepers).
+  void count_event_sleeper(int change);
   // The link's descriptors to sleep on: its completion channel, and its connection events once they
   // are the link's own (else -1).
   void link_descriptors(int* completions, int* cm_events) const;
@@ -428,7 +432,19 @@ class RdmaStream {
   // only when no completion event was (a watcher whose set holds the link's connection-event channel,
   // level-triggered: an event left there fires the set again at once, and is taken then), which
   // spares an event loop a system call that finds nothing at each wakeup.
-  static void drain_link(StreamLink& link, bool arm = false, bool cm_when_quiet = false);
+  // `lazy`: an event loop's take (LinkWatch::take): when nobody else relies on the link's event
+  // (StreamLink::relied_on), the queue is polled empty and left unarmed.
+  static void drain_link(StreamLink& link, bool arm = false, bool cm_when_quiet = false, bool lazy = false);
+  // Every completion on the link's queue handed to its channel, without arming (the count; a failed
+  // queue fails the link). Link lock held.
+  static int poll_link(StreamLink& link);
+  // An event loop's spin before it sleeps (LinkWatch::spin): the completions on the queue handed out
+  // and their channels served and told; nothing else (no system call when there is none). Returns
+  // how many there were.
+  static int spin_link(StreamLink& link);
+  // Before a thread sleeps on the link's event: the queue armed, and what came before the arming
+  // handed out (true when anything did: the caller looks before it sleeps). Link lock held.
+  static bool arm_link_for_sleep(StreamLink& link);
   // The link's connection events, taken and told to every channel (once they are the link's own).
   static void tell_cm_news(StreamLink& link);
   // Channels that left something undone for want of room in the link's send queue (shared by all its
@@ -488,6 +504,9 @@ class RdmaStream {
   // Sleeps on the link's condition while another thread is the link's sleeper (its wakeup tells all).
   Status wait_for_poller(std::unique_lock<std::mutex>& lock, int max_sleep_ms);
   Status arm_channel(bool* news);
+  // A non-blocking call that would block: arm_channel when someone relies on the link's event
+  // (StreamLink::relied_on), else nothing.
+  Status arm_if_relied_on(bool* news);
   Status keepalive_locked();
   Status flush_locked(std::unique_lock<std::mutex>& lock, Deadline deadline);
   void kick();

@@ -101,7 +101,7 @@ Status RdmaStream::write_copy(const uint8_t* src, size_t len, int flags, size_t*
       }
       if (flags & kNonBlocking) {
         bool news = false;  // as in read(): armed, so the link's event comes when room comes back
-        if (arm_channel(&news) != Status::kOk) fail(Status::kReset);
+        if (arm_if_relied_on(&news) != Status::kOk) fail(Status::kReset);
         if (news) continue;
         return *done > 0 ? Status::kOk : Status::kWouldBlock;
       }
@@ -167,7 +167,7 @@ Status RdmaStream::write_zero_copy(const uint8_t* src, size_t len, int flags, si
       }
       if (flags & kNonBlocking) {
         bool news = false;
-        if (arm_channel(&news) != Status::kOk) fail(Status::kReset);
+        if (arm_if_relied_on(&news) != Status::kOk) fail(Status::kReset);
         if (news) continue;
         break;
       }
@@ -315,13 +315,15 @@ Status RdmaStream::read(const iovec* iov, int iovcnt, int flags, size_t* done) {
     if (flow_->peer_closed() || read_shut_ || want == 0) break;
     if (flags & kNonBlocking) {
       if (*done == 0 && !failed()) {
-        drain_channels();  // a peer that disconnected without an end shows only there
+        // A peer that disconnected without an end shows only in the link's connection events: taken
+        // here (a system call) unless a poller watches them for us (readiness() was called).
+        if (!polled_) drain_channels();
         progress();
         if (failed() || flow_->readable() > 0 || peer_done()) continue;
         // Would block: the next change must raise the link's event (edge-triggered pollers rely on
         // it), so the completion channel is armed before saying so.
         bool news = false;
-        if (arm_channel(&news) != Status::kOk) fail(Status::kReset);
+        if (arm_if_relied_on(&news) != Status::kOk) fail(Status::kReset);
         if (news || failed()) continue;
       }
       s = *done > 0 ? Status::kOk : Status::kWouldBlock;

@@ -351,6 +351,7 @@ Status StreamLink::arm_and_poll(ibv_wc* wc, bool* got) {
   if (!cq_armed_) {
     if (ibv_req_notify_cq(cq_, 0) != 0) return Status::kReset;
     cq_armed_ = true;
+    event_due_ = true;
   }
   int n = ibv_poll_cq(cq_, 1, wc);
   if (n < 0) return Status::kReset;
@@ -385,6 +386,8 @@ bool StreamLink::take_channel_events() {
   // wakes meanwhile finds its event and looks again).
   eventfd_t kicks = 0;
   if (kicked_.exchange(false, std::memory_order_acq_rel)) (void)eventfd_read(kick_fd_, &kicks);
+  // Not armed since the last event was taken: none can be there, and the read would only say so.
+  if (!event_due_) return false;
   ibv_cq* cq = nullptr;
   void* context = nullptr;
   // One read: an event comes of an arming, and the queue is armed again only after its event was
@@ -393,6 +396,7 @@ bool StreamLink::take_channel_events() {
   if (ibv_get_cq_event(comp_channel_, &cq, &context) != 0) return false;
   ibv_ack_cq_events(cq_, 1);
   cq_armed_ = false;
+  event_due_ = false;
   return true;
 }
 

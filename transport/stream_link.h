@@ -114,6 +114,27 @@ class StreamLink {
   // its writer) each take the other's completions: a thread about to wait notes this first, and its
   // spin, and its sleep, end once it grew, so that it looks at what another thread took for it.
   uint64_t dispatched = 0;
+  // Arming the queue is one system call on Soft-RoCE, and taking its event another: an event loop whose
+  // replies come while it polls should pay neither (docs/protocol.md, "Readiness and threads"). So the
+  // queue is armed by whoever is about to sleep on its event, not by whoever took the last one, unless
+  // someone else relies on it. `event_sleepers`: threads asleep (or about to be) on the event besides
+  // `poller`, each having armed the queue first: the module's epoll waits and its poll and select
+  // calls (StreamSleeper). `eager`: someone outside the module's waits may sleep on it (an epoll set a
+  // poller watches, a wait that began before the link's record joined its set): every take arms the
+  // queue again and every call that would block arms it, for good.
+  int event_sleepers = 0;
+  bool eager = false;
+  bool relied_on() const { return eager || poller || event_sleepers > 0; }
+  // The longest busy_poll_us among its channels' options: how long an event loop that holds the link
+  // polls its queue before it sleeps (epoll_wait.cpp), and whether every one of them says adaptive.
+  std::atomic<int> busy_poll_us{0};
+  std::atomic<bool> busy_poll_adaptive{true};
+  void note_busy_poll(int us, bool adaptive) {
+    int now = busy_poll_us.load(std::memory_order_relaxed);
+    while (us > now && !busy_poll_us.compare_exchange_weak(now, us, std::memory_order_relaxed)) {
+    }
+    if (!adaptive) busy_poll_adaptive.store(false, std::memory_order_relaxed);
+  }
   // Channels with news another channel's thread handed them (serve_touched serves these), and
   // channels that left something undone for want of room in the send queue (touch_room_waiters).
   ChannelQueue touched;
@@ -259,6 +280,9 @@ class StreamLink {
   // Arms the completion channel (if it is not) and polls once more: a completion that came in between
   // would otherwise raise no event. *got says whether *wc holds one. kReset when the CQ fails.
   Status arm_and_poll(ibv_wc* wc, bool* got);
+  // Armed, or its event raised and not taken yet: a sleeper on the completion channel wakes at the
+  // next completion (or at once).
+  bool armed() const { return cq_armed_; }
 
   // Connection events, taken without waiting.
   struct CmNews {
@@ -333,6 +357,7 @@ class StreamLink {
   ibv_cq* cq_ = nullptr;
   ibv_pd* pd_ = nullptr;  // the link's own protection domain: its queue pair reaches only its memory
   bool cq_armed_ = false;
+  bool event_due_ = false;  // armed since the last event was taken: its event may be in the channel
   bool stopped_ = false;
   uint32_t max_inline_ = 0;
   int send_queue_depth_ = 0;

@@ -480,13 +480,17 @@ Status RdmaStream::progress_link(StreamLink& link) {
   return n < 0 || link.stopped() ? Status::kReset : Status::kOk;
 }
 
-void RdmaStream::drain_link(StreamLink& link, bool arm, bool cm_when_quiet) {
+void RdmaStream::drain_link(StreamLink& link, bool arm, bool cm_when_quiet, bool lazy) {
   OwnCalls own;  // own_calls.h
   if (!cm_when_quiet) tell_cm_news(link);
-  // As rearm_link, for no channel of its own: the event taken, the queue is armed again before the
-  // lock goes, with what came before the arming handed out.
   bool took = link.take_channel_events();
-  if (took || arm) {
+  if (lazy && !arm && !link.relied_on()) {
+    // Nobody else sleeps on the event: the queue stays unarmed until a thread is about to (the
+    // caller, an event loop, arms it before its own sleep: LinkWatch::arm_for_sleep).
+    poll_link(link);
+  } else if (took || arm) {
+    // As rearm_link, for no channel of its own: the event taken, the queue is armed again before the
+    // lock goes, with what came before the arming handed out.
     for (;;) {
       bool got = false;
       ibv_wc wc;
@@ -504,6 +508,47 @@ void RdmaStream::drain_link(StreamLink& link, bool arm, bool cm_when_quiet) {
   // A channel's thread asleep on the link may have been waiting for the event taken here.
   if (link.poller) link.kick();
   link.cv().notify_all();
+}
+
+int RdmaStream::poll_link(StreamLink& link) {
+  ibv_wc wcs[16];
+  int n = 0, taken = 0;
+  while ((n = link.poll(wcs, 16)) > 0) {
+    for (int i = 0; i < n; ++i) dispatch(link, wcs[i], nullptr);
+    taken += n;
+  }
+  if (n < 0) fail_link(link, "the completion queue", "failed", Status::kReset);
+  return taken;
+}
+
+int RdmaStream::spin_link(StreamLink& link) {
+  OwnCalls own;  // own_calls.h
+  int taken = poll_link(link);
+  if (taken == 0) return 0;
+  serve_touched(link, nullptr);
+  link.cv().notify_all();
+  return taken;
+}
+
+bool RdmaStream::arm_link_for_sleep(StreamLink& link) {
+  OwnCalls own;  // own_calls.h
+  bool any = false;
+  for (;;) {
+    bool got = false;
+    ibv_wc wc;
+    if (link.arm_and_poll(&wc, &got) != Status::kOk) {
+      fail_link(link, "the completion queue", "failed", Status::kReset);
+      return true;
+    }
+    if (!got) break;
+    dispatch(link, wc, nullptr);
+    any = true;
+  }
+  if (any) {
+    serve_touched(link, nullptr);
+    link.cv().notify_all();
+  }
+  return any;
 }
 
 void RdmaStream::serve_others() { serve_touched(*link_, this); }
@@ -677,6 +722,14 @@ bool RdmaStream::write_was_shut() const {
   return write_shut_;
 }
 
+Status RdmaStream::arm_if_relied_on(bool* news) {
+  // An event loop arms the link's queue itself just before it sleeps (LinkWatch::arm_for_sleep). A
+  // poller that is counted (the switch's wait sleeps right after such a call, with no look that
+  // would arm), or one outside the module's waits (eager), relies on the call to arm it.
+  *news = false;
+  return link_->relied_on() ? arm_channel(news) : Status::kOk;
+}
+
 Status RdmaStream::arm_channel(bool* news) {
   // Arm the completion channel, then look once more: a completion that came in between would
   // otherwise raise no event.
@@ -802,6 +855,11 @@ Status RdmaStream::keepalive() {
   return keepalive_locked();
 }
 
+void RdmaStream::count_event_sleeper(int change) {
+  std::lock_guard lock(mu_);
+  link_->event_sleepers += change;
+}
+
 void RdmaStream::wake_pollers() {
   OwnCalls own;  // own_calls.h
   readiness_.look_again();
@@ -844,6 +902,9 @@ Readiness RdmaStream::readiness(bool want_writable, bool take_link_events) {
       request_wakeup();
       spill_when_stuck();  // a caller waiting to write may be what the peer's writer waits for
     }
+    // A poll or select call sleeps on the link's event next: armed now. An epoll set's wait arms its
+    // links itself, just before it sleeps (link_watch.h, arm_for_sleep), unless the link is eager.
+    if (!take_link_events && !link_->eager) return r;
     bool news = false;
     if (arm_channel(&news) != Status::kOk) fail(Status::kReset);
     if (!news && !failed()) return r;

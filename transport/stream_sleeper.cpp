@@ -25,11 +25,15 @@ bool StreamSleeper::add(RdmaStream& stream) {
     streams_.pop_back();
     return false;
   }
+  stream.count_event_sleeper(+1);
   return true;
 }
 
 void StreamSleeper::clear() {
-  for (RdmaStream* s : streams_) s->unsubscribe_news(this);
+  for (RdmaStream* s : streams_) {
+    s->unsubscribe_news(this);
+    s->count_event_sleeper(-1);
+  }
   streams_.clear();
   link_fds_.clear();
 }

@@ -14,9 +14,29 @@ server_cmd="/tmp/redis-server --port 6390 --bind $T2R_SELF --protected-mode no -
 host=$T2R_SELF
 [ "$role" = client ] && host=$T2R_PEER
 
-# strace's -c summary as "name calls" lines.
+# BENCH_TRACER: strace (default: strace -f -c, which stops the process at every call, so a timed spin
+# runs out after a few of them) or perf (perf trace -s: the kernel counts, the process runs at speed).
+tracer=${BENCH_TRACER:-strace}
+if [ "$tracer" = perf ]; then
+  mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing
+fi
+traced() { # OUT COMMAND...
+  out=$1
+  shift
+  if [ "$tracer" = perf ]; then
+    perf trace -s -o "$out" -- "$@"
+  else
+    strace -f -c -o "$out" "$@"
+  fi
+}
+
+# The tracer's summary as "name calls" lines (perf's: one table per thread, summed).
 calls_of() {
-  awk '$NF ~ /^[a-z_0-9]+$/ && $NF != "total" && $4 ~ /^[0-9]+$/ { print $NF, $4 }' "$1"
+  if [ "$tracer" = perf ]; then
+    awk '$1 ~ /^[a-z_0-9]+$/ && $2 ~ /^[0-9]+$/ && NF >= 8 { n[$1] += $2 } END { for (k in n) print k, n[k] }' "$1"
+  else
+    awk '$NF ~ /^[a-z_0-9]+$/ && $NF != "total" && $4 ~ /^[0-9]+$/ { print $NF, $4 }' "$1"
+  fi
 }
 
 # Waits (up to 10 min) for the other guest's file $T2R_WORK/$1.
@@ -34,7 +54,7 @@ serve() { # MODE N TAG [env...]
   mode=$1 n=$2 tag=$3
   shift 3
   rm -f /tmp/redis.out
-  env "$@" TCP2RDMA_LOG=/tmp/shim-server.log strace -f -c -o /tmp/strace-server.txt sh -c "exec $server_cmd" > /tmp/redis.out 2>&1 &
+  traced /tmp/strace-server.txt env "$@" TCP2RDMA_LOG=/tmp/shim-server.log sh -c "exec $server_cmd" > /tmp/redis.out 2>&1 &
   i=0
   until grep -q 'Ready to accept' /tmp/redis.out 2>/dev/null; do
     i=$((i + 1)); [ $i -lt 600 ] || { echo "bench-syscalls: redis never became ready:"; cat /tmp/redis.out; exit 1; }
@@ -55,7 +75,7 @@ serve() { # MODE N TAG [env...]
 bench() { # MODE N [env...]
   mode=$1 n=$2
   shift 2
-  env "$@" TCP2RDMA_LOG=/tmp/shim-client.log strace -f -c -o /tmp/strace-client.txt \
+  traced /tmp/strace-client.txt env "$@" TCP2RDMA_LOG=/tmp/shim-client.log \
     redis-benchmark -h "$host" -p 6390 -c "$clients" -n "$n" -t get -q > /tmp/bench.out 2>&1
   calls_of /tmp/strace-client.txt > "/tmp/sys-$mode-$n-client"
 }

@@ -131,6 +131,17 @@ void prime(Entry& e) {
   if (ready_events(e) != 0) look_again_locked(e, carrying_locked(e.epfd));
 }
 
+bool may_sleep_unarmed(int epfd) {
+  return !g_sets_made.test(epfd) || g_watched.test(epfd) || g_lone_waiters.fetch_add(0, std::memory_order_seq_cst) > 0;
+}
+
+bool has_sleepers_locked(int epfd) {
+  auto it = waits().find(epfd);
+  return it != waits().end() && it->second.sleepers > 0;
+}
+
+bool takes_lazily() { return g_lone_waiters.fetch_add(0, std::memory_order_seq_cst) == 0; }
+
 void note_sleeper_locked(int epfd, int change) {
   if (SetWaits* w = waits_of_locked(epfd)) w->sleepers += change;
 }
@@ -189,6 +200,8 @@ void epoll_note_watched(int fd) noexcept {
   std::lock_guard lock(g_mutex);
   g_watched.set(fd, true);
   push_carried_locked(fd);
+  // Its poller sleeps on the set without arming the links' queues itself.
+  make_links_eager_locked(fd);
 }
 
 }  // namespace tcp2rdma::preload

@@ -138,6 +138,24 @@ void keep_reported_locked(int epfd, const std::vector<Entry*>& reported);
 void report_carried_locked(int epfd, EpollReport& report);
 // A thread of ours goes to sleep in the kernel's wait on epfd (+1), or is back (-1).
 void note_sleeper_locked(int epfd, int change);
+
+// Who arms a link's completion queue (transport/stream_link.h, event_sleepers and eager): a wait of
+// ours arms the queues of its set's records before it sleeps, so a take by an event loop may leave
+// them unarmed. Not where a thread may sleep on a set without that: a set this process did not make
+// (inherited), one a poller watches (nested in another set, or given to poll or select), or a wait
+// that began while the set held no record of ours (EpollWaiter). A record of such a set makes its
+// link eager (armed after every take), and a take is lazy only while no such wait is under way.
+bool may_sleep_unarmed(int epfd);
+bool takes_lazily();
+// Whether a thread of ours sleeps in the kernel's wait on epfd now (note_sleeper_locked).
+bool has_sleepers_locked(int epfd);
+// A record joined set epfd: made eager (above), or, when threads of ours sleep in the set having
+// armed the links of its other records, a wake for them, so that they arm this one's too.
+void arm_joined_locked(Record* r, int epfd);
+// The links of set epfd's records become eager (epoll_records.cpp).
+void make_links_eager_locked(int epfd);
+// The set's registered records, or null (idle ones included: Record::entries is 0).
+const std::vector<Record*>* records_of_set_locked(int epfd);
 // The set epfd is being closed: nothing is carried to it any more.
 void forget_carried_locked(int epfd);
 void erase_pending_locked(size_t i);

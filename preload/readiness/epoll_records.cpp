@@ -128,6 +128,7 @@ Record* join_record_locked(int epfd, transport::RdmaStream& stream) {
     }
     ++r->entries;
     ++all.entries[epfd];
+    arm_joined_locked(r, epfd);
     return r;
   }
   Record* r = new_record_locked();
@@ -162,6 +163,7 @@ Record* join_record_locked(int epfd, transport::RdmaStream& stream) {
   r->epfd = epfd;
   r->entries = 1;
   ++all.entries[epfd];
+  arm_joined_locked(r, epfd);
   return r;
 }
 
@@ -206,6 +208,25 @@ void drop_idle_records_locked() {
   std::vector<Record*> idle;
   for (auto& [set, of_set] : records().idle) idle.insert(idle.end(), of_set.begin(), of_set.end());
   for (Record* r : idle) drop_locked(r);
+}
+
+const std::vector<Record*>* records_of_set_locked(int epfd) {
+  auto it = records().by_set.find(epfd);
+  return it == records().by_set.end() ? nullptr : &it->second;
+}
+
+void arm_joined_locked(Record* r, int epfd) {
+  if (may_sleep_unarmed(epfd)) {
+    r->watch.make_eager();
+  } else if (has_sleepers_locked(epfd)) {
+    r->watch.push(r);  // no entry's tag: the sleepers wake, find nothing, and arm every record
+  }
+}
+
+void make_links_eager_locked(int epfd) {
+  if (const std::vector<Record*>* mine = records_of_set_locked(epfd)) {
+    for (Record* r : *mine) r->watch.make_eager();
+  }
 }
 
 size_t registrations_in_set_locked(int epfd) {

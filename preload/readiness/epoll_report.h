@@ -39,6 +39,7 @@ class EpollReport {
   const std::vector<Entry*>& reported() const noexcept { return reported_; }
   // The entries found gone back to TCP since the last call, for the caller to move; it also forgets them.
   std::vector<Entry*>& take_gone() noexcept { return gone_; }
+  bool any_gone() const noexcept { return !gone_.empty(); }
   // The entries with news that found no room in the application's array: the caller puts them back
   // on their records' lists, to be looked at on the next wait.
   const std::vector<Entry*>& unlooked() const noexcept { return unlooked_; }

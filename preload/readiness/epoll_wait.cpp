@@ -5,7 +5,10 @@
 #include "readiness/epoll_sets.h"
 
 #include <cerrno>
+#include <algorithm>
 #include <chrono>
+#include <memory>
+#include <sched.h>
 #include <mutex>
 #include <new>
 #include <vector>
@@ -13,8 +16,10 @@
 #include "libc/real_calls.h"
 #include "own_calls.h"
 #include "rdma_stream.h"
+#include "stream_link.h"
 #include "readiness/epoll_entries.h"
 #include "readiness/epoll_report.h"
+#include "readiness/spin_budget.h"
 #include "readiness/stream_events.h"
 #include "registry/connection_path.h"
 #include "registry/fd_table.h"
@@ -76,7 +81,9 @@ bool expand_record(const void* data, int epfd, std::vector<Entry*>* looks) {
     return ours;
   }
   static thread_local std::vector<void*> news;
-  if (!r->watch.take(&news)) {
+  // The set's waits arm its links before they sleep (arm_before_sleep_locked): the take may leave the
+  // queue unarmed, sparing an event loop whose replies come while it spins two system calls a wakeup.
+  if (!r->watch.take(&news, takes_lazily())) {
     // Some news was lost to a lack of memory: every entry of the record is looked at.
     for (Entry* e : g_entries) {
       if (e->record == r) looks->push_back(e);
@@ -88,6 +95,98 @@ bool expand_record(const void* data, int epfd, std::vector<Entry*>* looks) {
     if (e != nullptr && e->record == r) looks->push_back(e);
   }
   return true;
+}
+
+// The entries of record r named by `news` (every one of r's when `whole` is false: news was lost).
+void entries_of_news(Record* r, const std::vector<void*>& news, bool whole, std::vector<Entry*>* looks) {
+  if (!whole) {
+    for (Entry* e : g_entries) {
+      if (e->record == r) looks->push_back(e);
+    }
+    return;
+  }
+  for (void* tag : news) {
+    Entry* e = live_locked(tag);
+    if (e != nullptr && e->record == r) looks->push_back(e);
+  }
+}
+
+// The rule for a wait on epfd's spin: the longest busy_poll_us of its links' channels (0: none), and
+// whether all of them say adaptive.
+int spin_rule_locked(int epfd, bool* adaptive) {
+  int us = 0;
+  *adaptive = true;
+  if (const std::vector<Record*>* mine = records_of_set_locked(epfd)) {
+    for (Record* r : *mine) {
+      if (r->entries > 0) us = std::max(us, r->watch.busy_poll_us(adaptive));
+    }
+  }
+  return us;
+}
+
+// Before the kernel's sleep: the set's links polled for up to spin_us (yielding the CPU between
+// polls, as RdmaStream::wait does: on Soft-RoCE the adapter's work needs it), and the kernel's set
+// looked at without sleeping every few polls, for the application's own descriptors. A reply that
+// arrives within the spin costs no arming, no event and no sleep. g_mutex held, and let go between
+// polls so that other threads' epoll_ctl and waits get in. Returns -1 when the kernel's set gave
+// nothing (the report may hold entries of ours), else the kernel's result, its events written at
+// events[report.count()...] for the caller to translate (errno set when negative).
+int spin_locked(int epfd, int spin_us, EpollReport& report, epoll_event* events, int maxevents, RealEpollWait wait,
+                const void* context) {
+  static thread_local std::vector<void*> news;
+  static thread_local std::vector<Entry*> looks;
+  auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
+  for (unsigned polls = 1;; ++polls) {
+    looks.clear();
+    if (const std::vector<Record*>* mine = records_of_set_locked(epfd)) {
+      for (size_t i = 0; i < mine->size(); ++i) {
+        Record* r = (*mine)[i];
+        if (r->entries == 0) continue;
+        bool whole = true;
+        if (r->watch.spin(&news, &whole) == 0 && whole && news.empty()) continue;
+        entries_of_news(r, news, whole, &looks);
+      }
+    }
+    for (Entry* e : looks) report.report_carried(e);  // reported if the stream has their events now
+    if (report.count() > 0 || report.any_gone()) return -1;
+    if (polls % 4 == 0) {
+      int rc = wait(epfd, events + report.count(), maxevents - report.count(), 0, context);
+      if (rc != 0) return rc;
+      // Reading the clock can be a system call (no vDSO clock in some guests): not on every poll.
+      if (std::chrono::steady_clock::now() >= until) return -1;
+    }
+    g_mutex.unlock();
+    sched_yield();
+    g_mutex.lock();
+  }
+}
+
+// Before the kernel's sleep on epfd: the link of every record armed (an idle one's too: a take of
+// ours may have left it unarmed, and the listener's thread waits on it for the next open), and this
+// thread counted as relying on its event until end_sleeps (a take by another thread then arms it).
+// True when completions came before an arming: the news is on the record's list, and the wait
+// that follows is to look rather than sleep.
+bool arm_before_sleep_locked(int epfd, std::vector<std::shared_ptr<transport::StreamLink>>* held) {
+  bool news = false;
+  if (const std::vector<Record*>* mine = records_of_set_locked(epfd)) {
+    for (Record* r : *mine) {
+      std::shared_ptr<transport::StreamLink> link;
+      if (r->watch.arm_for_sleep(&link)) news = true;
+      if (link == nullptr) continue;
+      try {
+        held->push_back(std::move(link));
+      } catch (const std::bad_alloc&) {
+        transport::LinkWatch::end_sleep(*link);
+        r->watch.make_eager();  // uncounted: armed for good instead
+      }
+    }
+  }
+  return news;
+}
+
+void end_sleeps(std::vector<std::shared_ptr<transport::StreamLink>>* held) {
+  for (const auto& link : *held) transport::LinkWatch::end_sleep(*link);
+  held->clear();
 }
 
 // The entries the report found gone back to TCP leave their records for their sockets; one
@@ -128,6 +227,9 @@ bool epoll_wait_upgraded(int epfd, epoll_event* events, int maxevents, int timeo
   // when that thread is done, and the prefix it keeps is no kernel event, so we look every
   // millisecond until then.
   int awaited_fd = -1;
+  bool spun = false;  // once a call: a wait that comes back with nothing for the application sleeps
+  static thread_local std::vector<std::shared_ptr<transport::StreamLink>> armed;
+  static thread_local SpinBudget budget;
   for (;;) {
     std::lock_guard lock(g_mutex);  // entries may not go away while we look at them
     if (awaited_fd >= 0 && !moving_back(awaited_fd)) awaited_fd = -1;
@@ -137,14 +239,42 @@ bool epoll_wait_upgraded(int epfd, epoll_event* events, int maxevents, int timeo
     report_carried_locked(epfd, report);
     int wait_ms = report.count() > 0 ? 0 : deadline.poll_ms();
     if (awaited_fd >= 0 && wait_ms != 0) wait_ms = 1;
+    // The kernel's wait: wait_ms, or none when a spin or an arming found news to look at (wait_ms
+    // itself stays the caller's: news that the application did not ask for is no end of its wait).
+    int kernel_ms = wait_ms;
     int rc = 0, wait_errno = 0;
-    if (!report.full()) {
+    bool waited = false;
+    if (!report.full() && wait_ms != 0 && !spun) {
+      spun = true;
+      bool adaptive = true;
+      int rule_us = spin_rule_locked(epfd, &adaptive);
+      int spin_us = budget.next_us(rule_us, adaptive);
+      if (wait_ms > 0) spin_us = std::min(spin_us, wait_ms * 1000);  // never past the caller's timeout
+      if (spin_us >= SpinBudget::kLeastUs) {
+        rc = spin_locked(epfd, spin_us, report, events, maxevents, wait, context);
+        wait_errno = errno;
+        waited = rc != -1;
+        if (!waited) rc = 0;
+        if (report.count() > 0 || report.any_gone() || rc > 0) {
+          budget.caught();
+          kernel_ms = 0;
+        } else {
+          budget.ran_out();
+        }
+      }
+    }
+    if (!report.full() && !waited) {
+      // A sleep relies on the links' events: armed first (a look that found news looks, not sleeps).
+      if (kernel_ms != 0 && arm_before_sleep_locked(epfd, &armed)) kernel_ms = 0;
       note_sleeper_locked(epfd, +1);
+      if (kernel_ms != 0) budget.sleeping();
       g_mutex.unlock();
-      rc = wait(epfd, events + report.count(), maxevents - report.count(), wait_ms, context);
+      rc = wait(epfd, events + report.count(), maxevents - report.count(), kernel_ms, context);
       wait_errno = errno;
       g_mutex.lock();
       note_sleeper_locked(epfd, -1);
+      end_sleeps(&armed);
+      if (kernel_ms != 0) budget.woke(rc > 0);
     }
     if (rc >= 0) report.translate_fired(rc, epfd, expand_record);
     // News that found no room is looked at next time (the record stays readable meanwhile).

@@ -156,6 +156,8 @@ transport::StreamOptions stream_options(const config::ConnectionOptions& o) {
   s.zcopy_threshold = o.zcopy_threshold;
   s.inline_threshold = static_cast<uint32_t>(o.inline_threshold);
   s.keepalive_ms = static_cast<int>(o.keepalive_us / 1000);
+  s.busy_poll_us = static_cast<int>(o.busy_poll_us);
+  s.busy_poll_adaptive = o.busy_poll_adaptive;
   // A path that fails hands the connection to the path watcher (back_to_tcp/path_watcher.h), which
   // carries it on over TCP: the application sees a pause, not a reset.
   s.fail_over = true;

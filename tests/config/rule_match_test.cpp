@@ -128,7 +128,8 @@ TEST_F(RuleMatch, DefaultsApplyToEveryRuleAndRulesOverrideThem) {
        "rules:\n"
        "  - {name: plain, match: {ports: 1}}\n"
        "  - {name: own, match: {ports: 2}, buffer_size: 64KiB, upgrade: before-return, keepalive: 250us,\n"
-       "     on_fork: parent, link_channels: 3000, linked_wait: 0ms}\n");
+       "     on_fork: parent, link_channels: 3000, linked_wait: 0ms, busy_poll: 250us}\n"
+       "  - {name: quiet, match: {ports: 4}, busy_poll: off}\n");
   decide("x", Role::kClient, "10.0.0.1", 1);
   ConnectionOptions expected;
   expected.transport = Transport::kRdma;
@@ -149,7 +150,24 @@ TEST_F(RuleMatch, DefaultsApplyToEveryRuleAndRulesOverrideThem) {
   expected.on_fork = ForkMode::kParent;
   expected.link_channels = 3000;
   expected.linked_wait_us = 0;
+  expected.busy_poll_us = 250;
+  expected.busy_poll_adaptive = false;
   EXPECT_EQ(*last_.options, expected);
+  decide("x", Role::kClient, "10.0.0.1", 4);
+  ConnectionOptions quiet;
+  quiet.transport = Transport::kRdma;
+  quiet.upgrade = UpgradeMode::kRequired;
+  quiet.buffer_size = 4 * kMiB;
+  quiet.zcopy_threshold = 128 * kKiB;
+  quiet.inline_threshold = 128;
+  quiet.send_queue_depth = 64;
+  quiet.recv_queue_depth = 256;
+  quiet.connect_timeout_us = 500 * kMicrosPerMilli;
+  quiet.upgrade_timeout_us = 3 * kMicrosPerSecond;
+  quiet.keepalive_us = 60 * kMicrosPerSecond;
+  quiet.busy_poll_us = 0;
+  quiet.busy_poll_adaptive = false;
+  EXPECT_EQ(*last_.options, quiet);
   // No rule matched: TCP, whatever the defaults say.
   decide("x", Role::kClient, "10.0.0.1", 3);
   EXPECT_EQ(last_.rule, nullptr);
