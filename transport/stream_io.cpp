@@ -100,7 +100,7 @@ Status RdmaStream::write_copy(const uint8_t* src, size_t len, int flags, size_t*
         spill_when_stuck();  // the peer may be waiting to write too (stream_spill.cpp)
       }
       if (flags & kNonBlocking) {
-        bool news = false;  // as in read(): armed, so the link's event comes when room comes back
+        bool news = false;  // as in read(): the link's event must come when room comes back
         if (arm_if_relied_on(&news) != Status::kOk) fail(Status::kReset);
         if (news) continue;
         return *done > 0 ? Status::kOk : Status::kWouldBlock;
@@ -320,8 +320,8 @@ Status RdmaStream::read(const iovec* iov, int iovcnt, int flags, size_t* done) {
         if (!polled_) drain_channels();
         progress();
         if (failed() || flow_->readable() > 0 || peer_done()) continue;
-        // Would block: the next change must raise the link's event (edge-triggered pollers rely on
-        // it), so the completion channel is armed before saying so.
+        // Would block: the next change must raise the link's event for a poller that sleeps on it
+        // without arming it itself (arm_if_relied_on); an event loop's wait arms it before it sleeps.
         bool news = false;
         if (arm_if_relied_on(&news) != Status::kOk) fail(Status::kReset);
         if (news || failed()) continue;

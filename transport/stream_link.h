@@ -115,7 +115,7 @@ class StreamLink {
   // spin, and its sleep, end once it grew, so that it looks at what another thread took for it.
   uint64_t dispatched = 0;
   // Arming the queue is one system call on Soft-RoCE, and taking its event another: an event loop whose
-  // replies come while it polls should pay neither (docs/protocol.md, "Readiness and threads"). So the
+  // replies come while it polls should pay neither (docs/protocol.md, "Polling before sleeping"). So the
   // queue is armed by whoever is about to sleep on its event, not by whoever took the last one, unless
   // someone else relies on it. `event_sleepers`: threads asleep (or about to be) on the event besides
   // `poller`, each having armed the queue first: the module's epoll waits and its poll and select
