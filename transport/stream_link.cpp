@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "os_calls.h"
+#include "own_calls.h"
 #include "own_descriptors.h"
 #include "channel_readiness.h"
 #include "page_memory.h"
@@ -427,6 +428,11 @@ void StreamLink::destroy_queue_pair() {
 }
 
 StreamLink::~StreamLink() {
+  // Every descriptor closed here (the channels' of libibverbs and librdmacm, our sets and eventfds)
+  // is the module's own: the close is no application's, whichever thread lets go of the link last
+  // (an event loop's epoll_wait holds the epoll bookkeeping's lock when its reference goes, and the
+  // application's close would take that lock again).
+  OwnCalls own;  // own_calls.h
   // The peer learns that the link is gone (its channels, if any are left, read it as a disconnect).
   if (id_ != nullptr && qp_ != nullptr && !disconnected_ && !stopped_) disconnect();
   destroy_queue_pair();

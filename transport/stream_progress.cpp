@@ -532,13 +532,16 @@ int RdmaStream::spin_link(StreamLink& link) {
 
 bool RdmaStream::arm_link_for_sleep(StreamLink& link) {
   OwnCalls own;  // own_calls.h
+  // A stopped link raises no completion worth waking for (its flushed work was taken when it
+  // stopped); a failed arming fails the link, which tells its channels' pollers itself.
+  if (link.stopped()) return false;
   bool any = false;
   for (;;) {
     bool got = false;
     ibv_wc wc;
     if (link.arm_and_poll(&wc, &got) != Status::kOk) {
       fail_link(link, "the completion queue", "failed", Status::kReset);
-      return true;
+      break;
     }
     if (!got) break;
     dispatch(link, wc, nullptr);

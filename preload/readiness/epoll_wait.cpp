@@ -271,9 +271,9 @@ bool epoll_wait_upgraded(int epfd, epoll_event* events, int maxevents, int timeo
       g_mutex.unlock();
       rc = wait(epfd, events + report.count(), maxevents - report.count(), kernel_ms, context);
       wait_errno = errno;
+      end_sleeps(&armed);  // without our lock: a link whose last reference this was ends here
       g_mutex.lock();
       note_sleeper_locked(epfd, -1);
-      end_sleeps(&armed);
       if (kernel_ms != 0) budget.woke(rc > 0);
     }
     if (rc >= 0) report.translate_fired(rc, epfd, expand_record);
