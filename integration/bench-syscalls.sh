@@ -33,7 +33,7 @@ case $topology in
 esac
 status=$?
 set -e
-echo "bench-syscalls: redis-benchmark -t get -c $clients, system calls per request (strace -f -c, 6000 less 2000 GETs), $where, rules $(basename "$rules"), $(date -u +%F), commit $(git -C "$root" rev-parse --short HEAD), host $(nproc) cores"
+echo "bench-syscalls: redis-benchmark -t get -c $clients, system calls per request (${BENCH_TRACER:-strace}, 6000 less 2000 GETs), $where, rules $(basename "$rules"), $(date -u +%F), commit $(git -C "$root" rev-parse --short HEAD), host $(nproc) cores"
 grep -E '^(\[[ab]\] )?(result|  (server|client):)' "$out" | sed -E 's/^\[([ab])\] /\1: /' || true
 if [ $status -ne 0 ]; then
   echo "bench-syscalls: the VM run failed ($status):"

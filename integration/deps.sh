@@ -9,7 +9,8 @@ build_pkgs=(cmake ninja-build g++ pkg-config libibverbs-dev librdmacm-dev libyam
 # The guest runs the host's own binaries (its root is shared over 9p), so test tools are installed here.
 testbed_pkgs=(qemu-system-x86 busybox-static cpio kmod iproute2 rdma-core ibverbs-utils rdmacm-utils
               perftest iperf3 iperf netcat-openbsd sockperf redis-tools nginx-light curl util-linux procps
-              python3 openjdk-17-jdk-headless wrk memcached libmemcached-tools postgresql-15 strace)
+              python3 openjdk-17-jdk-headless wrk memcached libmemcached-tools postgresql-15 strace
+              linux-perf)
 
 missing=()
 for part in "$@"; do
