@@ -445,6 +445,9 @@ class RdmaStream {
   // Before a thread sleeps on the link's event: the queue armed, and what came before the arming
   // handed out (true when anything did: the caller looks before it sleeps). Link lock held.
   static bool arm_link_for_sleep(StreamLink& link);
+  // The queue armed, and the completions that came before the arming handed out (true when any
+  // did; a failed arming fails the link). Link lock held.
+  static bool arm_and_hand_out(StreamLink& link);
   // The link's connection events, taken and told to every channel (once they are the link's own).
   static void tell_cm_news(StreamLink& link);
   // Channels that left something undone for want of room in the link's send queue (shared by all its

@@ -491,16 +491,7 @@ void RdmaStream::drain_link(StreamLink& link, bool arm, bool cm_when_quiet, bool
   } else if (took || arm) {
     // As rearm_link, for no channel of its own: the event taken, the queue is armed again before the
     // lock goes, with what came before the arming handed out.
-    for (;;) {
-      bool got = false;
-      ibv_wc wc;
-      if (link.arm_and_poll(&wc, &got) != Status::kOk) {
-        fail_link(link, "the completion queue", "failed", Status::kReset);
-        break;
-      }
-      if (!got) break;
-      dispatch(link, wc, nullptr);
-    }
+    arm_and_hand_out(link);
   }
   // After the completions: a disconnect is judged (serve) only after what came before it was seen.
   if (cm_when_quiet && !took) tell_cm_news(link);
@@ -530,23 +521,27 @@ int RdmaStream::spin_link(StreamLink& link) {
   return taken;
 }
 
-bool RdmaStream::arm_link_for_sleep(StreamLink& link) {
-  OwnCalls own;  // own_calls.h
-  // A stopped link raises no completion worth waking for (its flushed work was taken when it
-  // stopped); a failed arming fails the link, which tells its channels' pollers itself.
-  if (link.stopped()) return false;
+bool RdmaStream::arm_and_hand_out(StreamLink& link) {
   bool any = false;
   for (;;) {
     bool got = false;
     ibv_wc wc;
     if (link.arm_and_poll(&wc, &got) != Status::kOk) {
       fail_link(link, "the completion queue", "failed", Status::kReset);
-      break;
+      return any;
     }
-    if (!got) break;
+    if (!got) return any;
     dispatch(link, wc, nullptr);
     any = true;
   }
+}
+
+bool RdmaStream::arm_link_for_sleep(StreamLink& link) {
+  OwnCalls own;  // own_calls.h
+  // A stopped link raises no completion worth waking for (its flushed work was taken when it
+  // stopped); a failed arming fails the link, which tells its channels' pollers itself.
+  if (link.stopped()) return false;
+  bool any = arm_and_hand_out(link);
   if (any) {
     serve_touched(link, nullptr);
     link.cv().notify_all();

@@ -143,6 +143,9 @@ TEST_F(RuleMatch, DefaultsApplyToEveryRuleAndRulesOverrideThem) {
   expected.upgrade_timeout_us = 3 * kMicrosPerSecond;
   expected.keepalive_us = 60 * kMicrosPerSecond;
   EXPECT_EQ(*last_.options, expected);
+  ConnectionOptions quiet = expected;  // the defaults, and no spin
+  quiet.busy_poll_us = 0;
+  quiet.busy_poll_adaptive = false;
   decide("x", Role::kClient, "10.0.0.1", 2);
   expected.buffer_size = 64 * kKiB;
   expected.upgrade = UpgradeMode::kBeforeReturn;
@@ -154,19 +157,6 @@ TEST_F(RuleMatch, DefaultsApplyToEveryRuleAndRulesOverrideThem) {
   expected.busy_poll_adaptive = false;
   EXPECT_EQ(*last_.options, expected);
   decide("x", Role::kClient, "10.0.0.1", 4);
-  ConnectionOptions quiet;
-  quiet.transport = Transport::kRdma;
-  quiet.upgrade = UpgradeMode::kRequired;
-  quiet.buffer_size = 4 * kMiB;
-  quiet.zcopy_threshold = 128 * kKiB;
-  quiet.inline_threshold = 128;
-  quiet.send_queue_depth = 64;
-  quiet.recv_queue_depth = 256;
-  quiet.connect_timeout_us = 500 * kMicrosPerMilli;
-  quiet.upgrade_timeout_us = 3 * kMicrosPerSecond;
-  quiet.keepalive_us = 60 * kMicrosPerSecond;
-  quiet.busy_poll_us = 0;
-  quiet.busy_poll_adaptive = false;
   EXPECT_EQ(*last_.options, quiet);
   // No rule matched: TCP, whatever the defaults say.
   decide("x", Role::kClient, "10.0.0.1", 3);
