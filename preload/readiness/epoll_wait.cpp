@@ -69,6 +69,20 @@ void report_prefixed_locked(int epfd, EpollReport& report) {
   }
 }
 
+// The entries of record r named by `news` (every one of r's when `whole` is false: news was lost).
+void entries_of_news(Record* r, const std::vector<void*>& news, bool whole, std::vector<Entry*>* looks) {
+  if (!whole) {
+    for (Entry* e : g_entries) {
+      if (e->record == r) looks->push_back(e);
+    }
+    return;
+  }
+  for (void* tag : news) {
+    Entry* e = live_locked(tag);
+    if (e != nullptr && e->record == r) looks->push_back(e);
+  }
+}
+
 // A fired event's registrations (epoll_report.h, Expand): for a record of ours registered in epfd,
 // the entries its news names: the link's events taken first (they tell its channels), then the news
 // list, each entry that is still registered through this record once. A stale name (an entry that
@@ -83,32 +97,9 @@ bool expand_record(const void* data, int epfd, std::vector<Entry*>* looks) {
   static thread_local std::vector<void*> news;
   // The set's waits arm its links before they sleep (arm_before_sleep_locked): the take may leave the
   // queue unarmed, sparing an event loop whose replies come while it spins two system calls a wakeup.
-  if (!r->watch.take(&news, takes_lazily())) {
-    // Some news was lost to a lack of memory: every entry of the record is looked at.
-    for (Entry* e : g_entries) {
-      if (e->record == r) looks->push_back(e);
-    }
-    return true;
-  }
-  for (void* tag : news) {
-    Entry* e = live_locked(tag);
-    if (e != nullptr && e->record == r) looks->push_back(e);
-  }
+  bool whole = r->watch.take(&news, takes_lazily());
+  entries_of_news(r, news, whole, looks);
   return true;
-}
-
-// The entries of record r named by `news` (every one of r's when `whole` is false: news was lost).
-void entries_of_news(Record* r, const std::vector<void*>& news, bool whole, std::vector<Entry*>* looks) {
-  if (!whole) {
-    for (Entry* e : g_entries) {
-      if (e->record == r) looks->push_back(e);
-    }
-    return;
-  }
-  for (void* tag : news) {
-    Entry* e = live_locked(tag);
-    if (e != nullptr && e->record == r) looks->push_back(e);
-  }
 }
 
 // The rule for a wait on epfd's spin: the longest busy_poll_us of its links' channels (0: none), and
