@@ -47,8 +47,9 @@ int accept_common(int fd, int accepted) {
   int saved_errno = errno;
   if (real().getsockopt(accepted, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0) {
     tcp2rdma::preload::track_new_socket(accepted, domain, SocketRole::kServer);
-    auto decision = tcp2rdma::preload::decide_connection(accepted, Role::kServer, nullptr, 0,
-                                                         tcp2rdma::preload::SocketHold::of(accepted).get());
+    auto accepted_socket = tcp2rdma::preload::SocketHold::of(accepted);
+    if (accepted_socket) accepted_socket->forks.note_accepted_from(listener.get());  // for a forked child's return
+    auto decision = tcp2rdma::preload::decide_connection(accepted, Role::kServer, nullptr, 0, accepted_socket.get());
     // accept() returns at TCP speed with upgrade: background; the connection moves to RDMA beside
     // the application.
     if (!tcp2rdma::preload::upgrade_connection(accepted, Role::kServer, listener.get(), decision)) {

@@ -69,6 +69,9 @@ void answer_claim(int channel, uint64_t serial) {
       usleep(10000);
     }
   }
+  // The kept answer of a parent that let go says so; the child holds the connection alone only if no
+  // other child alive holds it too.
+  answer.alone = answer.alone && held_only_by(serial, channel);
   send_answer(channel, serial, answer);
   note_answered(serial, channel);
 }

@@ -63,6 +63,10 @@ void resume(TrackedSocket* socket, int fd, const TrackedSocket::DeferredUpgrade&
   if (child) {
     stats_taken_over(socket, fd, config::Role::kServer, record.decision);  // `tcp2rdma stat` of this process
     claim_rdma_listener(fd, record.listener);
+    // The parent let go, and gives the upgrade to one child only: the connection is this process's
+    // alone, and after a fall back to TCP it returns here, through the same listener's directory.
+    socket->forks.note_alone();
+    socket->forks.keep_return_listener(record.listener);
   }
   log_line("%s: the upgrade a fork interrupted goes on in this process%s", connection_label(socket),
            child ? " (its parent let go of the connection)" : note);
@@ -86,6 +90,13 @@ void apply_answer(TrackedSocket* socket, int fd, const TrackedSocket::DeferredUp
     case HandBack::Outcome::kMoved:
       // The parent took the upgrade up and reached RDMA before this claim, then moved back for us.
       if ((answer.bytes.empty() && !answer.then_end) || socket->prefix.set(answer.bytes, answer.then_end)) {
+        if (answer.alone && may_resume) {
+          // The parent let go of it since: it is this process's, and may go back to RDMA here.
+          socket->forks.note_alone();
+          socket->forks.keep_return_listener(record.listener);
+          socket->returns.remember(record.decision);
+          socket->returns.arm(std::chrono::steady_clock::now());
+        }
         socket->move_path(Path::kTcp, Path::kBackOnTcp);
         if (answer.write_shut) real().shutdown(fd, SHUT_WR);
         log_line("%s: back on tcp from the parent at this process's first use (%zu bytes of the peer's to read first)",

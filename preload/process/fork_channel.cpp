@@ -16,7 +16,7 @@ namespace {
 
 constexpr uint32_t kMagic = 0x4b524f46;  // "FORK"
 enum : uint8_t { kClaimKind = 1, kAnswerKind = 2 };
-enum : uint8_t { kThenEnd = 1, kWriteShut = 2 };
+enum : uint8_t { kThenEnd = 1, kWriteShut = 2, kAlone = 4 };
 
 // One message: this header, and with an answer that carries bytes, one memfd holding exactly `size`.
 struct Wire {
@@ -100,7 +100,7 @@ bool send_claim(int channel, uint64_t serial) noexcept {
 }
 
 bool send_answer(int channel, uint64_t serial, const HandBack& answer) noexcept {
-  uint8_t flags = (answer.then_end ? kThenEnd : 0) | (answer.write_shut ? kWriteShut : 0);
+  uint8_t flags = (answer.then_end ? kThenEnd : 0) | (answer.write_shut ? kWriteShut : 0) | (answer.alone ? kAlone : 0);
   Wire wire{kMagic, kAnswerKind, static_cast<uint8_t>(answer.outcome), flags, 0, serial, answer.bytes.size()};
   int mfd = -1;
   if (!answer.bytes.empty() && (mfd = bytes_in_memfd(answer.bytes)) < 0) return false;
@@ -147,6 +147,7 @@ ChannelMessage receive_message(int channel, int timeout_ms, uint64_t* serial, Ha
   answer->outcome = static_cast<HandBack::Outcome>(wire.outcome);
   answer->then_end = (wire.flags & kThenEnd) != 0;
   answer->write_shut = (wire.flags & kWriteShut) != 0;
+  answer->alone = (wire.flags & kAlone) != 0 && answer->outcome == HandBack::Outcome::kMoved;
   answer->bytes.clear();
   if ((wire.size > 0) != (mfd >= 0)) return closed();
   if (mfd >= 0) {

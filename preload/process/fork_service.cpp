@@ -8,7 +8,9 @@
 #include <chrono>
 #include <cstring>
 #include <mutex>
+#include <new>
 #include <unordered_map>
+#include <vector>
 
 #include "back_to_tcp/move_back.h"
 #include "keep_forever.h"
@@ -86,10 +88,14 @@ void take_answer(TrackedSocket* socket, int fd, HandBack& answer) {
   if (answer.outcome == HandBack::Outcome::kMoved &&
       ((answer.bytes.empty() && !answer.then_end) || socket->prefix.set(answer.bytes, answer.then_end)) &&
       socket->move_path(Path::kRdma, Path::kMovingBack)) {
+    // Before the path says back on TCP: a connection this process holds alone plans its return there
+    // (connection_path.h), as one the peer moved back does.
+    if (answer.alone) socket->forks.note_alone();
     complete_move_back(socket, fd, /*by_mover=*/true);
     if (answer.write_shut) real().shutdown(fd, SHUT_WR);
-    log_line("%s: back on tcp from the parent at this process's first use (%zu bytes of the peer's to read first%s)",
-             connection_label(socket), answer.bytes.size(), answer.then_end ? ", then its end" : "");
+    log_line("%s: back on tcp from the parent at this process's first use (%zu bytes of the peer's to read first%s%s)",
+             connection_label(socket), answer.bytes.size(), answer.then_end ? ", then its end" : "",
+             answer.alone ? "; the parent let go: it may go back to rdma here" : "");
     return;
   }
   // Bytes that cannot be kept here (no memory) are lost to this process: reset, as after a failed move.
@@ -102,6 +108,20 @@ bool lent_here(const ParentLine* p, uint64_t serial) {
 
 // In the child, before any other thread of it runs: what the parent lent this process.
 bool lent_to_this_child(uint64_t serial) { return lent_here(parent_slot(), serial); }
+
+// Each lent server connection keeps the listener that accepted it, when this child inherited that
+// listener: should the parent let go of the connection, its return to RDMA here asks for the client's
+// request through that listener's directory, and the child may close its copy of the listener long
+// before (PostgreSQL's backends, inetd-style children).
+void keep_listeners_for_returns(const std::vector<SocketHold>& servers, const std::vector<SocketHold>& listeners) {
+  for (const SocketHold& server : servers) {
+    for (const SocketHold& listener : listeners) {
+      if (!server->forks.accepted_from(listener.get())) continue;
+      server->forks.keep_return_listener(listener.get());
+      break;
+    }
+  }
+}
 
 }  // namespace
 
@@ -180,11 +200,20 @@ void ForkLending::in_child() noexcept {
   line->lent = std::move(serials_);
   drop_inherited_deferred_upgrades(lent_to_this_child);  // the parent could not hear our claim: TCP here
   // What was not lent (on_fork: parent, or no channel) is the parent's alone: it fails loudly here.
+  std::vector<SocketHold> listeners, servers;
   for_each_tracked_fd([&](int fd, SocketHold& socket) {
     if (socket->stream_of_parent() && (line->channel < 0 || !lent_here(line, socket->serial()))) {
       replace_with_unconnected_socket(fd, socket->domain());
+      return;
+    }
+    try {
+      if (socket->role() == SocketRole::kListener) listeners.emplace_back(socket.get());
+      if (socket->role() == SocketRole::kServer && socket->stream_of_parent()) servers.emplace_back(socket.get());
+    } catch (const std::bad_alloc&) {
+      // That connection cannot return to RDMA here, should it become this process's (return_to_rdma.h).
     }
   });
+  keep_listeners_for_returns(servers, listeners);
 }
 
 // --- The child's claims -----------------------------------------------------------------------------
@@ -227,11 +256,16 @@ void answer_children_before_leaving(bool (*survives)(const TrackedSocket*)) noex
     HandBack answer = move_back_for_child(socket.get(), "the children that hold it, as this process leaves");
     // This process is leaving: a connection it could not move back cannot go on anywhere.
     if (answer.outcome == HandBack::Outcome::kParents) answer.outcome = HandBack::Outcome::kFailed;
+    // Exit, or an exec whose program gets no descriptor of it: the children alone hold it now.
+    answer.alone = survives == nullptr || !survives(socket.get());
     keep_handed_back(socket->serial(), std::move(answer));
   }
   finish_closing();  // the hand-backs of those closed before are kept by now
   for (auto [channel, serial] : unclaimed_hand_backs()) {
-    if (auto answer = handed_back_for(serial, 0)) send_answer(channel, serial, *answer);
+    if (auto answer = handed_back_for(serial, 0)) {
+      answer->alone = answer->alone && held_only_by(serial, channel);
+      send_answer(channel, serial, *answer);
+    }
   }
 }
 

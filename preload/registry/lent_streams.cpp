@@ -90,6 +90,13 @@ bool is_lent_to(uint64_t serial, int channel) noexcept {
   return std::find(holders.begin(), holders.end(), channel) != holders.end();
 }
 
+bool held_only_by(uint64_t serial, int channel) noexcept {
+  Registry* r = registry_slot();
+  std::lock_guard lock(r->mutex);
+  auto it = r->by_serial.find(serial);
+  return it != r->by_serial.end() && it->second.holders.size() == 1 && it->second.holders.front() == channel;
+}
+
 void note_handing_back(uint64_t serial) noexcept {
   Registry* r = registry_slot();
   std::lock_guard lock(r->mutex);
@@ -171,6 +178,7 @@ void hand_back(transport::RdmaStream* stream, uint64_t serial) noexcept {
     answer.bytes = std::move(unread);
     answer.then_end = peer_ended;
     answer.write_shut = stream->write_was_shut();
+    answer.alone = true;  // this process's last descriptor is gone: only children hold it
     stream->close();  // moved: the stream only disconnects; TCP carries the connection on
   } else {
     // The peer did not answer: neither side can know where the connection stands, so it is reset

@@ -33,6 +33,11 @@ struct HandBack {
   Outcome outcome = Outcome::kGone;
   bool then_end = false;    // the peer's sending side had ended on the stream
   bool write_shut = false;  // the parent's sending side had: the TCP socket's must be shut down too
+  // kMoved: the parent let go of the connection (its last close, its exit, an exec that keeps no
+  // descriptor of it) and lent it to no other child still alive: the child that gets this answer
+  // holds it alone and may take it back to RDMA (TrackedSocket::note_alone). Set by the parent when
+  // it lets go; kept only for the one child it is sent to (held_only_by).
+  bool alone = false;
   std::vector<uint8_t> bytes;
 };
 
@@ -50,6 +55,8 @@ void lend_streams(int channel, const std::vector<uint64_t>& serials) noexcept;
 bool is_lent(uint64_t serial) noexcept;
 // Whether the child behind `channel` holds it (a claim of anything else is refused).
 bool is_lent_to(uint64_t serial, int channel) noexcept;
+// Whether that child is the only one alive that holds it.
+bool held_only_by(uint64_t serial, int channel) noexcept;
 // The parent lets go of `serial` (its last descriptor is closed, it exits or execs): a claim waits for
 // keep_handed_back from here on, instead of looking for the socket.
 void note_handing_back(uint64_t serial) noexcept;

@@ -28,18 +28,7 @@
 
 namespace tcp2rdma::preload {
 
-namespace {
-// Forks and spawns this process (and its ancestors, in a child) made: a socket made before the latest
-// one may be held by another process too.
-std::atomic<uint64_t> g_forks{0};
-}  // namespace
-
-void note_forking() noexcept { g_forks.fetch_add(1, std::memory_order_relaxed); }
-
-TrackedSocket::TrackedSocket(int domain, SocketRole role)
-    : domain_(domain), role_(role), forks_at_birth_(g_forks.load(std::memory_order_relaxed)) {}
-
-bool TrackedSocket::shared() const noexcept { return g_forks.load(std::memory_order_relaxed) != forks_at_birth_; }
+TrackedSocket::TrackedSocket(int domain, SocketRole role) : domain_(domain), role_(role) {}
 
 SocketHold SocketHold::of(int fd) noexcept { return SocketHold(fd_table().hold(fd), Adopt{}); }
 
@@ -243,6 +232,7 @@ void TrackedSocket::hand_over_to_children(transport::RdmaStream* s) noexcept {
   HandBack answer;
   answer.outcome = prefix.take_all(&answer.bytes) ? HandBack::Outcome::kMoved : HandBack::Outcome::kFailed;
   answer.then_end = prefix.then_end();
+  answer.alone = true;  // this process's last descriptor is gone: only children hold it
   keep_handed_back(serial_, std::move(answer));
   close_later(s, -1);
 }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "registry/fd_table.h"
+#include "registry/fork_share.h"
 #include "registry/return_plan.h"
 #include "registry/tcp_prefix.h"
 #include "rule_set.h"
@@ -41,9 +42,6 @@ class ListenerParts {
 // older generation are never used to make or carry anything new. Cheaper than getpid() on every call.
 unsigned fork_generation() noexcept;
 void note_forked_child() noexcept;
-// Before a fork or a spawn: every connection of this process is from now on shared with another
-// process (TrackedSocket::shared), in the child as in the parent.
-void note_forking() noexcept;
 // After a change of this process's credentials (interpose/credentials.cpp): a new generation, and a
 // new epoch for the transport's device contexts and links (transport/credential_epoch.h).
 void note_credentials_changed() noexcept;
@@ -141,9 +139,10 @@ class TrackedSocket {
   // How many times the connection went onto RDMA (both ends count the same switches): its next
   // upgrade's request names it (TcpTuple::reserved), unlike a repeat of its first.
   uint8_t upgrades() const noexcept { return upgrades_.load(std::memory_order_acquire); }
-  // Whether another process may hold this connection too: a fork or a spawn since the socket was made
-  // here (in a child, every inherited one). It never returns to RDMA: a switch would split its bytes.
-  bool shared() const noexcept;
+  // Whether another process may hold this connection too (registry/fork_share.h): then it never
+  // returns to RDMA.
+  bool shared() const noexcept { return forks.shared(); }
+  ForkShare forks;
   // When the connection, back on TCP, tries RDMA again (return_plan.h).
   ReturnPlan returns;
   // The application's kernel calls under way while a return is planned (route_for_call counts them:
@@ -264,7 +263,6 @@ class TrackedSocket {
   std::atomic<unsigned> generation_{0};  // written before stream_ (release), read after it (acquire)
   std::atomic<uint8_t> upgrades_{0};
   std::atomic<int> tcp_calls_{0};
-  const uint64_t forks_at_birth_;
   uint64_t serial_ = 0;
   static constexpr uint8_t kShutAsked = 1, kOnTcp = 2;
   std::atomic<uint8_t> tcp_shut_{0};

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "libc/real_calls.h"
+#include "listener/prefork_listeners.h"
 #include "listener/rdma_listener.h"
 #include "readiness/epoll_sets.h"
 #include "rdma_stream.h"
@@ -60,6 +61,20 @@ SocketHold listener_for(int fd) {
     if (!surely_without_rdma(socket.get())) found = SocketHold(socket.get());
   });
   return found;
+}
+
+// A forked child that holds the connection alone (registry/fork_share.h) and has no RDMA listener
+// of its own on its port: the listener it kept from the fork (TrackedSocket::return_listener), with an
+// RDMA listener made now on a port of this process's, which the family's directory names to the
+// process holding the listener's port (listener/prefork_listeners.h), as for the first upgrade of a
+// connection a fork interrupted. Empty when none could be made (the listener has no directory: the
+// process forked before its first accept had an RDMA listener).
+SocketHold family_listener_for(TrackedSocket* socket, int fd) {
+  SocketHold listener = socket->forks.return_listener();
+  if (!listener) return {};
+  claim_rdma_listener(fd, listener.get());  // once per process; the family's port when nobody holds it
+  if (surely_without_rdma(listener.get())) return {};
+  return listener;
 }
 
 // Whether the kernel's TCP connection is still open both ways: one whose either side ended (a
@@ -118,6 +133,13 @@ void try_return(TrackedSocket* socket, int fd) noexcept {
   if (socket->role() == SocketRole::kServer) {
     role = config::Role::kServer;
     listener = listener_for(fd);
+    if (!listener && socket->forks.return_listener()) {
+      listener = family_listener_for(socket, fd);
+      if (!listener) {
+        socket->returns.failed(now);  // no RDMA listener could be had here yet
+        return;
+      }
+    }
     if (!listener) {
       give_up(socket, fd, "this process has no listener on its port to hear the client's request");
       return;

@@ -41,6 +41,7 @@ TEST(ForkChannel, AnAnswerCarriesTheBytesAndTheFlagsExactly) {
   sent.outcome = HandBack::Outcome::kMoved;
   sent.then_end = true;
   sent.write_shut = true;
+  sent.alone = true;
   for (int i = 0; i < 300000; ++i) sent.bytes.push_back(static_cast<uint8_t>(i * 7));
   ASSERT_TRUE(send_answer(p.ends[0], 42, sent));
   uint64_t serial = 0;
@@ -50,7 +51,22 @@ TEST(ForkChannel, AnAnswerCarriesTheBytesAndTheFlagsExactly) {
   EXPECT_EQ(got.outcome, HandBack::Outcome::kMoved);
   EXPECT_TRUE(got.then_end);
   EXPECT_TRUE(got.write_shut);
+  EXPECT_TRUE(got.alone);
   EXPECT_EQ(got.bytes, sent.bytes);
+}
+
+// "Alone" belongs to a moved connection only: on any other answer the flag is not believed.
+TEST(ForkChannel, OnlyAMovedConnectionCanBeTheChildsAlone) {
+  Pair p;
+  HandBack sent;
+  sent.outcome = HandBack::Outcome::kParents;
+  sent.alone = true;
+  ASSERT_TRUE(send_answer(p.ends[0], 8, sent));
+  uint64_t serial = 0;
+  HandBack got;
+  ASSERT_EQ(receive_message(p.ends[1], 1000, &serial, &got), ChannelMessage::kAnswer);
+  EXPECT_EQ(got.outcome, HandBack::Outcome::kParents);
+  EXPECT_FALSE(got.alone);
 }
 
 TEST(ForkChannel, AnAnswerWithoutBytesNeedsNoMemfd) {
@@ -135,6 +151,20 @@ TEST(LentStreams, AClaimDuringTheHandBackWaitsForItsAnswer) {
   note_answered(10, 201);
   EXPECT_TRUE(unclaimed_hand_backs().empty());
   EXPECT_FALSE(is_lent(10));
+}
+
+// A child holds a connection its parent let go of alone only while no other child alive holds it.
+TEST(LentStreams, OneChildAloneHoldsWhatNoOtherChildHolds) {
+  lend_streams(401, {30, 31});
+  lend_streams(402, {30});
+  EXPECT_FALSE(held_only_by(30, 401));
+  EXPECT_FALSE(held_only_by(30, 402));
+  EXPECT_TRUE(held_only_by(31, 401));
+  EXPECT_FALSE(held_only_by(31, 402));  // not lent to it at all
+  forget_channel(402);                  // that child exited
+  EXPECT_TRUE(held_only_by(30, 401));
+  forget_channel(401);
+  EXPECT_FALSE(held_only_by(30, 401));
 }
 
 TEST(LentStreams, AHandBackThatNeverEndsAnswersFailed) {

@@ -1,0 +1,53 @@
+// Which processes may hold a connection (docs/architecture.md, "Forks" and "Back to RDMA"). A fork
+// or a spawn since a socket was made here leaves it *shared*: another process may hold it too (in a
+// child, every inherited socket is), and a switch to RDMA would split its bytes between the two. A
+// forked child can learn that it holds a connection alone (its parent let go and lent it to no other
+// child alive): then it is this process's again until the next fork or spawn, and may go back to
+// RDMA here. A server connection's return in such a child needs the listener that accepted it
+// (upgrade/return_to_rdma.h), which the child may have closed: the child keeps it from the fork.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+namespace tcp2rdma::preload {
+
+class SocketHold;
+class TrackedSocket;
+
+// Before a fork or a spawn: every connection of this process is from now on shared with another
+// process, in the child as in the parent.
+void note_forking() noexcept;
+
+// A socket's ties across forks (TrackedSocket::forks).
+class ForkShare {
+ public:
+  ForkShare() noexcept;
+  ~ForkShare();  // lets go of the kept listener
+  ForkShare(const ForkShare&) = delete;
+  ForkShare& operator=(const ForkShare&) = delete;
+
+  bool shared() const noexcept;
+  // No other process holds the connection any more (process/fork_service.h): unshared until the
+  // process forks or spawns again.
+  void note_alone() noexcept;
+
+  // The listener that accepted this server connection, noted at accept() without a reference: only
+  // compared (accepted_from: the same socket, not a later one at its address), never followed.
+  void note_accepted_from(const TrackedSocket* listener) noexcept;
+  bool accepted_from(const TrackedSocket* candidate) const noexcept;
+  // In a forked child: that listener (held by the caller), kept with a reference of its own from the
+  // fork or the take-up of a deferred upgrade; empty when none was kept.
+  void keep_return_listener(TrackedSocket* listener) noexcept;
+  SocketHold return_listener() const noexcept;
+
+ private:
+  const uint64_t forks_at_birth_;
+  const uint64_t birth_;  // this socket's number among those made in this process and its ancestors
+  std::atomic<uint64_t> alone_at_forks_{UINT64_MAX};  // the forks counted when note_alone() was called
+  const TrackedSocket* accepted_from_ = nullptr;      // set once, at accept(), before it is shared
+  uint64_t accepted_from_birth_ = 0;
+  std::atomic<TrackedSocket*> return_listener_{nullptr};  // held
+};
+
+}  // namespace tcp2rdma::preload

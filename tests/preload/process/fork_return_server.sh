@@ -1,0 +1,34 @@
+#!/bin/sh
+# fork_return_server.sh SHIM RULES FAILOVER_RULES ACCEPT_FORK_ECHO EPOLL_ECHO: guest a's half of integration.fork_return.pair
+# (fork_return_client.sh). Connections that a fork put in a child's hands alone go back to RDMA there
+# (docs/architecture.md, "Back to RDMA"):
+#  1. port 5012, before-return: accept_fork_echo handoff accepts on RDMA and forks; the parent closes
+#     its copy, the child claims the connection, learns the parent let go, and after 1 s returns it
+#     to RDMA through the listener it kept (its own rdma_cm port, the parent's directory redirect);
+#  2. port 5013: epoll_echo's server for the client whose parent exits (fork_return_client.sh): the
+#     peer moved it back, and it returns with the client;
+#  3. port 5040, background (FAILOVER_RULES): the postmaster's shape, the upgrade deferred at the
+#     fork and taken up by the child; then the wire drops every frame for 6 s (fault_agent.sh wire),
+#     the child's connection fails over to TCP, and returns to RDMA once the path answers.
+# Each echo is checked by the client; here the log must show the three returns, the child's two.
+set -u
+shim=$1 rules=$2 failover_rules=$3 afe=$4 epoll_echo=$5
+here=$(cd "$(dirname "$0")" && pwd)
+log=$T2R_WORK/shim-$T2R_HOST.log
+env="LD_PRELOAD=$shim TCP2RDMA_LOG=$log TCP2RDMA_LOG_TIME=1"
+status=0
+env $env TCP2RDMA_RULES="$rules" "$afe" 5012 handoff 500 2> "$T2R_WORK/server1.err" || status=1
+env $env TCP2RDMA_RULES="$rules" "$epoll_echo" server 5013 lt 2> "$T2R_WORK/server2.err" || status=1
+sh "$here/../back_to_tcp/fault_agent.sh" wire &
+env $env TCP2RDMA_RULES="$failover_rules" "$afe" 5040 handoff 2> "$T2R_WORK/server3.err" || status=1
+wait
+sleep 0.5  # the children's last lines
+grep -E 'let go|back on|failed|for good|still on tcp' "$log" | sed 's/^/fork-return-server:   /'
+children=$(grep -c 'the parent let go: it may go back to rdma here' "$log")
+taken_up=$(grep -c 'the upgrade a fork interrupted goes on in this process (its parent let go' "$log")
+failed_over=$(grep -c '5040 -> .*back on tcp (rdma path failed' "$log")
+back=$(grep -c 'back on rdma' "$log")
+echo "fork-return-server: $children child learned its parent let go, $taken_up took a deferred upgrade up, $failed_over failed over, $back went back to rdma"
+[ "$children" -eq 1 ] && [ "$taken_up" -eq 1 ] && [ "$failed_over" -eq 1 ] && [ "$back" -eq 3 ] || status=1
+[ -z "$(grep -E 'for good|reset' "$log")" ] || status=1
+exit $status
