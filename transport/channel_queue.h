@@ -1,5 +1,5 @@
 #pragma once
-// The channels of a link that have something due (news for serve_touched, room in the send queue for
+// The channels of a link that have something due (news for LinkProgress::serve_touched, room in the send queue for
 // a channel that found none), by index, each at most once. Whoever serves them walks these rather
 // than every channel of the link: a link carries thousands of channels, and a completion concerns one.
 

@@ -56,7 +56,7 @@ void LinkWatch::unbind() {
     // A take of ours may have left the queue unarmed: armed again for whoever else waits on the link
     // (the listener's thread for its next open) now that this poller stops looking.
     std::lock_guard lock(link->mu());
-    if (!link->armed() && !link->stopped()) RdmaStream::arm_link_for_sleep(*link);
+    if (!link->armed() && !link->stopped()) LinkProgress::arm_for_sleep(*link);
   }
   if (set_fd_ >= 0) {
     OwnCalls own;  // own_calls.h
@@ -80,7 +80,7 @@ bool LinkWatch::take(std::vector<void*>* tags, bool lazy) {
     // A server's link watches its own connection events only once the accept is done (stream_link.h).
     if (!cm_watched_ && link->cm_watched() && set_fd_ >= 0) cm_watched_ = watch_readable(set_fd_, link->cm_fd());
     // Its set watches the connection events once it holds them (cm_watched_): taken when quiet.
-    RdmaStream::drain_link(*link, false, cm_watched_, lazy);
+    LinkProgress::drain(*link, false, cm_watched_, lazy);
   }
   return news_.take(tags);
 }
@@ -90,7 +90,7 @@ int LinkWatch::spin(std::vector<void*>* tags, bool* whole) {
   news_.begin_take();
   if (std::shared_ptr<StreamLink> link = link_.lock()) {
     std::lock_guard lock(link->mu());
-    taken = RdmaStream::spin_link(*link);
+    taken = LinkProgress::spin(*link);
   }
   *whole = news_.take(tags);
   return taken;
@@ -109,8 +109,8 @@ bool LinkWatch::arm_for_sleep(std::shared_ptr<StreamLink>* held) {
   StreamLink& link = **held;
   std::lock_guard lock(link.mu());
   ++link.event_sleepers;
-  // Once counted, a take by another thread arms the queue again (drain_link): armed now, it stays so.
-  return RdmaStream::arm_link_for_sleep(link);
+  // Once counted, a take by another thread arms the queue again (LinkProgress::drain): armed now, it stays so.
+  return LinkProgress::arm_for_sleep(link);
 }
 
 void LinkWatch::end_sleep(StreamLink& link) {
@@ -125,7 +125,7 @@ void LinkWatch::make_eager() {
   if (link->eager) return;
   link->eager = true;
   // What came before the arming is told to its channels (and so pushed to the pollers' lists).
-  RdmaStream::arm_link_for_sleep(*link);
+  LinkProgress::arm_for_sleep(*link);
 }
 
 LinkWatch::~LinkWatch() { unbind(); }

@@ -58,7 +58,7 @@ class LinkWatch {
   // Takes the link's events (if the link is still there) and the news: the tags pushed since the last
   // take, in order. False when some news was lost to a lack of memory: look at every channel then.
   // `lazy` (an event loop that arms the queue itself before it sleeps: arm_for_sleep): the queue is
-  // left unarmed when nobody else relies on its event (RdmaStream::drain_link).
+  // left unarmed when nobody else relies on its event (LinkProgress::drain).
   bool take(std::vector<void*>* tags, bool lazy = false);
   // An event loop's spin: the completions on the link's queue handed out (no event taken, nothing
   // armed, no system call) and the news taken as take() does. Returns how many completions came.

@@ -22,6 +22,7 @@
 #include "channel_readiness.h"
 #include "deadline.h"
 #include "flow_control.h"
+#include "link_progress.h"
 #include "path_failover.h"
 #include "registration_cache.h"
 #include "status.h"
@@ -307,6 +308,7 @@ class RdmaStream {
  private:
   friend class StreamListener;
   friend class LinkWatch;
+  friend class LinkProgress;  // hands the channel its completions and serves it
   RdmaStream() : link_(std::make_shared<StreamLink>()) {}
   // A channel on a live link: constructed with the link's lock held (it attaches itself).
   explicit RdmaStream(std::shared_ptr<StreamLink> link) : link_(std::move(link)) {}
@@ -410,50 +412,12 @@ class RdmaStream {
   // this one (serve). Returns this channel's status.
   Status progress();
   // Hands one completion to the channel it names (this one, another, or every channel for a flushed
-  // receive, which names none). Returns this channel's status; another's failure is that channel's.
-  Status take_completion(const ibv_wc& wc) { return dispatch(*link_, wc, this); }
-  // The same for any thread that holds the link's lock (`caller` may be null: the listener's).
-  // A send's completion first completes the unsignalled sends before it (StreamLink::post_send).
-  static Status dispatch(StreamLink& link, const ibv_wc& wc, RdmaStream* caller);
-  static Status dispatch_one(StreamLink& link, const ibv_wc& wc, RdmaStream* caller);
+  // receive: LinkProgress::dispatch). Returns this channel's status; another's failure is that channel's.
+  Status take_completion(const ibv_wc& wc) { return LinkProgress::dispatch(*link_, wc, this); }
   // Before a wait for this channel's sends to complete: a signalled zero-byte write after our newest
   // send, if that one is unsignalled (its completion would otherwise come only with a later
   // signalled send of anyone's on the link).
   Status signal_tail();
-  static void serve_touched(StreamLink& link, RdmaStream* except);
-  // Takes every completion of a link for a thread that is none of its channels' (the listener's, which
-  // collects the opens): returns kReset when the link failed.
-  static Status progress_link(StreamLink& link);
-  // For an application's poller that watches the link as a whole (link_watch.h): takes the link's
-  // connection events and completion event, hands every completion to its channel and arms the queue
-  // again; every channel with news is told (its pollers woken, its sinks pushed). Link lock held.
-  // `arm`: arm the queue even when no event was taken (a watcher that starts watching: the listener,
-  // whose set must wake at the next completion). `cm_when_quiet`: the connection events are taken
-  // only when no completion event was (a watcher whose set holds the link's connection-event channel,
-  // level-triggered: an event left there fires the set again at once, and is taken then), which
-  // spares an event loop a system call that finds nothing at each wakeup.
-  // `lazy`: an event loop's take (LinkWatch::take): when nobody else relies on the link's event
-  // (StreamLink::relied_on), the queue is polled empty and left unarmed.
-  static void drain_link(StreamLink& link, bool arm = false, bool cm_when_quiet = false, bool lazy = false);
-  // Every completion on the link's queue handed to its channel, without arming (the count; a failed
-  // queue fails the link). Link lock held.
-  static int poll_link(StreamLink& link);
-  // An event loop's spin before it sleeps (LinkWatch::spin): the completions on the queue handed out
-  // and their channels served and told; nothing else (no system call when there is none). Returns
-  // how many there were.
-  static int spin_link(StreamLink& link);
-  // Before a thread sleeps on the link's event: the queue armed, and what came before the arming
-  // handed out (true when anything did: the caller looks before it sleeps). Link lock held.
-  static bool arm_link_for_sleep(StreamLink& link);
-  // The queue armed, and the completions that came before the arming handed out (true when any
-  // did; a failed arming fails the link). Link lock held.
-  static bool arm_and_hand_out(StreamLink& link);
-  // The link's connection events, taken and told to every channel (once they are the link's own).
-  static void tell_cm_news(StreamLink& link);
-  // Channels that left something undone for want of room in the link's send queue (shared by all its
-  // channels, so a send completion of one channel may be what another waits for) are served and their
-  // pollers told once there is room again.
-  static void touch_room_waiters(StreamLink& link);
   // A message of the link itself (an open or an answer in a setup slot; stream_channels.cpp).
   static Status on_link_message(StreamLink& link, uint32_t arg);
   // The client's answer to its open arrived (or the open cannot be answered: `answer` null).
@@ -463,8 +427,6 @@ class RdmaStream {
   // What follows new completions: the link's disconnect, the mailbox, owed ends, credit updates.
   Status serve();
   void serve_others();  // serve() for every other channel handed a completion, and its pollers told
-  // Every channel of the link fails with `s` (kReset: the path's failure, which a failover may ride out).
-  static void fail_link(StreamLink& link, const char* what, const char* detail, Status s);
   // The immediate of a message to the peer's end of this channel.
   uint32_t imm(MessageType type, uint32_t arg) const { return encode_imm(type, peer_index_, arg); }
   void drain_channels();

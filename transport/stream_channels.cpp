@@ -89,7 +89,7 @@ Status RdmaStream::post_link_record(StreamLink& link, const void* record, uint32
   // The send queue is the link's, shared by its channels: a busy link may have it full for a moment.
   // Its completions make room (taken here for their channels, with the link's lock held).
   auto deadline = Deadline::in_ms(1000);
-  while (!link.send_queue_has_room(1) && !link.stopped() && !deadline.passed()) progress_link(link);
+  while (!link.send_queue_has_room(1) && !link.stopped() && !deadline.passed()) LinkProgress::take_all(link);
   Status s = link.post_setup_record(record, op, slot);
   return s;
 }
@@ -265,9 +265,9 @@ Status RdmaStream::progress_unstarted() {
   ibv_wc wcs[16];
   int n = 0;
   while ((n = link_->poll(wcs, 16)) > 0) {
-    for (int i = 0; i < n; ++i) dispatch(*link_, wcs[i], this);
+    for (int i = 0; i < n; ++i) LinkProgress::dispatch(*link_, wcs[i], this);
   }
-  if (n < 0) fail_link(*link_, "the completion queue", "failed", Status::kReset);
+  if (n < 0) LinkProgress::fail(*link_, "the completion queue", "failed", Status::kReset);
   serve_others();
   return Status::kOk;
 }

@@ -110,7 +110,7 @@ class StreamLink {
   std::condition_variable& cv() { return cv_; }
   bool poller = false;
   bool spinning = false;  // a thread busy-polls the completion queue (RdmaStream::wait)
-  // Completions handed out so far (RdmaStream::dispatch). Two threads of one channel (its reader and
+  // Completions handed out so far (LinkProgress::dispatch). Two threads of one channel (its reader and
   // its writer) each take the other's completions: a thread about to wait notes this first, and its
   // spin, and its sleep, end once it grew, so that it looks at what another thread took for it.
   uint64_t dispatched = 0;
@@ -135,7 +135,7 @@ class StreamLink {
     }
     if (!adaptive) busy_poll_adaptive.store(false, std::memory_order_relaxed);
   }
-  // Channels with news another channel's thread handed them (serve_touched serves these), and
+  // Channels with news another channel's thread handed them (LinkProgress::serve_touched serves these), and
   // channels that left something undone for want of room in the send queue (touch_room_waiters).
   ChannelQueue touched;
   ChannelQueue room_waiters;

@@ -236,7 +236,7 @@ void StreamListener::take_link_opens() {
     {
       std::lock_guard lock(link->mu());
       // Every completion taken and the queue armed, so that the next completion wakes the set (fd()).
-      RdmaStream::drain_link(*link, true);
+      LinkProgress::drain(*link, true);
       opens.swap(link->opens);
       // The client let the link go (or it failed): once no channel of ours is on it, neither do we.
       gone = (link->disconnected() || link->stopped()) && link->attached() == 0 && opens.empty();

@@ -1,0 +1,71 @@
+// The link's progress (docs/links.md): one completion queue serves every channel of a link, so
+// whichever thread holds the link's lock takes its completions and hands each to the channel it
+// names, serves the channels that got news and tells their pollers; arms the queue for a thread about
+// to sleep on its event; and fails every channel when the link fails. The channel (RdmaStream) keeps
+// its byte stream; what it does with a completion handed to it is its own (handle_completion, serve).
+// Every function here runs with the link's lock held.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include "status.h"
+
+namespace tcp2rdma::transport {
+
+class RdmaStream;
+class StreamLink;
+
+class LinkProgress {
+ public:
+  LinkProgress() = delete;
+
+  // Hands one completion to the channel it names (`caller`, another, or every channel for a flushed
+  // receive, which names none). Returns the caller's status; another's failure is that channel's.
+  // `caller` may be null (a thread that is none of the link's channels': the listener's, a watcher's).
+  // A send's completion first completes the unsignalled sends before it (StreamLink::post_send).
+  static Status dispatch(StreamLink& link, const ibv_wc& wc, RdmaStream* caller);
+  // Serves every channel a completion touched, but `except` (which serves itself), and tells their
+  // pollers; first the channels that waited for room in the link's send queue, once there is room.
+  static void serve_touched(StreamLink& link, RdmaStream* except);
+  // Takes every completion of the link for a thread that is none of its channels' (the listener's,
+  // which collects the opens): kReset when the link failed.
+  static Status take_all(StreamLink& link);
+  // For an application's poller that watches the link as a whole (link_watch.h): takes the link's
+  // connection events and completion event, hands every completion to its channel and arms the queue
+  // again; every channel with news is told (its pollers woken, its sinks pushed).
+  // `arm`: arm the queue even when no event was taken (a watcher that starts watching: the listener,
+  // whose set must wake at the next completion). `cm_when_quiet`: the connection events are taken
+  // only when no completion event was (a watcher whose set holds the link's connection-event channel,
+  // level-triggered: an event left there fires the set again at once, and is taken then), which
+  // spares an event loop a system call that finds nothing at each wakeup.
+  // `lazy`: an event loop's take (LinkWatch::take): when nobody else relies on the link's event
+  // (StreamLink::relied_on), the queue is polled empty and left unarmed.
+  static void drain(StreamLink& link, bool arm = false, bool cm_when_quiet = false, bool lazy = false);
+  // Every completion on the queue handed to its channel, without arming (the count; a failed queue
+  // fails the link).
+  static int poll(StreamLink& link);
+  // An event loop's spin before it sleeps (LinkWatch::spin): the completions on the queue handed out
+  // and their channels served and told; nothing else (no system call when there is none). Returns
+  // how many there were.
+  static int spin(StreamLink& link);
+  // Before a thread sleeps on the link's event: the queue armed, and what came before the arming
+  // handed out (true when anything did: the caller looks before it sleeps).
+  static bool arm_for_sleep(StreamLink& link);
+  // The queue armed, and the completions that came before the arming handed out (true when any did;
+  // a failed arming fails the link).
+  static bool arm_and_hand_out(StreamLink& link);
+  // The link's connection events, taken and told to every channel (once they are the link's own).
+  static void tell_cm_news(StreamLink& link);
+  // Every channel of the link fails with `s` (kReset: the path's failure, which a failover may ride
+  // out).
+  static void fail(StreamLink& link, const char* what, const char* detail, Status s);
+
+ private:
+  static Status dispatch_one(StreamLink& link, const ibv_wc& wc, RdmaStream* caller);
+  // Channels that left something undone for want of room in the link's send queue (shared by all its
+  // channels, so a send completion of one channel may be what another waits for) are served and their
+  // pollers told once there is room again.
+  static void touch_room_waiters(StreamLink& link);
+};
+
+}  // namespace tcp2rdma::transport
