@@ -574,10 +574,19 @@ int client_fork_under_sleeper(const char* host, int port, uint64_t bytes, std::s
     while (pos < bytes) {
       if (ep >= 0) {
         epoll_event got{};
-        if (epoll_wait(ep, &got, 1, -1) != 1 || got.data.u64 != 77) break;
+        int n = epoll_wait(ep, &got, 1, -1);
+        if (n != 1 || got.data.u64 != 77) {
+          std::fprintf(stderr, "sleeper (epoll): epoll_wait returned %d (%s), data %llu, events %#x\n", n,
+                       n < 0 ? strerror(errno) : "-", static_cast<unsigned long long>(got.data.u64), got.events);
+          break;
+        }
       }
       ssize_t r = read(fd, in.data(), in.size());
-      if (r <= 0) break;
+      if (r <= 0) {
+        std::fprintf(stderr, "sleeper (%s): read returned %zd (%s)\n", std::string(how).c_str(), r,
+                     r < 0 ? strerror(errno) : "the end");
+        break;
+      }
       for (ssize_t i = 0; i < r; ++i) same &= in[static_cast<size_t>(i)] == pattern(pos + static_cast<uint64_t>(i));
       pos += static_cast<uint64_t>(r);
     }
