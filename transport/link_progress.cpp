@@ -12,7 +12,7 @@
 namespace tcp2rdma::transport {
 
 Status LinkProgress::dispatch(StreamLink& link, const ibv_wc& wc, RdmaStream* caller) {
-  ++link.dispatched;
+  link.note_dispatched();
   if (StreamLink::work_kind(wc.wr_id) != StreamLink::kWrReceive) {
     // The unsignalled sends posted before this one completed, successfully, before it (RC order; a
     // failed one would have raised a completion of its own): each is handed out as if it had raised
@@ -186,7 +186,7 @@ void LinkProgress::drain(StreamLink& link, bool arm, bool cm_when_quiet, bool la
   if (cm_when_quiet && !took) tell_cm_news(link);
   serve_touched(link, nullptr);
   // A channel's thread asleep on the link may have been waiting for the event taken here.
-  if (link.poller) link.kick();
+  if (link.has_poller()) link.kick();
   link.cv().notify_all();
 }
 

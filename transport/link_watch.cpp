@@ -99,8 +99,7 @@ int LinkWatch::spin(std::vector<void*>* tags, bool* whole) {
 int LinkWatch::busy_poll_us(bool* adaptive) const {
   std::shared_ptr<StreamLink> link = link_.lock();
   if (link == nullptr) return 0;
-  if (!link->busy_poll_adaptive.load(std::memory_order_relaxed)) *adaptive = false;
-  return link->busy_poll_us.load(std::memory_order_relaxed);
+  return link->busy_poll_us(adaptive);
 }
 
 bool LinkWatch::arm_for_sleep(std::shared_ptr<StreamLink>* held) {
@@ -108,22 +107,21 @@ bool LinkWatch::arm_for_sleep(std::shared_ptr<StreamLink>* held) {
   if (*held == nullptr) return false;
   StreamLink& link = **held;
   std::lock_guard lock(link.mu());
-  ++link.event_sleepers;
+  link.count_event_sleeper(1);
   // Once counted, a take by another thread arms the queue again (LinkProgress::drain): armed now, it stays so.
   return LinkProgress::arm_for_sleep(link);
 }
 
 void LinkWatch::end_sleep(StreamLink& link) {
   std::lock_guard lock(link.mu());
-  --link.event_sleepers;
+  link.count_event_sleeper(-1);
 }
 
 void LinkWatch::make_eager() {
   std::shared_ptr<StreamLink> link = link_.lock();
   if (link == nullptr) return;
   std::lock_guard lock(link->mu());
-  if (link->eager) return;
-  link->eager = true;
+  if (!link->make_eager()) return;
   // What came before the arming is told to its channels (and so pushed to the pollers' lists).
   LinkProgress::arm_for_sleep(*link);
 }

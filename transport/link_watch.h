@@ -74,7 +74,7 @@ class LinkWatch {
   static void end_sleep(StreamLink& link);
   // For good: someone may sleep on this link's event outside the module's waits (the set is watched
   // by another poller, or a wait on it began before the record joined): the queue is armed now and
-  // after every take (StreamLink::eager).
+  // after every take (StreamLink::make_eager).
   void make_eager();
 
  private:

@@ -250,7 +250,7 @@ class RdmaStream {
   bool subscribe_news(NewsList* list, void* tag) { return readiness_.subscribe(list, tag); }
   void unsubscribe_news(const void* tag) { readiness_.unsubscribe(tag); }
   // A poll or select call (StreamSleeper) may sleep on this stream's link's event from now (+1) until
-  // it is done (-1): takes by event loops arm the queue again meanwhile (StreamLink::event_sleepers).
+  // it is done (-1): takes by event loops arm the queue again meanwhile (StreamLink::count_event_sleeper).
   void count_event_sleeper(int change);
   // The link's descriptors to sleep on: its completion channel, and its connection events once they
   // are the link's own (else -1).

@@ -20,6 +20,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "channel_queue.h"
@@ -104,36 +105,46 @@ class StreamLink {
   int cm_fd() const { return cm_channel_->fd; }
   int completion_fd() const { return comp_channel_->fd; }
 
-  // The lock of the link and of its channels; the condition its channels' threads wait on; whether a
-  // thread sleeps in sleep() (the others wait on cv(), and that thread wakes them after its progress).
+  // The lock of the link and of its channels, and the condition its channels' threads wait on.
   std::mutex& mu() { return mu_; }
   std::condition_variable& cv() { return cv_; }
-  bool poller = false;
-  bool spinning = false;  // a thread busy-polls the completion queue (RdmaStream::wait)
+
+  // Who waits on the link, all under mu(). One thread at a time sleeps in sleep(), the poller; the
+  // others wait on cv(), and the poller wakes them after its progress. One thread at a time busy-polls
+  // the completion queue (RdmaStream::wait).
+  bool has_poller() const { return poller_; }
+  void set_poller(bool sleeping) { poller_ = sleeping; }
+  bool start_spin() { return !std::exchange(spinning_, true); }  // false: another thread spins
+  void end_spin() { spinning_ = false; }
   // Completions handed out so far (LinkProgress::dispatch). Two threads of one channel (its reader and
   // its writer) each take the other's completions: a thread about to wait notes this first, and its
   // spin, and its sleep, end once it grew, so that it looks at what another thread took for it.
-  uint64_t dispatched = 0;
+  uint64_t dispatched() const { return dispatched_; }
+  void note_dispatched() { ++dispatched_; }
   // Arming the queue is one system call on Soft-RoCE, and taking its event another: an event loop whose
   // replies come while it polls should pay neither (docs/protocol.md, "Polling before sleeping"). So the
   // queue is armed by whoever is about to sleep on its event, not by whoever took the last one, unless
-  // someone else relies on it. `event_sleepers`: threads asleep (or about to be) on the event besides
-  // `poller`, each having armed the queue first: the module's epoll waits and its poll and select
-  // calls (StreamSleeper). `eager`: someone outside the module's waits may sleep on it (an epoll set a
+  // someone else relies on it. Event sleepers: threads asleep (or about to be) on the event besides
+  // the poller, each having armed the queue first: the module's epoll waits and its poll and select
+  // calls (StreamSleeper). Eager: someone outside the module's waits may sleep on it (an epoll set a
   // poller watches, a wait that began before the link's record joined its set): every take arms the
   // queue again and every call that would block arms it, for good.
-  int event_sleepers = 0;
-  bool eager = false;
-  bool relied_on() const { return eager || poller || event_sleepers > 0; }
+  void count_event_sleeper(int change) { event_sleepers_ += change; }
+  bool eager() const { return eager_; }
+  bool make_eager() { return !std::exchange(eager_, true); }  // true the first time: the caller arms
+  bool relied_on() const { return eager_ || poller_ || event_sleepers_ > 0; }
   // The longest busy_poll_us among its channels' options: how long an event loop that holds the link
-  // polls its queue before it sleeps (epoll_wait.cpp), and whether every one of them says adaptive.
-  std::atomic<int> busy_poll_us{0};
-  std::atomic<bool> busy_poll_adaptive{true};
+  // polls its queue before it sleeps (epoll_wait.cpp), and whether every one of them says adaptive
+  // (*adaptive is cleared when one does not). Read without the lock.
   void note_busy_poll(int us, bool adaptive) {
-    int now = busy_poll_us.load(std::memory_order_relaxed);
-    while (us > now && !busy_poll_us.compare_exchange_weak(now, us, std::memory_order_relaxed)) {
+    int now = busy_poll_us_.load(std::memory_order_relaxed);
+    while (us > now && !busy_poll_us_.compare_exchange_weak(now, us, std::memory_order_relaxed)) {
     }
-    if (!adaptive) busy_poll_adaptive.store(false, std::memory_order_relaxed);
+    if (!adaptive) busy_poll_adaptive_.store(false, std::memory_order_relaxed);
+  }
+  int busy_poll_us(bool* adaptive) const {
+    if (!busy_poll_adaptive_.load(std::memory_order_relaxed)) *adaptive = false;
+    return busy_poll_us_.load(std::memory_order_relaxed);
   }
   // Channels with news another channel's thread handed them (LinkProgress::serve_touched serves these), and
   // channels that left something undone for want of room in the send queue (touch_room_waiters).
@@ -327,6 +338,13 @@ class StreamLink {
 
   std::mutex mu_;
   std::condition_variable cv_;
+  bool poller_ = false;
+  bool spinning_ = false;
+  uint64_t dispatched_ = 0;
+  int event_sleepers_ = 0;
+  bool eager_ = false;
+  std::atomic<int> busy_poll_us_{0};
+  std::atomic<bool> busy_poll_adaptive_{true};
   static_assert(kSetupRecord <= kMailboxSlot, "a setup record (wire.h) is sent from a mailbox slot");
   std::vector<RdmaStream*> channels_;  // by index; [kLinkChannel] is always empty
   std::vector<std::optional<Retired>> retired_;  // by index

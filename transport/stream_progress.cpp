@@ -38,7 +38,7 @@ std::string RdmaStream::failure_detail() const {
 
 void RdmaStream::kick() {
   // Wakes a thread asleep in wait() after another thread changed what it may be waiting for.
-  if (link_->poller) link_->kick();
+  if (link_->has_poller()) link_->kick();
   cv_.notify_all();
 }
 
@@ -305,7 +305,7 @@ void RdmaStream::drain_channels() {
   // which are told), so that the next completion raises an event again.
   rearm_link();
   // A thread asleep on the channels may have been waiting for exactly a completion's event.
-  if (link_->poller) kick();
+  if (link_->has_poller()) kick();
 }
 
 void RdmaStream::rearm_link() {
@@ -409,7 +409,7 @@ void RdmaStream::send_move_marker() {
   move_sent_ = true;
   // A writer waiting for credits stops at the marker, and pollers see the move.
   cv_.notify_all();
-  if (link_->poller) kick();
+  if (link_->has_poller()) kick();
   if (polled_) wake_pollers();
 }
 
@@ -513,21 +513,20 @@ Status RdmaStream::wait_for_poller(std::unique_lock<std::mutex>& lock, int max_s
 Status RdmaStream::wait(std::unique_lock<std::mutex>& lock, bool interruptible, int max_sleep_ms) {
   if (failed()) return failure_;
   // The caller judged the channel's state just now, under the lock: from here on, a completion
-  // another thread hands out may be what it waits for (link_->dispatched).
-  const uint64_t seen = link_->dispatched;
+  // another thread hands out may be what it waits for (StreamLink::dispatched).
+  const uint64_t seen = link_->dispatched();
   // Another thread sleeps on the channels and will wake everyone after its progress.
-  if (link_->poller) return wait_for_poller(lock, max_sleep_ms);
+  if (link_->has_poller()) return wait_for_poller(lock, max_sleep_ms);
   // Bounded busy polling: a reply that comes within microseconds costs no sleep and no interrupt. One
   // thread a link spins (the others wait for its news), and it lets go of the link's lock between
   // polls: the link's other channels, and the listener that answers opens, must get in meanwhile.
-  if (options_.busy_poll_us > 0 && !link_->spinning) {
-    link_->spinning = true;
+  if (options_.busy_poll_us > 0 && link_->start_spin()) {
     auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(options_.busy_poll_us);
     for (unsigned polls = 1;; ++polls) {
       ibv_wc wc;
       int n = link_->poll(&wc, 1);
       if (n != 0) {
-        link_->spinning = false;
+        link_->end_spin();
         if (n < 0) return Status::kReset;
         Status s = take_completion(wc);
         if (s != Status::kOk) fail(s);
@@ -541,22 +540,22 @@ Status RdmaStream::wait(std::unique_lock<std::mutex>& lock, bool interruptible, 
       sched_yield();
       lock.lock();
       // Another thread may have taken our news meanwhile: the caller looks again.
-      if (failed() || touched_ || link_->dispatched != seen) break;
+      if (failed() || touched_ || link_->dispatched() != seen) break;
       // Reading the clock can be a system call (no vDSO clock in some guests): not on every poll.
       if (polls % 32 == 0 && std::chrono::steady_clock::now() >= until) break;
     }
-    link_->spinning = false;
+    link_->end_spin();
     if (failed()) return failure_;
     if (touched_) {
       touched_ = false;
       return serve();
     }
-    if (link_->dispatched != seen) return Status::kOk;
+    if (link_->dispatched() != seen) return Status::kOk;
     // Another thread became the link's sleeper while we spun without the lock. A second sleeper in
     // the kernel would never be woken: the link's events wake one thread, which takes them and tells
     // the others through the condition, where we must be (a writer slept through the room its own
     // reader's thread took: epoll_echo's client, 64 KiB rings).
-    if (link_->poller) return wait_for_poller(lock, max_sleep_ms);
+    if (link_->has_poller()) return wait_for_poller(lock, max_sleep_ms);
   }
   bool news = false;
   if (Status s = arm_channel(&news); s != Status::kOk) {
@@ -564,14 +563,14 @@ Status RdmaStream::wait(std::unique_lock<std::mutex>& lock, bool interruptible, 
     return s;
   }
   if (news) return Status::kOk;
-  link_->poller = true;
+  link_->set_poller(true);
   lock.unlock();
   int sleep_ms = options_.keepalive_ms > 0 ? options_.keepalive_ms : -1;
   if (max_sleep_ms >= 0 && (sleep_ms < 0 || max_sleep_ms < sleep_ms)) sleep_ms = max_sleep_ms;
   int ready = link_->sleep(sleep_ms);
   bool interrupted = ready < 0 && errno == EINTR;
   lock.lock();
-  link_->poller = false;
+  link_->set_poller(false);
   drain_channels();
   // What woke us may be what an application's poller waits for (bytes to read, room to write), and
   // we have just taken its event from the channel: tell the pollers to look (if anyone polls: a
@@ -617,7 +616,7 @@ Status RdmaStream::keepalive() {
 
 void RdmaStream::count_event_sleeper(int change) {
   std::lock_guard lock(mu_);
-  link_->event_sleepers += change;
+  link_->count_event_sleeper(change);
 }
 
 void RdmaStream::wake_pollers() {
@@ -664,7 +663,7 @@ Readiness RdmaStream::readiness(bool want_writable, bool take_link_events) {
     }
     // A poll or select call sleeps on the link's event next: armed now. An epoll set's wait arms its
     // links itself, just before it sleeps (link_watch.h, arm_for_sleep), unless the link is eager.
-    if (!take_link_events && !link_->eager) return r;
+    if (!take_link_events && !link_->eager()) return r;
     bool news = false;
     if (arm_channel(&news) != Status::kOk) fail(Status::kReset);
     if (!news && !failed()) return r;

@@ -139,7 +139,7 @@ void report_carried_locked(int epfd, EpollReport& report);
 // A thread of ours goes to sleep in the kernel's wait on epfd (+1), or is back (-1).
 void note_sleeper_locked(int epfd, int change);
 
-// Who arms a link's completion queue (transport/stream_link.h, event_sleepers and eager): a wait of
+// Who arms a link's completion queue (transport/stream_link.h, count_event_sleeper and make_eager): a wait of
 // ours arms the queues of its set's records before it sleeps, so a take by an event loop may leave
 // them unarmed. Not where a thread may sleep on a set without that: a set this process did not make
 // (inherited), one a poller watches (nested in another set, or given to poll or select), or a wait
