@@ -64,7 +64,7 @@ StreamRef route_for_call(SocketHold socket, int fd) noexcept {
     take_up_deferred_upgrade(socket.get(), fd);
   }
   // Back on TCP: the call that finds a return to RDMA due starts it beside the application.
-  if (socket) return_if_due(socket.get(), fd);
+  if (socket) return_if_due(socket.get(), fd, learn_if_alone);
   StreamRef route = route_of(SocketHold(socket.get()));
   if (route.kind() == StreamRef::Kind::kPending) {
     // The call that finds the non-blocking connect complete runs its upgrade (once: the others see

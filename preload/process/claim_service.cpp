@@ -64,6 +64,8 @@ void answer_claim(int channel, uint64_t serial) {
       }
       if (SocketHold socket = SocketHold::live(serial)) {
         answer = move_back_for_child(socket.get(), "a child that uses it");
+        // This process still holds it: the child may ask later whether it let go since.
+        if (answer.outcome == HandBack::Outcome::kMoved) note_claimed(serial, channel);
         break;
       }
       usleep(10000);
@@ -74,6 +76,14 @@ void answer_claim(int channel, uint64_t serial) {
   answer.alone = answer.alone && held_only_by(serial, channel);
   send_answer(channel, serial, answer);
   note_answered(serial, channel);
+}
+
+// A child asks about a connection it claimed while this process still held it (note_claimed).
+void answer_ask(int channel, uint64_t serial) {
+  HandBack answer;
+  answer.outcome = HandBack::Outcome::kMoved;
+  answer.alone = claimed_alone_by(serial, channel);
+  send_answer(channel, serial, answer);
 }
 
 void drop_channel(Service* s, int channel) {
@@ -125,6 +135,7 @@ void serve(Service* s) {
       HandBack ignored;
       switch (receive_message(fds[i].fd, 0, &serial, &ignored)) {
         case ChannelMessage::kClaim: answer_claim(fds[i].fd, serial); break;
+        case ChannelMessage::kAsk: answer_ask(fds[i].fd, serial); break;
         case ChannelMessage::kNone: break;
         case ChannelMessage::kAnswer:  // a child answers nothing: the format is broken
         case ChannelMessage::kClosed: drop_channel(s, fds[i].fd); break;

@@ -15,7 +15,7 @@ namespace tcp2rdma::preload {
 namespace {
 
 constexpr uint32_t kMagic = 0x4b524f46;  // "FORK"
-enum : uint8_t { kClaimKind = 1, kAnswerKind = 2 };
+enum : uint8_t { kClaimKind = 1, kAnswerKind = 2, kAskKind = 3 };
 enum : uint8_t { kThenEnd = 1, kWriteShut = 2, kAlone = 4 };
 
 // One message: this header, and with an answer that carries bytes, one memfd holding exactly `size`.
@@ -99,6 +99,10 @@ bool send_claim(int channel, uint64_t serial) noexcept {
   return send_wire(channel, Wire{kMagic, kClaimKind, 0, 0, 0, serial, 0}, -1);
 }
 
+bool send_ask(int channel, uint64_t serial) noexcept {
+  return send_wire(channel, Wire{kMagic, kAskKind, 0, 0, 0, serial, 0}, -1);
+}
+
 bool send_answer(int channel, uint64_t serial, const HandBack& answer) noexcept {
   uint8_t flags = (answer.then_end ? kThenEnd : 0) | (answer.write_shut ? kWriteShut : 0) | (answer.alone ? kAlone : 0);
   Wire wire{kMagic, kAnswerKind, static_cast<uint8_t>(answer.outcome), flags, 0, serial, answer.bytes.size()};
@@ -143,6 +147,7 @@ ChannelMessage receive_message(int channel, int timeout_ms, uint64_t* serial, Ha
   }
   *serial = wire.serial;
   if (wire.kind == kClaimKind && mfd < 0) return ChannelMessage::kClaim;
+  if (wire.kind == kAskKind && mfd < 0) return ChannelMessage::kAsk;
   if (wire.kind != kAnswerKind || wire.outcome > static_cast<uint8_t>(HandBack::Outcome::kStaysTcp)) return closed();
   answer->outcome = static_cast<HandBack::Outcome>(wire.outcome);
   answer->then_end = (wire.flags & kThenEnd) != 0;

@@ -18,14 +18,17 @@ bool open_fork_channel(int ends[2]) noexcept;
 
 // The child's claim of the connection `serial`. False when the parent's end is gone.
 bool send_claim(int channel, uint64_t serial) noexcept;
+// The child's question about a connection it claimed while the parent still held it: has the parent
+// let go since (answered kMoved, without bytes, `alone` the verdict)?
+bool send_ask(int channel, uint64_t serial) noexcept;
 // The parent's answer about `serial` (bytes in a memfd when there are any). False when the child's end
 // is gone or no memfd can be had (the child then reads no answer for it: its claim fails loudly).
 bool send_answer(int channel, uint64_t serial, const HandBack& answer) noexcept;
 
-// One message from the channel, waiting up to `timeout_ms` (-1: for ever). kClaim and kAnswer fill
-// *serial (and *answer); kNone: nothing came in time; kClosed: the other end is gone or broke the
+// One message from the channel, waiting up to `timeout_ms` (-1: for ever). kClaim, kAsk and kAnswer
+// fill *serial (and *answer); kNone: nothing came in time; kClosed: the other end is gone or broke the
 // format (a process of the same program, but the read is checked all the same).
-enum class ChannelMessage : uint8_t { kNone, kClaim, kAnswer, kClosed };
+enum class ChannelMessage : uint8_t { kNone, kClaim, kAsk, kAnswer, kClosed };
 ChannelMessage receive_message(int channel, int timeout_ms, uint64_t* serial, HandBack* answer) noexcept;
 
 }  // namespace tcp2rdma::preload

@@ -32,6 +32,9 @@ namespace {
 // How long a child waits for its parent's answer: the parent's move is bounded by the stream's
 // timeout (and a hand-back under way by its own), so this is only for a parent that is stopped or hung.
 constexpr int kAnswerWaitMs = 30000;
+// How long a child's question whether the parent let go of a connection waits, on the application's
+// thread: the parent's thread answers from its records, at once.
+constexpr int kAskWaitMs = 50;
 
 // --- The child's side ----------------------------------------------------------------------------
 
@@ -47,8 +50,10 @@ ParentLine*& parent_slot() {
   return line;
 }
 
-// The parent's answer about `serial`, under the line's lock: one kept from earlier, or asked for now.
-HandBack ask_parent(ParentLine* p, uint64_t serial) {
+// The parent's answer about `serial`, under the line's lock: one kept from earlier, or asked for now
+// (`ask`: send_claim or send_ask), waiting up to `wait_ms`.
+HandBack ask_parent(ParentLine* p, uint64_t serial, bool (*ask)(int, uint64_t) = send_claim,
+                    int wait_ms = kAnswerWaitMs) {
   HandBack answer;  // kGone unless the parent says otherwise
   if (auto it = p->early.find(serial); it != p->early.end()) {
     answer = std::move(it->second);
@@ -58,8 +63,8 @@ HandBack ask_parent(ParentLine* p, uint64_t serial) {
   if (p->channel < 0) return answer;
   // A parent that has left cannot take the claim, but may have answered it unasked before it went:
   // what it sent is read either way.
-  (void)send_claim(p->channel, serial);
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kAnswerWaitMs);
+  (void)ask(p->channel, serial);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
   for (;;) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) return answer;
@@ -75,6 +80,7 @@ HandBack ask_parent(ParentLine* p, uint64_t serial) {
         break;
       case ChannelMessage::kNone: return answer;  // a parent that never answers: the copy is not ours
       case ChannelMessage::kClaim:
+      case ChannelMessage::kAsk:
       case ChannelMessage::kClosed:
         real().close(p->channel);
         p->channel = -1;
@@ -89,8 +95,14 @@ void take_answer(TrackedSocket* socket, int fd, HandBack& answer) {
       ((answer.bytes.empty() && !answer.then_end) || socket->prefix.set(answer.bytes, answer.then_end)) &&
       socket->move_path(Path::kRdma, Path::kMovingBack)) {
     // Before the path says back on TCP: a connection this process holds alone plans its return there
-    // (connection_path.h), as one the peer moved back does.
-    if (answer.alone) socket->forks.note_alone();
+    // (connection_path.h), as one the peer moved back does. One the parent still held may become
+    // ours alone when the parent lets go: its return is planned too, and asks first (learn_if_alone).
+    if (answer.alone) {
+      socket->forks.note_alone();
+    } else if (socket->returns.remembered()) {
+      socket->forks.note_claimed_while_held();
+      socket->returns.arm(std::chrono::steady_clock::now());
+    }
     complete_move_back(socket, fd, /*by_mover=*/true);
     if (answer.write_shut) real().shutdown(fd, SHUT_WR);
     log_line("%s: back on tcp from the parent at this process's first use (%zu bytes of the peer's to read first%s%s)",
@@ -234,6 +246,20 @@ void claim_all_from_parent() noexcept {
   });
 }
 
+bool learn_if_alone(TrackedSocket* socket) noexcept {
+  if (!socket->forks.awaits_parents_word()) return false;
+  SavedErrno keep_errno;
+  ParentLine* p = parent_slot();
+  // Never behind another thread's claim (up to the parent's move): asked again at the next attempt.
+  std::unique_lock lock(p->mutex, std::try_to_lock);
+  if (!lock.owns_lock()) return false;
+  HandBack answer = ask_parent(p, socket->serial(), send_ask, kAskWaitMs);
+  if (answer.outcome != HandBack::Outcome::kMoved || !answer.alone) return false;
+  socket->forks.note_alone();
+  log_line("%s: the parent let go of the connection: it may go back to rdma here", connection_label(socket));
+  return true;
+}
+
 HandBack claim_deferred_from_parent(uint64_t serial) noexcept {
   SavedErrno keep_errno;
   ParentLine* p = parent_slot();
@@ -261,6 +287,17 @@ void answer_children_before_leaving(bool (*survives)(const TrackedSocket*)) noex
     keep_handed_back(socket->serial(), std::move(answer));
   }
   finish_closing();  // the hand-backs of those closed before are kept by now
+  // Connections children claimed while this process held them: let go of now (but those the new
+  // program keeps), and each child that holds one alone is told unasked.
+  for_each_tracked_fd([survives](int, SocketHold& socket) {
+    if (socket->serial() != 0 && (survives == nullptr || !survives(socket.get()))) note_let_go(socket->serial());
+  });
+  for (auto [channel, serial] : claims_let_go()) {
+    HandBack answer;
+    answer.outcome = HandBack::Outcome::kMoved;
+    answer.alone = true;
+    send_answer(channel, serial, answer);
+  }
   for (auto [channel, serial] : unclaimed_hand_backs()) {
     if (auto answer = handed_back_for(serial, 0)) {
       answer->alone = answer->alone && held_only_by(serial, channel);

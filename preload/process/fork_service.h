@@ -51,6 +51,11 @@ class ForkLending {
 // after the peer's unread bytes, or, when the parent cannot hand it over, fails loudly (ENOTCONN,
 // EPIPE; reset when the parent let go of it and its move failed).
 void claim_from_parent(TrackedSocket* socket, int fd) noexcept;
+// A connection this child claimed while its parent still held it (TrackedSocket::forks,
+// awaits_parents_word), at an attempt to return it to RDMA: asks the parent whether it let go since,
+// having forked no more and lent it to no other child (at most 50 ms, never behind another claim).
+// True, and the connection is this process's alone, when it did.
+bool learn_if_alone(TrackedSocket* socket) noexcept;
 // Every inherited one: before this process forks (its child could not ask our parent) and before
 // exec and spawn (the new program gets the connection on TCP, with its unread bytes).
 void claim_all_from_parent() noexcept;

@@ -12,6 +12,7 @@ std::atomic<uint64_t> g_births{0};
 }  // namespace
 
 void note_forking() noexcept { g_forks.fetch_add(1, std::memory_order_relaxed); }
+uint64_t forks_so_far() noexcept { return g_forks.load(std::memory_order_relaxed); }
 
 ForkShare::ForkShare() noexcept
     : forks_at_birth_(g_forks.load(std::memory_order_relaxed)),
@@ -28,6 +29,14 @@ bool ForkShare::shared() const noexcept {
 
 void ForkShare::note_alone() noexcept {
   alone_at_forks_.store(g_forks.load(std::memory_order_relaxed), std::memory_order_relaxed);
+}
+
+void ForkShare::note_claimed_while_held() noexcept {
+  claimed_at_forks_.store(g_forks.load(std::memory_order_relaxed), std::memory_order_relaxed);
+}
+
+bool ForkShare::awaits_parents_word() const noexcept {
+  return claimed_at_forks_.load(std::memory_order_relaxed) == g_forks.load(std::memory_order_relaxed);
 }
 
 void ForkShare::note_accepted_from(const TrackedSocket* listener) noexcept {

@@ -19,6 +19,9 @@ class TrackedSocket;
 // process, in the child as in the parent.
 void note_forking() noexcept;
 
+// The forks and spawns of this process and its ancestors so far.
+uint64_t forks_so_far() noexcept;
+
 // A socket's ties across forks (TrackedSocket::forks).
 class ForkShare {
  public:
@@ -31,6 +34,11 @@ class ForkShare {
   // No other process holds the connection any more (process/fork_service.h): unshared until the
   // process forks or spawns again.
   void note_alone() noexcept;
+
+  // A child that claimed the connection while its parent still held it (process/fork_service.h): it
+  // may learn by asking later that the parent let go since, so long as it has not forked itself.
+  void note_claimed_while_held() noexcept;
+  bool awaits_parents_word() const noexcept;
 
   // The listener that accepted this server connection, noted at accept() without a reference: only
   // compared (accepted_from: the same socket, not a later one at its address), never followed.
@@ -45,6 +53,7 @@ class ForkShare {
   const uint64_t forks_at_birth_;
   const uint64_t birth_;  // this socket's number among those made in this process and its ancestors
   std::atomic<uint64_t> alone_at_forks_{UINT64_MAX};  // the forks counted when note_alone() was called
+  std::atomic<uint64_t> claimed_at_forks_{UINT64_MAX};  // ... and when note_claimed_while_held() was
   const TrackedSocket* accepted_from_ = nullptr;      // set once, at accept(), before it is shared
   uint64_t accepted_from_birth_ = 0;
   std::atomic<TrackedSocket*> return_listener_{nullptr};  // held

@@ -10,6 +10,7 @@
 #include "keep_forever.h"
 #include "rdma_stream.h"
 #include "registry/connection_path.h"
+#include "registry/fork_share.h"
 #include "registry/tracked_socket.h"
 #include "util/log.h"
 
@@ -42,12 +43,21 @@ struct Lent {
   std::optional<HandBack> answer;
 };
 
+// A connection a child claimed while this process still held it (note_claimed).
+struct Claimed {
+  int channel = -1;
+  uint64_t forks = 0;  // forks_so_far() at the claim
+  bool alone = false;  // let go of since, with no fork meanwhile and no other child holding it
+};
+
 // Made on first use and never destroyed (exit handlers use it); anew in a forked child.
 struct Registry {
   std::mutex mutex;
   std::condition_variable answered;
   std::unordered_map<uint64_t, Lent> by_serial;
   std::atomic<size_t> count{0};  // by_serial.size(), for the look without the lock
+  std::unordered_map<uint64_t, Claimed> claimed;
+  std::atomic<size_t> claimed_count{0};  // claimed.size(), for the look without the lock
 };
 Registry*& registry_slot() {
   static Registry* registry = new Registry;
@@ -140,9 +150,53 @@ void note_answered(uint64_t serial, int channel) noexcept {
   erase_if_unheld(r, it);
 }
 
+void note_claimed(uint64_t serial, int channel) noexcept {
+  Registry* r = registry_slot();
+  std::lock_guard lock(r->mutex);
+  try {
+    r->claimed[serial] = Claimed{channel, forks_so_far(), false};
+  } catch (const std::bad_alloc&) {
+    return;  // that child is never told it holds the connection alone: it stays on TCP
+  }
+  r->claimed_count.store(r->claimed.size(), std::memory_order_release);
+}
+
+void note_let_go(uint64_t serial) noexcept {
+  Registry* r = registry_slot();
+  if (r->claimed_count.load(std::memory_order_acquire) == 0) return;
+  std::lock_guard lock(r->mutex);
+  auto it = r->claimed.find(serial);
+  if (it == r->claimed.end()) return;
+  // A fork since the claim may have given the connection to another child, and a child it was lent
+  // to before may still use it.
+  it->second.alone = it->second.forks == forks_so_far() && r->by_serial.count(serial) == 0;
+}
+
+bool claimed_alone_by(uint64_t serial, int channel) noexcept {
+  Registry* r = registry_slot();
+  std::lock_guard lock(r->mutex);
+  auto it = r->claimed.find(serial);
+  return it != r->claimed.end() && it->second.channel == channel && it->second.alone;
+}
+
+std::vector<std::pair<int, uint64_t>> claims_let_go() noexcept {
+  Registry* r = registry_slot();
+  std::lock_guard lock(r->mutex);
+  std::vector<std::pair<int, uint64_t>> out;
+  try {
+    for (const auto& [serial, claim] : r->claimed) {
+      if (claim.alone) out.emplace_back(claim.channel, serial);
+    }
+  } catch (const std::bad_alloc&) {
+  }
+  return out;
+}
+
 void forget_channel(int channel) noexcept {
   Registry* r = registry_slot();
   std::lock_guard lock(r->mutex);
+  std::erase_if(r->claimed, [channel](const auto& entry) { return entry.second.channel == channel; });
+  r->claimed_count.store(r->claimed.size(), std::memory_order_release);
   for (auto it = r->by_serial.begin(); it != r->by_serial.end();) {
     auto next = std::next(it);
     auto& holders = it->second.holders;

@@ -73,6 +73,17 @@ void forget_channel(int channel) noexcept;
 // when this process can answer no more, each is sent unasked.
 std::vector<std::pair<int, uint64_t>> unclaimed_hand_backs() noexcept;
 
+// A child's claim moved back a connection this process still held (the child behind `channel`).
+// Once this process lets go of it too (note_let_go), without having forked since and while no other
+// child holds it, that child holds it alone, and is told so when it asks (claimed_alone_by).
+void note_claimed(uint64_t serial, int channel) noexcept;
+// This process's last descriptor of `serial` is gone, or it leaves (exit, an exec that keeps none).
+void note_let_go(uint64_t serial) noexcept;
+bool claimed_alone_by(uint64_t serial, int channel) noexcept;
+// Every (channel, serial) so let go of: at exit and exec each child is told unasked, since this
+// process can answer no more.
+std::vector<std::pair<int, uint64_t>> claims_let_go() noexcept;
+
 // The parent's end of a lent connection whose last descriptor is gone: moves the stream back to TCP
 // (up to its timeout) and keeps the answer for the children; then the stream only disconnects
 // (close) or, when the move failed, is aborted. The caller deletes it.

@@ -312,6 +312,7 @@ TrackedSocket::~TrackedSocket() {
     live.erase(std::remove(live.begin(), live.end(), this), live.end());
     live_by_serial().erase(serial_);
   }
+  if (serial_ != 0) note_let_go(serial_);  // a child that claimed it may hold it alone now
   if (std::unique_ptr<DeferredUpgrade> deferred = take_deferred_upgrade()) {
     // The parent let go of a connection whose upgrade it deferred at a fork: the child that claims it
     // takes the upgrade up (PostgreSQL's postmaster closes its copy right after the fork).

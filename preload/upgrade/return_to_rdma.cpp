@@ -25,6 +25,9 @@ namespace tcp2rdma::preload {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+// The plan's wait from which a child stops asking its parent whether it let go (return_plan.h: 1, 2,
+// 4 s; the fourth would be after 8).
+constexpr uint32_t kAskParentUntilMs = 8000;
 
 // A socket's own address in a tuple's terms (transport/tuple_address.h: IPv4-mapped as IPv4) and its
 // port (host order); false when it has none.
@@ -100,11 +103,19 @@ void give_up(TrackedSocket* socket, int fd, const char* why) {
 
 }  // namespace
 
-void try_return(TrackedSocket* socket, int fd) noexcept {
+void try_return(TrackedSocket* socket, int fd, LearnAlone learn_alone) noexcept {
   auto now = Clock::now();
   config::Decision decision{};
   if (!socket->returns.take_due(now, &decision)) return;
   SavedErrno keep_errno;
+  // A forked child that claimed it while its parent still held it: the parent may have let go since.
+  // Asked at the attempts 1, 3, 7 and 15 s after the claim; then never again.
+  if (socket->shared() && socket->forks.awaits_parents_word() && !learn_alone(socket)) {
+    if (socket->returns.wait_ms() < kAskParentUntilMs) {
+      socket->returns.failed(now);
+      return;
+    }
+  }
   // Another process may hold it (a fork, a spawn since it was made, or a child it was lent to): a
   // switch here would split its bytes between the two.
   if (socket->shared() || (socket->serial() != 0 && is_lent(socket->serial()))) {

@@ -16,11 +16,16 @@ class RdmaStream;
 
 namespace tcp2rdma::preload {
 
+// Asks whether a connection a forked child claimed while its parent held it is the child's alone
+// now (process/fork_service.h, learn_if_alone: a layer above this one passes it in).
+using LearnAlone = bool (*)(TrackedSocket* socket);
+
 // An application's call on fd, whose socket is back on TCP: starts the return when one is due. One
-// load and a clock read while none is; never blocks (the attempt runs beside the application).
-void try_return(TrackedSocket* socket, int fd) noexcept;
-inline void return_if_due(TrackedSocket* socket, int fd) noexcept {
-  if (socket->returns.armed() && socket->back_on_tcp()) try_return(socket, fd);
+// load and a clock read while none is; never blocks (the attempt runs beside the application; a
+// child's question to its parent waits at most 50 ms, at most three times a connection).
+void try_return(TrackedSocket* socket, int fd, LearnAlone learn_alone) noexcept;
+inline void return_if_due(TrackedSocket* socket, int fd, LearnAlone learn_alone) noexcept {
+  if (socket->returns.armed() && socket->back_on_tcp()) try_return(socket, fd, learn_alone);
 }
 
 // The end of a return attempt (upgrade_steps.h, conclude): the plan learns of it (done, or the next

@@ -6,6 +6,8 @@
 //   handoff       the same, but the parent closes its copy at once and the child starts 300 ms later
 //                 (the postmaster's shape: the parent lets go before the child first uses it);
 //   handoff-exit  the parent exits at once without closing, the child starts 300 ms later;
+//   handoff-late  the child starts at once, the parent closes its copy 300 ms after the fork (the
+//                 child claims the connection while the parent still holds it);
 //   handoff-family  handoff, by a server that forked a helper before it accepted (PostgreSQL's
 //                 auxiliary processes), which makes its listener a pre-fork family's;
 //   exec   makes the connection its standard input and output and runs cat, which echoes (inetd);
@@ -131,12 +133,13 @@ int main(int argc, char** argv) {
   const char* mode = argc >= 3 ? argv[2] : "";
   bool family = std::strcmp(mode, "handoff-family") == 0;
   bool handoff = family || std::strcmp(mode, "handoff") == 0, handoff_exit = std::strcmp(mode, "handoff-exit") == 0;
+  bool handoff_late = std::strcmp(mode, "handoff-late") == 0;
   bool idle_child = std::strcmp(mode, "idle-child") == 0;
   if (argc < 3 || argc > 4 ||
       (std::strcmp(mode, "fork") != 0 && std::strcmp(mode, "exec") != 0 && std::strcmp(mode, "spawn") != 0 &&
-       !handoff && !handoff_exit && !idle_child)) {
-    std::fprintf(stderr, "usage: accept_fork_echo PORT fork|handoff|handoff-family|handoff-exit|exec|spawn|idle-child "
-                 "[PAUSE_MS]\n");
+       !handoff && !handoff_exit && !handoff_late && !idle_child)) {
+    std::fprintf(stderr, "usage: accept_fork_echo PORT fork|handoff|handoff-family|handoff-exit|handoff-late|exec|spawn|"
+                 "idle-child [PAUSE_MS]\n");
     return 2;
   }
   int listener = tcp2rdma::test::listen_on(argv[1]);
@@ -158,9 +161,10 @@ int main(int argc, char** argv) {
     std::exit(serve(fd, std::strcmp(mode, "exec") == 0));
   }
   if (handoff_exit) return 0;  // exit() with the connection open: the child carries it on
-  if (handoff) close(fd);
+  if (handoff_late) usleep(300000);
+  if (handoff || handoff_late) close(fd);
   int status = 0;
   waitpid(child, &status, 0);
-  if (!handoff) close(fd);
+  if (!handoff && !handoff_late) close(fd);
   return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }

@@ -11,6 +11,7 @@
 #include <utility>
 #include <thread>
 
+#include "registry/fork_share.h"
 #include "registry/lent_streams.h"
 
 namespace tcp2rdma::preload {
@@ -165,6 +166,43 @@ TEST(LentStreams, OneChildAloneHoldsWhatNoOtherChildHolds) {
   EXPECT_TRUE(held_only_by(30, 401));
   forget_channel(401);
   EXPECT_FALSE(held_only_by(30, 401));
+}
+
+// A child claimed a connection while this process still held it: it holds it alone once this process
+// lets go, unless this process forked since or another child holds it too.
+TEST(LentStreams, AClaimedConnectionIsTheChildsAloneOnceLetGo) {
+  note_claimed(50, 501);
+  EXPECT_FALSE(claimed_alone_by(50, 501));  // still held here
+  note_let_go(50);
+  EXPECT_TRUE(claimed_alone_by(50, 501));
+  EXPECT_FALSE(claimed_alone_by(50, 502));  // not that child's claim
+  EXPECT_EQ(claims_let_go(), (std::vector<std::pair<int, uint64_t>>{{501, 50}}));
+  forget_channel(501);
+  EXPECT_FALSE(claimed_alone_by(50, 501));
+  EXPECT_TRUE(claims_let_go().empty());
+}
+
+TEST(LentStreams, AForkOrAnotherHolderBeforeTheLetGoKeepsItShared) {
+  lend_streams(601, {60});  // another child holds it, unclaimed
+  note_claimed(60, 602);
+  note_let_go(60);
+  EXPECT_FALSE(claimed_alone_by(60, 602));
+  note_claimed(61, 603);
+  note_forking();  // a child forked since the claim may hold it
+  note_let_go(61);
+  EXPECT_FALSE(claimed_alone_by(61, 603));
+  forget_channel(601);
+  forget_channel(602);
+  forget_channel(603);
+}
+
+TEST(ForkChannel, AQuestionArrivesWithItsSerial) {
+  Pair p;
+  ASSERT_TRUE(send_ask(p.ends[1], 99));
+  uint64_t serial = 0;
+  HandBack ignored;
+  EXPECT_EQ(receive_message(p.ends[0], 1000, &serial, &ignored), ChannelMessage::kAsk);
+  EXPECT_EQ(serial, 99u);
 }
 
 TEST(LentStreams, AHandBackThatNeverEndsAnswersFailed) {

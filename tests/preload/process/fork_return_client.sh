@@ -4,9 +4,10 @@
 # use after its return is due; the last part's echo must go over RDMA (rxe's sent_pkts while it goes)
 # and every byte must come back:
 #  1. nc to the accept-then-fork server on 5012;
-#  2. forked_client.py to 5013: it connects on RDMA, forks, and its parent exits: the child learns
+#  2. nc to the server on 5014 whose child claims the connection before its parent lets go;
+#  3. forked_client.py to 5013: it connects on RDMA, forks, and its parent exits: the child learns
 #     from the parent's last answer that it holds the connection alone, and returns it to RDMA;
-#  3. nc to 5040, with a 6 s outage of the wire in the middle (fault_agent.sh, both guests).
+#  4. nc to 5040, with a 6 s outage of the wire in the middle (fault_agent.sh, both guests).
 set -u
 shim=$1 rules=$2 failover_rules=$3
 here=$(cd "$(dirname "$0")" && pwd)
@@ -34,6 +35,9 @@ check() {  # check NAME: the echo equal, and the third part on RDMA
 sh "$guest/wait-listening.sh" "$T2R_WORK/server1.err" || exit 1
 paced "sleep 1.5" handoff | env $env TCP2RDMA_RULES="$rules" nc -N "$T2R_PEER" 5012 > /tmp/echo-handoff
 check handoff
+sh "$guest/wait-listening.sh" "$T2R_WORK/server4.err" || exit 1
+paced "sleep 1.5" late | env $env TCP2RDMA_RULES="$rules" nc -N "$T2R_PEER" 5014 > /tmp/echo-late
+check late
 rm -f /tmp/forked.result
 env $env TCP2RDMA_RULES="$rules" python3 "$here/forked_client.py" "$T2R_PEER" 5013 4 /tmp/forked.result || status=1
 for _ in $(seq 300); do [ -f /tmp/forked.result ] && break; sleep 0.1; done
@@ -51,6 +55,6 @@ failed_over=$(grep -c 'back on tcp (rdma path failed' "$log")
 back=$(grep -c 'back on rdma' "$log")
 echo "fork-return-client: $failed_over failed over, $back went back to rdma"
 grep -q 'the parent let go: it may go back to rdma here' "$log" || status=1
-[ "$failed_over" -eq 1 ] && [ "$back" -eq 3 ] || status=1
+[ "$failed_over" -eq 1 ] && [ "$back" -eq 4 ] || status=1
 [ -z "$(grep -E 'for good|reset' "$log")" ] || status=1
 exit $status
