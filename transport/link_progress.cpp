@@ -64,7 +64,7 @@ Status LinkProgress::dispatch_one(StreamLink& link, const ibv_wc& wc, RdmaStream
   if (index == kLinkChannel) {
     // A message of the link itself came in: an open, or an answer.
     if (wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM &&
-        imm_type(ntohl(wc.imm_data)) == MessageType::kEnd && RdmaStream::on_link_message(link, imm_arg(ntohl(wc.imm_data))) == Status::kOk) {
+        imm_type(ntohl(wc.imm_data)) == MessageType::kEnd && on_link_message(link, imm_arg(ntohl(wc.imm_data))) == Status::kOk) {
       return Status::kOk;
     }
     fail(link, "the link's setup", "a malformed message", Status::kProtocolError);

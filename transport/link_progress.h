@@ -8,6 +8,8 @@
 
 #include <infiniband/verbs.h>
 
+#include <cstdint>
+
 #include "status.h"
 
 namespace tcp2rdma::transport {
@@ -59,9 +61,14 @@ class LinkProgress {
   // Every channel of the link fails with `s` (kReset: the path's failure, which a failover may ride
   // out).
   static void fail(StreamLink& link, const char* what, const char* detail, Status s);
+  // Posts one of the link's own records (an open, an answer: link_messages.cpp) into the peer's setup
+  // slot, first making room in the link's send queue if it is full.
+  static Status post_record(StreamLink& link, const void* record, uint32_t op, uint32_t slot);
 
  private:
   static Status dispatch_one(StreamLink& link, const ibv_wc& wc, RdmaStream* caller);
+  // A message of the link itself (an open or an answer in a setup slot; link_messages.cpp).
+  static Status on_link_message(StreamLink& link, uint32_t arg);
   // Channels that left something undone for want of room in the link's send queue (shared by all its
   // channels, so a send completion of one channel may be what another waits for) are served and their
   // pollers told once there is room again.

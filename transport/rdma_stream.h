@@ -418,12 +418,8 @@ class RdmaStream {
   // send, if that one is unsignalled (its completion would otherwise come only with a later
   // signalled send of anyone's on the link).
   Status signal_tail();
-  // A message of the link itself (an open or an answer in a setup slot; stream_channels.cpp).
-  static Status on_link_message(StreamLink& link, uint32_t arg);
   // The client's answer to its open arrived (or the open cannot be answered: `answer` null).
   void on_answer(const ChannelAnswer* answer);
-  // Posts a setup record, first making room in the link's send queue if it is full.
-  static Status post_link_record(StreamLink& link, const void* record, uint32_t op, uint32_t slot);
   // What follows new completions: the link's disconnect, the mailbox, owed ends, credit updates.
   Status serve();
   void serve_others();  // serve() for every other channel handed a completion, and its pollers told

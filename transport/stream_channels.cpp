@@ -16,9 +16,6 @@
 namespace tcp2rdma::transport {
 namespace {
 
-bool valid_answer(const ChannelAnswer& a) {
-  return a.magic == kSetupMagic && a.version == kProtocolVersion && (a.kind == kAcceptKind || a.kind == kRefuseKind);
-}
 
 }  // namespace
 
@@ -28,70 +25,6 @@ bool valid_open(const ChannelOpen& o) {
          o.client_channel != kLinkChannel && o.client_channel < kMaxChannels &&
          (o.tuple.family == AF_INET || o.tuple.family == AF_INET6) &&
          (o.max_server_ring_log2 == 0 || (o.max_server_ring_log2 >= 10 && o.max_server_ring_log2 <= 29));
-}
-
-Status RdmaStream::on_link_message(StreamLink& link, uint32_t arg) {
-  // Every link message consumed one of the receives kept for the setup slots: put it back.
-  if (!link.stopped() && link.post_receive() != Status::kOk) return Status::kResources;
-  uint32_t slot = link_slot(arg);
-  if (slot >= kSetupSlots || !link.has_setup_areas()) return Status::kProtocolError;
-  if (link_op(arg) == kLinkOpen) {
-    // Only a server's link takes opens, and at most one per slot is outstanding (the client's slots):
-    // more than that would be more than the receives kept for them.
-    if (!link.serves_opens || link.opens.size() >= kSetupSlots) return Status::kProtocolError;
-    StreamLink::Open open{slot, {}};
-    std::memcpy(&open.request, link.own_setup_slot(slot), sizeof open.request);
-    link.opens.push_back(open);
-    // The listener's engine may sleep: it answers the open once it sees it. eventfd_write is libc's
-    // own call, never the module's wrapper (own_calls.h).
-    if (link.opens_bell >= 0) (void)eventfd_write(link.opens_bell, 1);
-    link.cv().notify_all();
-    return Status::kOk;
-  }
-  if (link_op(arg) != kLinkAnswer) return Status::kProtocolError;
-  ChannelAnswer answer{};
-  std::memcpy(&answer, link.own_setup_slot(slot), sizeof answer);
-  StreamLink::Awaiting& awaiting = link.awaiting[slot];
-  // An answer we did not ask for, or not for the open in that slot: the peer lies.
-  if (!awaiting.used || !valid_answer(answer) || answer.client_nonce != awaiting.client_nonce ||
-      answer.client_channel != awaiting.index) {
-    return Status::kProtocolError;
-  }
-  RdmaStream* stream = awaiting.stream;
-  uint32_t index = awaiting.index;
-  awaiting = StreamLink::Awaiting{};
-  link.free_slot(slot);
-  if (stream != nullptr) {
-    stream->on_answer(&answer);
-  } else if (answer.kind == kAcceptKind) {
-    // Its connect gave up before the answer came: the server's new channel is ended at once (an
-    // abort, then our release), and the peer's release frees what we left on the link.
-    uint32_t imm_abort = encode_imm(MessageType::kEnd, answer.server_channel, kEndAbort);
-    uint32_t imm_release = encode_imm(MessageType::kEnd, answer.server_channel, kEndRelease);
-    for (uint32_t imm : {imm_abort, imm_release}) {
-      ibv_send_wr wr{};
-      wr.wr_id = StreamLink::work_id(index, kWrSignal);
-      wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-      wr.send_flags = IBV_SEND_SIGNALED;
-      wr.imm_data = htonl(imm);
-      wr.wr.rdma.rkey = answer.rkey;
-      if (!link.send_queue_has_room(1) || link.post_send(&wr) != 0) break;
-      link.on_channel_send_posted(index);
-    }
-  } else {
-    link.on_retired_message(index, true);  // refused: the server made nothing that could write here
-  }
-  link.cv().notify_all();
-  return Status::kOk;
-}
-
-Status RdmaStream::post_link_record(StreamLink& link, const void* record, uint32_t op, uint32_t slot) {
-  // The send queue is the link's, shared by its channels: a busy link may have it full for a moment.
-  // Its completions make room (taken here for their channels, with the link's lock held).
-  auto deadline = Deadline::in_ms(1000);
-  while (!link.send_queue_has_room(1) && !link.stopped() && !deadline.passed()) LinkProgress::take_all(link);
-  Status s = link.post_setup_record(record, op, slot);
-  return s;
 }
 
 void RdmaStream::on_answer(const ChannelAnswer* answer) {
@@ -171,7 +104,7 @@ Status RdmaStream::open_on_link(const std::shared_ptr<StreamLink>& link, const P
   link->awaiting[slot] = StreamLink::Awaiting{stream.get(), stream->index_, pairing.client_nonce, true};
   stream->open_state_ = OpenState::kWaiting;
   stream->open_slot_ = slot;
-  if (post_link_record(*link, &open, kLinkOpen, static_cast<uint32_t>(slot)) != Status::kOk) {
+  if (LinkProgress::post_record(*link, &open, kLinkOpen, static_cast<uint32_t>(slot)) != Status::kOk) {
     link->awaiting[slot] = StreamLink::Awaiting{};
     link->free_slot(static_cast<uint32_t>(slot));
     stream->open_state_ = OpenState::kRefused;
@@ -181,7 +114,7 @@ Status RdmaStream::open_on_link(const std::shared_ptr<StreamLink>& link, const P
   while (stream->open_state_ == OpenState::kWaiting && !deadline.passed()) {
     stream->progress_unstarted();
     if (stream->open_state_ != OpenState::kWaiting) break;
-    // The answer may be taken by another channel's thread of the link: on_link_message notifies the
+    // The answer may be taken by another channel's thread of the link: LinkProgress::on_link_message notifies the
     // link's condition, on which we wait when another thread sleeps on the link.
     stream->wait(lock, false, deadline.poll_ms());
   }
@@ -214,7 +147,7 @@ Status RdmaStream::accept_on_link(const std::shared_ptr<StreamLink>& link, uint3
   auto refuse = [&](DeclineReason why, Status s) {
     answer.kind = kRefuseKind;
     answer.reason = static_cast<uint8_t>(why);
-    post_link_record(*link, &answer, kLinkAnswer, slot);
+    LinkProgress::post_record(*link, &answer, kLinkAnswer, slot);
     return s;
   };
   if (link->stopped() || link->disconnected()) return Status::kReset;
@@ -247,7 +180,7 @@ Status RdmaStream::accept_on_link(const std::shared_ptr<StreamLink>& link, uint3
   answer.rkey = stream->ring_mr_->rkey;
   answer.server_channel = static_cast<uint16_t>(stream->index_);
   answer.server_nonce = server_nonce;
-  if (post_link_record(*link, &answer, kLinkAnswer, slot) != Status::kOk) {
+  if (LinkProgress::post_record(*link, &answer, kLinkAnswer, slot) != Status::kOk) {
     stream->fail(Status::kReset);
     return Status::kReset;
   }

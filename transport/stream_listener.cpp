@@ -161,7 +161,7 @@ void StreamListener::say_no(const Held& held, DeclineReason why, uint16_t redire
   answer.client_channel = held.open.client_channel;
   answer.client_nonce = held.open.client_nonce;
   std::lock_guard lock(held.link->mu());
-  RdmaStream::post_link_record(*held.link, &answer, kLinkAnswer, held.slot);
+  LinkProgress::post_record(*held.link, &answer, kLinkAnswer, held.slot);
 }
 
 void StreamListener::remove_held(size_t index) {
