@@ -137,7 +137,11 @@ std::optional<HandBack> handed_back_for(uint64_t serial, int wait_ms) noexcept {
     failed.outcome = HandBack::Outcome::kFailed;  // the hand-back outlived its own timeout
     return failed;
   }
-  return it->second.answer;
+  // The peer's unread bytes go to the first child that gets the answer, as the kernel gives a byte to
+  // whichever process reads it first; a later one gets the answer without them.
+  HandBack answer = it->second.answer.value();
+  it->second.answer->bytes.clear();
+  return answer;
 }
 
 void note_answered(uint64_t serial, int channel) noexcept {

@@ -63,7 +63,7 @@ void note_handing_back(uint64_t serial) noexcept;
 void keep_handed_back(uint64_t serial, HandBack answer) noexcept;
 // For a child's claim of `serial`: the answer kept for it (waiting up to `wait_ms` while the hand-back
 // is under way); nothing when this process has not let go of the connection (the caller moves it
-// back itself).
+// back itself). The peer's bytes in it go to the first caller only.
 std::optional<HandBack> handed_back_for(uint64_t serial, int wait_ms) noexcept;
 // `channel` answered the claim of `serial` (the child has what it needs).
 void note_answered(uint64_t serial, int channel) noexcept;

@@ -149,6 +149,12 @@ TEST(LentStreams, AClaimDuringTheHandBackWaitsForItsAnswer) {
   EXPECT_EQ(got->outcome, HandBack::Outcome::kMoved);
   EXPECT_EQ(got->bytes, (std::vector<uint8_t>{4, 5}));
   EXPECT_EQ(unclaimed_hand_backs().size(), 1u);  // kept for the exit's unasked answer
+  // The peer's bytes went to that answer: a second child that holds the connection gets none of them
+  // again (the kernel gives each byte to one reader).
+  auto again = handed_back_for(10, 0);
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->outcome, HandBack::Outcome::kMoved);
+  EXPECT_TRUE(again->bytes.empty());
   note_answered(10, 201);
   EXPECT_TRUE(unclaimed_hand_backs().empty());
   EXPECT_FALSE(is_lent(10));
