@@ -264,6 +264,8 @@ void close_slot(int32_t slot) {
   g_hint.store(std::min(g_hint.load(std::memory_order_relaxed), index), std::memory_order_relaxed);
 }
 
+bool names_own_slot(int32_t slot) { return slot_of(slot) != nullptr; }
+
 void forget_parent_segment() {
   SavedErrno keep;
   Header* h = g_header.exchange(nullptr, std::memory_order_acq_rel);

@@ -41,6 +41,8 @@ void slot_add_tcp(int32_t slot, uint64_t in, uint64_t out);
 void slot_refresh(int32_t slot, uint32_t ring_kib, uint32_t peer_ring_kib, uint64_t credit_stalls, uint64_t wakeups);
 // The connection is gone (its last descriptor closed): the slot is free again.
 void close_slot(int32_t slot);
+// Whether `slot` names a slot of this process's segment (not one a forked child inherited).
+bool names_own_slot(int32_t slot);
 
 // In a forked child: the parent's segment is not the child's. The child's slots start afresh in a
 // segment of its own (made on its first open_slot); the inherited mapping is dropped without

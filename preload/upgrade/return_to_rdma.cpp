@@ -13,8 +13,10 @@
 #include "listener/prefork_listeners.h"
 #include "listener/rdma_listener.h"
 #include "readiness/epoll_sets.h"
+#include "stats/stats_writer.h"
 #include "rdma_stream.h"
 #include "registry/connection_path.h"
+#include "registry/connection_stats.h"
 #include "registry/lent_streams.h"
 #include "upgrade/background.h"
 #include "util/log.h"
@@ -158,6 +160,10 @@ void try_return(TrackedSocket* socket, int fd, LearnAlone learn_alone) noexcept 
   } else if (socket->role() != SocketRole::kClient) {
     never(socket, fd);
     return;
+  }
+  // A connection a forked child holds alone: `tcp2rdma stat` of this process lists it from here on.
+  if (!stats::names_own_slot(socket->stats_slot.load(std::memory_order_relaxed))) {
+    stats_taken_over(socket, fd, role, decision);
   }
   if (!upgrade_beside(fd, role, listener.get(), decision, SessionStart::kReturn)) {
     socket->returns.failed(now, /*double_wait=*/false);

@@ -20,11 +20,17 @@ head -c 1000000 /dev/urandom > /tmp/p2
 head -c 2000000 /dev/urandom > /tmp/p3
 cat /tmp/p1 /tmp/p2 /tmp/p3 > /tmp/all
 status=0
-# Writes the three parts: the first at once, the second after $1, the third 1.5 s later with rxe's
-# counter read around it (into /tmp/sent-$2).
+# Waits (at most 30 s) for a line of this guest's log that matches $1.
+logged() {
+  for _ in $(seq 300); do grep -q "$1" "$log" && return 0; sleep 0.1; done
+}
+# Writes the three parts of connection $2 (to port $3): the first at once, the second after $1 (its
+# write starts the return once one is due), the third once the log says the connection is back on
+# RDMA, with rxe's counter read around it (into /tmp/sent-$2).
 paced() {
-  cat /tmp/p1; eval "$1"; cat /tmp/p2; sleep 1.5
-  before=$(counter); cat /tmp/p3; sleep 1; echo $(( $(counter) - before )) > "/tmp/sent-$2"
+  cat /tmp/p1; eval "$1"; cat /tmp/p2
+  logged ":$3: .*back on rdma"
+  before=$(counter); cat /tmp/p3; touch "$T2R_WORK/$2-last"; sleep 1; echo $(( $(counter) - before )) > "/tmp/sent-$2"
 }
 check() {  # check NAME: the echo equal, and the third part on RDMA
   sent=$(cat "/tmp/sent-$1")
@@ -33,10 +39,10 @@ check() {  # check NAME: the echo equal, and the third part on RDMA
   [ "$sent" -ge 1000 ] || { echo "fork-return-client: $1: its last part did not go over rdma"; status=1; }
 }
 sh "$guest/wait-listening.sh" "$T2R_WORK/server1.err" || exit 1
-paced "sleep 1.5" handoff | env $env TCP2RDMA_RULES="$rules" nc -N "$T2R_PEER" 5012 > /tmp/echo-handoff
+paced "sleep 2.5" handoff 5012 | env $env TCP2RDMA_RULES="$rules" nc -N "$T2R_PEER" 5012 > /tmp/echo-handoff
 check handoff
 sh "$guest/wait-listening.sh" "$T2R_WORK/server4.err" || exit 1
-paced "sleep 1.5" late | env $env TCP2RDMA_RULES="$rules" nc -N "$T2R_PEER" 5014 > /tmp/echo-late
+paced "sleep 1.5" late 5014 | env $env TCP2RDMA_RULES="$rules" nc -N "$T2R_PEER" 5014 > /tmp/echo-late
 check late
 rm -f /tmp/forked.result
 env $env TCP2RDMA_RULES="$rules" python3 "$here/forked_client.py" "$T2R_PEER" 5013 4 /tmp/forked.result || status=1
@@ -46,8 +52,8 @@ grep -q 'every byte echoed' /tmp/forked.result 2>/dev/null || status=1
 [ "$(sed -n 's/.*sent_pkts +\([0-9]*\).*/\1/p' /tmp/forked.result 2>/dev/null)" -ge 1000 ] 2>/dev/null || status=1
 sh "$guest/wait-listening.sh" "$T2R_WORK/server3.err" || exit 1
 sh "$here/../back_to_tcp/fault_agent.sh" wire &
-outage='sleep 2; touch $T2R_WORK/cut; until [ -f $T2R_WORK/uncut-b ]; do sleep 0.2; done; sleep 2'
-paced "$outage" outage | env $env TCP2RDMA_RULES="$failover_rules" nc -N "$T2R_PEER" 5040 > /tmp/echo-outage
+outage='sleep 2; touch $T2R_WORK/cut; logged ":5040: .*back on tcp (rdma path failed"; sleep 1.2'
+paced "$outage" outage 5040 | env $env TCP2RDMA_RULES="$failover_rules" nc -N "$T2R_PEER" 5040 > /tmp/echo-outage
 check outage
 wait
 grep -E 'let go|back on|failed|for good|still on tcp' "$log" | sed 's/^/fork-return-client:   /'
