@@ -63,9 +63,11 @@ void answer_claim(int channel, uint64_t serial) {
         break;
       }
       if (SocketHold socket = SocketHold::live(serial)) {
+        // This process still holds it: the child may ask later whether it let go since. Noted before
+        // the move, so that a fork meanwhile counts.
+        note_claimed(serial, channel);
         answer = move_back_for_child(socket.get(), "a child that uses it");
-        // This process still holds it: the child may ask later whether it let go since.
-        if (answer.outcome == HandBack::Outcome::kMoved) note_claimed(serial, channel);
+        if (answer.outcome != HandBack::Outcome::kMoved) forget_claimed(serial);
         break;
       }
       usleep(10000);

@@ -1,5 +1,6 @@
 #include "registry/fork_share.h"
 
+#include "registry/lent_streams.h"
 #include "registry/tracked_socket.h"
 
 namespace tcp2rdma::preload {
@@ -11,8 +12,10 @@ std::atomic<uint64_t> g_forks{0};
 std::atomic<uint64_t> g_births{0};
 }  // namespace
 
-void note_forking() noexcept { g_forks.fetch_add(1, std::memory_order_relaxed); }
-uint64_t forks_so_far() noexcept { return g_forks.load(std::memory_order_relaxed); }
+void note_forking() noexcept {
+  g_forks.fetch_add(1, std::memory_order_relaxed);
+  note_forking_with_claims();  // lent_streams.h: a connection a child claimed is the new one's too
+}
 
 ForkShare::ForkShare() noexcept
     : forks_at_birth_(g_forks.load(std::memory_order_relaxed)),

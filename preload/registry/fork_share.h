@@ -19,9 +19,6 @@ class TrackedSocket;
 // process, in the child as in the parent.
 void note_forking() noexcept;
 
-// The forks and spawns of this process and its ancestors so far.
-uint64_t forks_so_far() noexcept;
-
 // A socket's ties across forks (TrackedSocket::forks).
 class ForkShare {
  public:

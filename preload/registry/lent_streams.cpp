@@ -10,7 +10,6 @@
 #include "keep_forever.h"
 #include "rdma_stream.h"
 #include "registry/connection_path.h"
-#include "registry/fork_share.h"
 #include "registry/tracked_socket.h"
 #include "util/log.h"
 
@@ -46,8 +45,8 @@ struct Lent {
 // A connection a child claimed while this process still held it (note_claimed).
 struct Claimed {
   int channel = -1;
-  uint64_t forks = 0;  // forks_so_far() at the claim
-  bool alone = false;  // let go of since, with no fork meanwhile and no other child holding it
+  bool forked = false;  // this process forked or spawned while it held a descriptor of it
+  bool alone = false;   // let go of since, not forked with, and no other child holding it
 };
 
 // Made on first use and never destroyed (exit handlers use it); anew in a forked child.
@@ -158,11 +157,29 @@ void note_claimed(uint64_t serial, int channel) noexcept {
   Registry* r = registry_slot();
   std::lock_guard lock(r->mutex);
   try {
-    r->claimed[serial] = Claimed{channel, forks_so_far(), false};
+    r->claimed[serial] = Claimed{channel, false, false};
   } catch (const std::bad_alloc&) {
     return;  // that child is never told it holds the connection alone: it stays on TCP
   }
   r->claimed_count.store(r->claimed.size(), std::memory_order_release);
+}
+
+void forget_claimed(uint64_t serial) noexcept {
+  Registry* r = registry_slot();
+  std::lock_guard lock(r->mutex);
+  r->claimed.erase(serial);
+  r->claimed_count.store(r->claimed.size(), std::memory_order_release);
+}
+
+void note_forking_with_claims() noexcept {
+  Registry* r = registry_slot();
+  if (r->claimed_count.load(std::memory_order_acquire) == 0) return;
+  // Every claimed connection this process still has a descriptor of goes to the new process too.
+  for_each_tracked_fd([r](int, SocketHold& socket) {
+    if (socket->serial() == 0) return;
+    std::lock_guard lock(r->mutex);
+    if (auto it = r->claimed.find(socket->serial()); it != r->claimed.end()) it->second.forked = true;
+  });
 }
 
 void note_let_go(uint64_t serial) noexcept {
@@ -171,9 +188,9 @@ void note_let_go(uint64_t serial) noexcept {
   std::lock_guard lock(r->mutex);
   auto it = r->claimed.find(serial);
   if (it == r->claimed.end()) return;
-  // A fork since the claim may have given the connection to another child, and a child it was lent
-  // to before may still use it.
-  it->second.alone = it->second.forks == forks_so_far() && r->by_serial.count(serial) == 0;
+  // A fork while this process held it gave it to another process, and a child it was lent to before
+  // may still use it.
+  it->second.alone = !it->second.forked && r->by_serial.count(serial) == 0;
 }
 
 bool claimed_alone_by(uint64_t serial, int channel) noexcept {

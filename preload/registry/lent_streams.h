@@ -73,10 +73,15 @@ void forget_channel(int channel) noexcept;
 // when this process can answer no more, each is sent unasked.
 std::vector<std::pair<int, uint64_t>> unclaimed_hand_backs() noexcept;
 
-// A child's claim moved back a connection this process still held (the child behind `channel`).
-// Once this process lets go of it too (note_let_go), without having forked since and while no other
+// A child's claim moves back a connection this process still holds (the child behind `channel`;
+// noted before the move, forgotten when the move fails). Once this process lets go of it too
+// (note_let_go), having not forked or spawned while it held a descriptor of it, and while no other
 // child holds it, that child holds it alone, and is told so when it asks (claimed_alone_by).
 void note_claimed(uint64_t serial, int channel) noexcept;
+void forget_claimed(uint64_t serial) noexcept;
+// Before a fork or a spawn (registry/fork_share.h, note_forking): the claimed connections this
+// process has a descriptor of are the new process's too.
+void note_forking_with_claims() noexcept;
 // This process's last descriptor of `serial` is gone, or it leaves (exit, an exec that keeps none).
 void note_let_go(uint64_t serial) noexcept;
 bool claimed_alone_by(uint64_t serial, int channel) noexcept;

@@ -8,11 +8,13 @@
 
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <utility>
 #include <thread>
 
 #include "registry/fork_share.h"
 #include "registry/lent_streams.h"
+#include "registry/tracked_socket.h"
 
 namespace tcp2rdma::preload {
 namespace {
@@ -188,18 +190,36 @@ TEST(LentStreams, AClaimedConnectionIsTheChildsAloneOnceLetGo) {
   EXPECT_TRUE(claims_let_go().empty());
 }
 
-TEST(LentStreams, AForkOrAnotherHolderBeforeTheLetGoKeepsItShared) {
+TEST(LentStreams, AnotherHolderBeforeTheLetGoKeepsItShared) {
   lend_streams(601, {60});  // another child holds it, unclaimed
   note_claimed(60, 602);
   note_let_go(60);
   EXPECT_FALSE(claimed_alone_by(60, 602));
   note_claimed(61, 603);
-  note_forking();  // a child forked since the claim may hold it
+  note_forking();  // a fork while this process holds no descriptor of it gives it to nobody
   note_let_go(61);
-  EXPECT_FALSE(claimed_alone_by(61, 603));
+  EXPECT_TRUE(claimed_alone_by(61, 603));
   forget_channel(601);
   forget_channel(602);
   forget_channel(603);
+}
+
+// A fork while this process still holds a descriptor of the claimed connection gives it to the new
+// process: the claimer never holds it alone.
+TEST(LentStreams, AForkWithADescriptorOfItKeepsItShared) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  SocketHold held = SocketHold::of(fd);
+  ASSERT_TRUE(held);
+  held->defer_upgrade(std::make_unique<TrackedSocket::DeferredUpgrade>());  // names it by a serial
+  uint64_t serial = held->serial();
+  ASSERT_NE(serial, 0u);
+  note_claimed(serial, 701);
+  note_forking();  // the fork wrapper's step before the real fork
+  close(fd);
+  held = SocketHold();  // the last reference: the destructor lets go (note_let_go)
+  EXPECT_FALSE(claimed_alone_by(serial, 701));
+  forget_channel(701);
 }
 
 TEST(ForkChannel, AQuestionArrivesWithItsSerial) {
