@@ -289,9 +289,7 @@ void answer_children_before_leaving(bool (*survives)(const TrackedSocket*)) noex
   finish_closing();  // the hand-backs of those closed before are kept by now
   // Connections children claimed while this process held them: let go of now (but those the new
   // program keeps), and each child that holds one alone is told unasked.
-  for_each_tracked_fd([survives](int, SocketHold& socket) {
-    if (socket->serial() != 0 && (survives == nullptr || !survives(socket.get()))) note_let_go(socket->serial());
-  });
+  let_go_of_claims(survives);
   for (auto [channel, serial] : claims_let_go()) {
     HandBack answer;
     answer.outcome = HandBack::Outcome::kMoved;

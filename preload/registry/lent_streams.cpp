@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <unordered_map>
+#include <utility>
 
 #include "keep_forever.h"
 #include "rdma_stream.h"
@@ -138,7 +139,7 @@ std::optional<HandBack> handed_back_for(uint64_t serial, int wait_ms) noexcept {
   }
   // The peer's unread bytes go to the first child that gets the answer, as the kernel gives a byte to
   // whichever process reads it first; a later one gets the answer without them.
-  HandBack answer = it->second.answer.value();
+  HandBack answer = std::move(*it->second.answer);  // the bytes move out; the rest is kept as it was
   it->second.answer->bytes.clear();
   return answer;
 }
@@ -179,6 +180,13 @@ void note_forking_with_claims() noexcept {
     if (socket->serial() == 0) return;
     std::lock_guard lock(r->mutex);
     if (auto it = r->claimed.find(socket->serial()); it != r->claimed.end()) it->second.forked = true;
+  });
+}
+
+void let_go_of_claims(bool (*survives)(const TrackedSocket*)) noexcept {
+  if (registry_slot()->claimed_count.load(std::memory_order_acquire) == 0) return;
+  for_each_tracked_fd([survives](int, SocketHold& socket) {
+    if (socket->serial() != 0 && (survives == nullptr || !survives(socket.get()))) note_let_go(socket->serial());
   });
 }
 

@@ -84,6 +84,9 @@ void forget_claimed(uint64_t serial) noexcept;
 void note_forking_with_claims() noexcept;
 // This process's last descriptor of `serial` is gone, or it leaves (exit, an exec that keeps none).
 void note_let_go(uint64_t serial) noexcept;
+// At exit (`survives` null) and exec: note_let_go for every claimed connection this process still
+// has, but those the new program keeps. Nothing to walk when no child claimed one.
+void let_go_of_claims(bool (*survives)(const TrackedSocket*)) noexcept;
 bool claimed_alone_by(uint64_t serial, int channel) noexcept;
 // Every (channel, serial) so let go of: at exit and exec each child is told unasked, since this
 // process can answer no more.
