@@ -1,5 +1,7 @@
 #include "rule_set.h"
 
+#include <arpa/inet.h>
+
 #include <utility>
 
 #include "glob.h"
@@ -18,6 +20,23 @@ bool program_matches(const std::vector<std::string>& globs, const ProcessFacts& 
   for (const std::string& glob : globs) {
     bool by_path = glob.find('/') != std::string::npos;
     if (glob_match(glob, by_path ? process.program_path : process.program_name)) return true;
+  }
+  return false;
+}
+
+// 0.0.0.0, ::, or ::ffff:0.0.0.0: a listener there accepts on every local address.
+bool is_wildcard(const sockaddr* address) {
+  if (address->sa_family == AF_INET) {
+    return reinterpret_cast<const sockaddr_in*>(address)->sin_addr.s_addr == htonl(INADDR_ANY);
+  }
+  const in6_addr& ip = reinterpret_cast<const sockaddr_in6*>(address)->sin6_addr;
+  if (IN6_IS_ADDR_UNSPECIFIED(&ip)) return true;
+  return IN6_IS_ADDR_V4MAPPED(&ip) && ip.s6_addr32[3] == 0;
+}
+
+bool ports_contain(const std::vector<PortRange>& ports, uint16_t port) {
+  for (const PortRange& range : ports) {
+    if (range.contains(port)) return true;
   }
   return false;
 }
@@ -50,10 +69,7 @@ bool Rule::matches_connection(const ConnectionKey& connection) const {
     // The service's port: the one a client connected to, the one a server accepted on.
     bool client = connection.role == Role::kClient;
     if (!(client ? connection.has_remote : connection.has_local)) return false;
-    uint16_t port = client ? connection.remote_port : connection.local_port;
-    bool found = false;
-    for (const PortRange& range : ports) found = found || range.contains(port);
-    if (!found) return false;
+    if (!ports_contain(ports, client ? connection.remote_port : connection.local_port)) return false;
   }
   return true;
 }
@@ -108,6 +124,22 @@ Decision ProcessRuleSet::match(const ConnectionFacts& connection) const {
 bool ProcessRuleSet::may_select_rdma(Role role) const {
   for (const Rule* rule : candidates_) {
     if (rule->options.transport == Transport::kRdma && (!rule->role.has_value() || *rule->role == role)) return true;
+  }
+  return false;
+}
+
+bool ProcessRuleSet::may_select_rdma_at(const sockaddr* local) const {
+  ConnectionKey key(ConnectionFacts{Role::kServer, nullptr, local});
+  if (!key.has_local) return may_select_rdma(Role::kServer);
+  bool wildcard = is_wildcard(local);
+  static const Rule loopback = loopback_rule();
+  if (!wildcard && any_cidr(loopback.remote, key.local)) return false;
+  for (const Rule* rule : candidates_) {
+    if (rule->options.transport != Transport::kRdma) continue;
+    if (rule->role.has_value() && *rule->role != Role::kServer) continue;
+    if (!rule->ports.empty() && !ports_contain(rule->ports, key.local_port)) continue;
+    if (!rule->local.empty() && !wildcard && !any_cidr(rule->local, key.local)) continue;
+    return true;
   }
   return false;
 }

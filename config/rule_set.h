@@ -111,6 +111,11 @@ class ProcessRuleSet {
   // its RDMA side before it knows its peers.
   bool may_select_rdma(Role role) const;
 
+  // The same for the connections a listener bound to `local` will accept: their local port is its
+  // port, and their local address its address unless it is a wildcard; their peers are not known
+  // yet. False for a loopback address (its peers are loopback ones, which stay TCP).
+  bool may_select_rdma_at(const sockaddr* local) const;
+
  private:
   std::vector<const Rule*> candidates_;
   const ConnectionOptions* unmatched_;

@@ -89,15 +89,20 @@ T2R_INTERPOSE int listen(int fd, int backlog) {
   // can happen the moment the real listen() returns: so the RDMA listener comes first whenever the
   // port is already known. (A request that finds no RDMA listener is rejected, and that connection
   // stays TCP.) An unbound socket gets its port from listen() itself, and no client can know that
-  // port before listen() has returned.
-  bool early = first && tcp2rdma::preload::has_bound_port(fd);
+  // port before listen() has returned. A listener no rule can select for RDMA by its address and
+  // port (a test harness's, an admin port) gets no RDMA side at all.
+  bool bound = false;
+  bool wanted = first && tcp2rdma::preload::rdma_wanted_at(fd, &bound);
+  bool early = wanted && bound;
   if (early) tcp2rdma::preload::listen_rdma(fd, socket.get());
   errno = saved_errno;
   int rc = real().listen(fd, backlog);
   saved_errno = errno;
   if (rc == 0) {
     socket->set_role(SocketRole::kListener);
-    if (first && !early) tcp2rdma::preload::listen_rdma(fd, socket.get());
+    if (wanted && !bound && tcp2rdma::preload::rdma_wanted_at(fd, &bound)) {
+      tcp2rdma::preload::listen_rdma(fd, socket.get());
+    }
   } else if (early) {
     tcp2rdma::preload::drop_rdma_listener(socket.get());
   }

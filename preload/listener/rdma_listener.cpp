@@ -104,13 +104,14 @@ void drop_rdma_listener(TrackedSocket* socket) {
   listener->rdma_listener.reset();
 }
 
-bool has_bound_port(int fd) {
+bool rdma_wanted_at(int fd, bool* bound) {
   sockaddr_storage local{};
   socklen_t len = sizeof local;
-  if (real().getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) != 0) return false;
-  if (local.ss_family == AF_INET) return reinterpret_cast<sockaddr_in*>(&local)->sin_port != 0;
-  if (local.ss_family == AF_INET6) return reinterpret_cast<sockaddr_in6*>(&local)->sin6_port != 0;
-  return false;
+  *bound = false;
+  if (real().getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) != 0) return true;
+  if (local.ss_family == AF_INET) *bound = reinterpret_cast<sockaddr_in*>(&local)->sin_port != 0;
+  if (local.ss_family == AF_INET6) *bound = reinterpret_cast<sockaddr_in6*>(&local)->sin6_port != 0;
+  return !*bound || process_rules().may_select_rdma_at(reinterpret_cast<const sockaddr*>(&local));
 }
 
 // In a process of a pre-fork server that listens on a port of its own (another process holds the

@@ -44,8 +44,10 @@ transport::Status listen_rdma_for_directory(int fd, TrackedSocket* listener);
 // Undoes listen_rdma when the real listen() then failed.
 void drop_rdma_listener(TrackedSocket* listener);
 
-// Whether fd is bound to a port already (bind() was called), i.e. listen() will not pick one.
-bool has_bound_port(int fd);
+// Whether the rules may send a connection accepted on fd over RDMA, judged by the address it is bound
+// to; *bound says whether it has a port already (bind() was called: listen() will not pick one).
+// Unbound, it may (its port is not known yet).
+bool rdma_wanted_at(int fd, bool* bound);
 
 class PublishedTuple;
 

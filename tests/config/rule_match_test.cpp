@@ -71,6 +71,42 @@ TEST_F(RuleMatch, RoleAndThePortItLooksAt) {
   EXPECT_EQ(decide("x", Role::kServer, "10.77.0.2", 50000, "10.77.0.1", 5201), "");
 }
 
+// A listener gets an RDMA side only when a rule could select one of the connections it will accept:
+// its port and (unless a wildcard) its address are theirs, its peers unknown.
+TEST_F(RuleMatch, AListenersAddressAndPortDecideWhetherItMayGoRdma) {
+  load("version: 1\nrules:\n"
+       "  - {name: clients, match: {role: client, ports: 7000}, transport: rdma}\n"
+       "  - {name: kept, match: {role: server, ports: 6000}, transport: tcp}\n"
+       "  - {name: redis, match: {role: server, ports: 6390}, transport: rdma}\n"
+       "  - {name: local, match: {role: server, ports: 8000, local: 10.77.0.0/24}, transport: rdma}\n"
+       "  - {name: peers, match: {role: server, ports: 9000, remote: 10.77.0.2/32}, transport: rdma}\n");
+  ProcessFacts process{"x", "/usr/bin/x", 1000};
+  ProcessRuleSet bound(rules_, process);
+  auto at = [&](const char* host, uint16_t port) {
+    sockaddr_storage local = endpoint(host, port);
+    return bound.may_select_rdma_at(reinterpret_cast<sockaddr*>(&local));
+  };
+  EXPECT_TRUE(at("0.0.0.0", 6390));
+  EXPECT_TRUE(at("::", 6390));
+  EXPECT_TRUE(at("10.77.0.1", 6390));
+  EXPECT_FALSE(at("0.0.0.0", 21079));  // no server rule names the port
+  EXPECT_FALSE(at("0.0.0.0", 7000));   // a client rule's port
+  EXPECT_FALSE(at("0.0.0.0", 6000));   // only a tcp rule
+  EXPECT_FALSE(at("127.0.0.1", 6390));  // loopback peers stay tcp
+  EXPECT_FALSE(at("::1", 6390));
+  EXPECT_TRUE(at("0.0.0.0", 8000));     // a wildcard accepts on 10.77.0.x too
+  EXPECT_TRUE(at("::", 8000));
+  EXPECT_TRUE(at("::ffff:0.0.0.0", 8000));
+  EXPECT_TRUE(at("10.77.0.1", 8000));
+  EXPECT_TRUE(at("::ffff:10.77.0.1", 8000));
+  EXPECT_FALSE(at("192.0.2.1", 8000));
+  EXPECT_TRUE(at("0.0.0.0", 9000));     // the peer is known only at accept
+  EXPECT_TRUE(bound.may_select_rdma(Role::kServer));
+  // Whatever it says, a connection it rules out matches no rdma rule.
+  EXPECT_EQ(decide("x", Role::kServer, "10.77.0.2", 50000, "10.77.0.1", 21079), "");
+  EXPECT_EQ(decide("x", Role::kServer, "10.77.0.2", 50000, "192.0.2.1", 8000), "");
+}
+
 TEST_F(RuleMatch, RemoteAndLocalAddresses) {
   load("version: 1\nrules:\n"
        "  - {name: remote, match: {remote: [10.77.0.0/24, 'fd00:77::/64']}, transport: rdma}\n"
