@@ -174,6 +174,9 @@ class RdmaStream {
   Status close(Deadline deadline);
   // Tells the peer to reset (best effort) and disconnects at once: the peer never reads a clean end.
   void abort();
+  // A server's abort before its switch that asks its client to make a new request (wire.h,
+  // kEndAskAgain): its process forked, and the connection's upgrade went on in the one that uses it.
+  void abort_asking_again();
   // Moving the connection back onto its TCP socket (docs/protocol.md, "Back to TCP"). Sends our "to
   // TCP" after every byte written so far: later writes return kMovedToTcp, and one under way returns
   // the bytes it placed before it. Then waits (up to timeout_ms) for the peer's "to TCP" and takes
@@ -204,6 +207,8 @@ class RdmaStream {
   bool path_failed() const;
   // The peer ended the stream with an abort (in-band, after every byte it had sent before it).
   bool peer_aborted() const;
+  // That abort asked for a new request (abort_asking_again).
+  bool peer_asked_again() const;
   // A fail_over stream waits to be failed over (its calls return kPathFailed).
   bool failover_pending() const;
   // Where each direction stands once the path is stopped for good: the queue pair in the error state,
@@ -339,6 +344,7 @@ class RdmaStream {
   int receive_quota() const { return options_.recv_queue_depth + 1; }  // its depth and its release
   void send_release();
   void end_on_link();  // after close or abort: our release, or the link's disconnect
+  void abort_with(uint32_t end);  // abort(), with the end message's argument (wire.h)
   Status progress_unstarted();  // progress() while our open waits for its answer
   // The link for `id` (stream_link.h), then our ring in its protection domain.
   Status create_resources(rdma_cm_id* id, const StreamOptions& options);
@@ -545,6 +551,7 @@ class RdmaStream {
   uint32_t peer_index_ = kFirstChannel;  // the peer's index of this channel: what our immediates name
   bool touched_ = false;  // another channel's thread handed us a completion: serve() is due
   bool peer_aborted_ = false;
+  bool peer_asked_again_ = false;
   bool release_owed_ = false;  // the peer released: our release answers it
   bool link_open_ = false;     // opened on a live link (no rdma_cm connection of its own)
   int regions_from_pool_ = 0;  // regions_from_pool()

@@ -56,6 +56,11 @@ bool RdmaStream::peer_aborted() const {
   return peer_aborted_;
 }
 
+bool RdmaStream::peer_asked_again() const {
+  std::lock_guard lock(mu_);
+  return peer_asked_again_;
+}
+
 bool RdmaStream::failover_pending() const {
   std::lock_guard lock(mu_);
   return failover_due();

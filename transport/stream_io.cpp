@@ -411,7 +411,11 @@ Status RdmaStream::close(Deadline deadline) {
   return move_sent_ ? Status::kOk : s;
 }
 
-void RdmaStream::abort() {
+void RdmaStream::abort() { abort_with(kEndAbort); }
+
+void RdmaStream::abort_asking_again() { abort_with(kEndAskAgain); }
+
+void RdmaStream::abort_with(uint32_t end) {
   OwnCalls own;  // own_calls.h
   std::unique_lock lock(mu_);
   if (move_sent_) {
@@ -425,7 +429,7 @@ void RdmaStream::abort() {
     // Best effort: if the abort message cannot go (or is flushed by the disconnect), the peer sees a
     // disconnect without an orderly end, which it reads as a reset all the same.
     if (!failed() && flow_->credits() >= 1 && send_queue_has_room(1)) {
-      post_write(nullptr, 0, 0, 0, imm(MessageType::kEnd, kEndAbort), true, 0, kWrSignal);
+      post_write(nullptr, 0, 0, 0, imm(MessageType::kEnd, end), true, 0, kWrSignal);
     }
   }
   fail(Status::kReset);

@@ -230,8 +230,9 @@ Status RdmaStream::handle_completion(const ibv_wc& wc) {
       e = flow_->on_arm_arrived();  // the count itself came with the mailbox update before it
       break;
     case MessageType::kEnd:
-      if (imm_arg(imm) == kEndAbort) {
+      if (imm_arg(imm) == kEndAbort || imm_arg(imm) == kEndAskAgain) {
         peer_aborted_ = true;
+        peer_asked_again_ = imm_arg(imm) == kEndAskAgain;
         if (!link_->stopped()) link_->post_receive();  // the link goes on: the receive is the link's
         return Status::kReset;
       }

@@ -133,12 +133,17 @@ inline constexpr size_t kMailboxSize = sizeof(MailboxRecord);
 // completion's byte_len, which the verbs report for a Write with immediate; the argument repeats its
 // low 16 bits, a check that costs nothing. A wakeup's argument is the low 16 bits of the arm count it
 // answers (one arm is outstanding at a time). An end's: 0 close, 1 abort, 2 "to TCP" (the sender's
-// bytes go on on the TCP connection from here; docs/protocol.md, "Back to TCP").
+// bytes go on on the TCP connection from here; docs/protocol.md, "Back to TCP"), 3 release, 4 an
+// abort that asks again.
 enum class MessageType : uint32_t { kData = 0, kWakeup = 1, kArm = 2, kEnd = 3 };
 inline constexpr uint32_t kEndClose = 0;
 inline constexpr uint32_t kEndAbort = 1;
 inline constexpr uint32_t kEndToTcp = 2;
 inline constexpr uint32_t kEndRelease = 3;  // the sender writes nothing more into this channel (links.md)
+// An abort from a server before its HELLO that asks the client to ask again: the server's process
+// forked before the switch, and the upgrade went on with the connection to the process that uses it
+// next, whose listener a new request reaches (docs/protocol.md, "Asked again").
+inline constexpr uint32_t kEndAskAgain = 4;
 inline constexpr uint32_t kImmArgBits = 16;
 inline constexpr uint32_t kImmArgMask = (uint32_t{1} << kImmArgBits) - 1;
 inline constexpr uint32_t kChannelBits = 14;

@@ -323,6 +323,13 @@ TrackedSocket::~TrackedSocket() {
       keep_handed_back(serial_, std::move(answer));
     }
     if (deferred->listener != nullptr) deferred->listener->release();
+  } else if (serial_ != 0 && stream_.load() == nullptr && is_lent(serial_)) {
+    // Deferred at a fork, taken up here (the child had not used it yet) and never on RDMA: the
+    // children's copies are the connection, on TCP, as good as ours was.
+    note_handing_back(serial_);
+    HandBack answer;
+    answer.outcome = HandBack::Outcome::kStaysTcp;
+    keep_handed_back(serial_, std::move(answer));
   }
   if (transport::RdmaStream* s = own_stream()) {
     if (is_lent(serial_)) {

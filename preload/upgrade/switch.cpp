@@ -166,10 +166,19 @@ void compare_with_kernel(int fd, uint64_t sent, uint64_t received, bool is_clien
 // had already ended its TCP sending side, nothing: the TCP end marks the boundary), which the client
 // reads the same way. The TCP bytes read by the switch go ahead of the stream's (its prefix).
 UpgradeOutcome switch_onto(int fd, TrackedSocket* socket, UpgradeSession* session,
-                           std::unique_ptr<transport::RdmaStream> stream, bool is_client, const Hello* in_open) {
+                           std::unique_ptr<transport::RdmaStream> stream, bool is_client, const Hello* in_open,
+                           const AskAgain& ask_again) {
   Hello ours;
   uint64_t received = 0;
   if (!session->freeze(&ours.tcp_bytes, &received, &ours.tcp_ended)) {
+    // Deferred by a fork after its client's request was answered: that client waits in its switch,
+    // and the process that uses the connection next waits for a request from it.
+    if (!is_client && session->deferred()) {
+      log_line("%s: the process forked before the switch: its client is asked again", session->label());
+      stream->abort_asking_again();
+      return {false, true, "the process forked before the switch: its client asks again",
+              stats::TcpReason::kClosedEarly};
+    }
     stream->abort();
     return {false, true, "closed, or the process forked or ran another program, before the switch",
             stats::TcpReason::kClosedEarly};
@@ -196,10 +205,25 @@ UpgradeOutcome switch_onto(int fd, TrackedSocket* socket, UpgradeSession* sessio
   Hello peer;
   uint64_t tail = 0;
   std::vector<uint8_t> tcp_tail;
-  NoncePair nonces = nonce_pair(stream->client_nonce(), stream->server_nonce());
-  auto record = encode_record(nonces);
   Step step = exchange_counts(*stream, ours, received, is_client, max_tcp_tail(), deadline, after_ack, in_open, &peer,
                               &tail);
+  if (step.kind == Step::kStaysTcp && ask_again && stream->peer_asked_again()) {
+    // Nothing of the switch happened on either side (no HELLO came, no record went): once more, on
+    // the new request's stream, from the same frozen counts.
+    stream->abort();
+    stream = ask_again(ours);
+    if (stream == nullptr) {
+      return {false, true, "the server asked again, and the new request was not answered", stats::TcpReason::kPeerDeclined};
+    }
+    log_line("%s: the server's process forked before the switch: it asked for a new request", session->label());
+    deadline = Deadline::in(kSwitchTimeout);
+    after_ack = Deadline::in(3 * kSwitchTimeout);
+    const Hello* carried = stream->first_bytes_in_open() ? &ours : nullptr;
+    step = exchange_counts(*stream, ours, received, is_client, max_tcp_tail(), deadline, after_ack, carried, &peer,
+                           &tail);
+  }
+  NoncePair nonces = nonce_pair(stream->client_nonce(), stream->server_nonce());
+  auto record = encode_record(nonces);
   if (step.kind == Step::kGoOn && is_client) {
     if (TcpResult r = tcp_exchange(fd, record.data(), record.size(), true, after_ack); !r.ok()) {
       step = {Step::kBroken, "could not write the switch record on TCP", tcp_words(r, record.size())};

@@ -3,6 +3,7 @@
 // records on TCP, the peer's TCP tail read ahead of the stream's bytes.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -30,11 +31,19 @@ struct UpgradeOutcome {
   long switch_ms = 0;  // the switch itself
 };
 
+// A client's new request when its server asked again (RdmaStream::peer_asked_again): a stream to the
+// same server for the same connection, whose open carries `ours` (its counts, frozen), or null.
+using AskAgain = std::function<std::unique_ptr<transport::RdmaStream>(const Hello& ours)>;
+
 // Switches fd (socket) onto `stream`, which is established with the peer's tcp2rdma; on success the
 // socket has its stream. The session's phase goes from on TCP to switching here (or the switch does
 // not happen: the session was settled first). `in_open`: the HELLO a client's channel open carried
-// (RdmaStream::first_bytes_in_open), else null.
+// (RdmaStream::first_bytes_in_open), else null. A server whose session a fork deferred before this
+// asks its client again instead of aborting; a client asked so (`ask_again` set) makes one new
+// request, its counts still frozen: the server's process forked between its answer and its switch,
+// and the process that uses the connection now waits for that request.
 UpgradeOutcome switch_onto(int fd, TrackedSocket* socket, UpgradeSession* session,
-                           std::unique_ptr<transport::RdmaStream> stream, bool is_client, const Hello* in_open);
+                           std::unique_ptr<transport::RdmaStream> stream, bool is_client, const Hello* in_open,
+                           const AskAgain& ask_again = nullptr);
 
 }  // namespace tcp2rdma::preload

@@ -134,6 +134,12 @@ void remember_answer(const sockaddr_storage& server, transport::Status s, transp
 UpgradeOutcome run_upgrade_steps(const Connection& c, UpgradeSession* session, Answer* answer) {
   // Settled while it waited in a pool's queue (closed, fork, exec): no RDMA connection is made for it.
   if (session->phase() == UpgradeSession::Phase::kOver) {
+    // A fork deferred it after the engine answered its client's request: the client, waiting in its
+    // switch, is asked again (switch.h), and the process that takes the upgrade up answers anew.
+    if (!c.is_client && session->deferred() && answer != nullptr && answer->stream != nullptr) {
+      log_line("%s: the process forked before the switch: its client is asked again", session->label());
+      answer->stream->abort_asking_again();
+    }
     return {false, true, "the connection was settled", stats::TcpReason::kClosedEarly};
   }
   if (!c.have_tuple) return {false, true, "no addresses for the connection"};
@@ -171,7 +177,17 @@ UpgradeOutcome run_upgrade_steps(const Connection& c, UpgradeSession* session, A
   // connection): now, and only now, the switch.
   auto established = Clock::now();
   const Hello* in_open = c.is_client && stream->first_bytes_in_open() ? &predicted : nullptr;
-  UpgradeOutcome outcome = switch_onto(c.fd, c.socket, session, std::move(stream), c.is_client, in_open);
+  AskAgain ask_again = nullptr;
+  if (c.is_client) {
+    ask_again = [&c](const Hello& ours) -> std::unique_ptr<transport::RdmaStream> {
+      auto frozen = encode_hello(ours);
+      std::unique_ptr<transport::RdmaStream> again;
+      transport::DeclineReason ignored = transport::DeclineReason::kNone;
+      if (connect_stream(c, frozen, &again, &ignored) != transport::Status::kOk) return nullptr;
+      return again;
+    };
+  }
+  UpgradeOutcome outcome = switch_onto(c.fd, c.socket, session, std::move(stream), c.is_client, in_open, ask_again);
   outcome.setup_ms = std::chrono::duration_cast<std::chrono::milliseconds>(established - c.started).count();
   outcome.switch_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - established).count();
   return outcome;

@@ -145,6 +145,27 @@ TEST(StreamApi, AbortIsAResetNeverAnEnd) {
   EXPECT_EQ(write_text(*p.client, "x"), Status::kReset);
 }
 
+// An abort that asks again (a server whose process forked before its switch) is a reset like any
+// abort, and the peer can tell it from a plain one; a plain abort never reads as one.
+TEST(StreamApi, AnAbortThatAsksAgainIsAResetTheClientCanTellApart) {
+  for (bool again : {true, false}) {
+    Pair p = connect_pair(again ? 7640 : 7641);
+    ASSERT_TRUE(p.client && p.server);
+    if (again) {
+      p.server->abort_asking_again();
+    } else {
+      p.server->abort();
+    }
+    Status st = Status::kOk;
+    for (int i = 0; i < 100 && st == Status::kOk; ++i) {
+      if (read_text(*p.client, 100, 0, &st).empty() && st == Status::kOk) break;  // a clean end: wrong
+    }
+    EXPECT_EQ(st, Status::kReset);
+    EXPECT_TRUE(p.client->peer_aborted());
+    EXPECT_EQ(p.client->peer_asked_again(), again);
+  }
+}
+
 size_t open_descriptors() {
   size_t n = 0;
   for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) ++n;

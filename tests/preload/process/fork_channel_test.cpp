@@ -222,6 +222,32 @@ TEST(LentStreams, AForkWithADescriptorOfItKeepsItShared) {
   forget_channel(701);
 }
 
+// The last close of a lent connection whose upgrade a fork deferred: still deferred, the child that
+// claims it takes the upgrade up (kResume); taken up here and never on RDMA, the child's copy is the
+// connection on TCP (kStaysTcp). Without the second, the claim found nothing kept and the child's
+// working TCP socket was replaced with an unconnected one (a ForkingTCPServer parent slow to close
+// its copy, integration.fork_burst.pair).
+TEST(LentStreams, TheLastCloseOfADeferredConnectionLeavesItToTheChild) {
+  for (bool taken_up : {false, true}) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    SocketHold held = SocketHold::of(fd);
+    ASSERT_TRUE(held);
+    auto record = std::make_unique<TrackedSocket::DeferredUpgrade>();
+    record->generation = fork_generation();
+    held->defer_upgrade(std::move(record));
+    uint64_t serial = held->serial();
+    lend_streams(702, {serial});
+    if (taken_up) (void)held->take_deferred_upgrade();  // this process took it up, and it stayed tcp
+    close(fd);
+    held = SocketHold();  // the last reference
+    auto answer = handed_back_for(serial, 100);
+    ASSERT_TRUE(answer.has_value()) << "taken up: " << taken_up;
+    EXPECT_EQ(answer->outcome, taken_up ? HandBack::Outcome::kStaysTcp : HandBack::Outcome::kResume);
+    forget_channel(702);
+  }
+}
+
 TEST(ForkChannel, AQuestionArrivesWithItsSerial) {
   Pair p;
   ASSERT_TRUE(send_ask(p.ends[1], 99));
