@@ -2,6 +2,7 @@
 # Installs, with apt and only when missing, the Debian packages a named part of the project needs.
 #   deps.sh build     compilers and -dev packages to build tcp2rdma and its tests
 #   deps.sh testbed   QEMU and what the Soft-RoCE VM runs (rdma-core tools, perftest, test applications)
+#   deps.sh redis-suite   tcl, which runs redis's own test suite (integration/redis-suite.sh)
 # Idempotent and quick when everything is present: it asks dpkg first and runs apt only for what is missing.
 set -euo pipefail
 
@@ -17,7 +18,8 @@ for part in "$@"; do
   case "$part" in
     build) pkgs=("${build_pkgs[@]}") ;;
     testbed) pkgs=("${testbed_pkgs[@]}") ;;
-    *) echo "deps.sh: unknown part '$part' (build, testbed)" >&2; exit 2 ;;
+    redis-suite) pkgs=(tcl) ;;
+    *) echo "deps.sh: unknown part '$part' (build, testbed, redis-suite)" >&2; exit 2 ;;
   esac
   for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -19,7 +19,7 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 lib=${TCP2RDMA_LIB:-$root/build/preload/libtcp2rdma.so}
 [ -f "$lib" ] || { echo "no $lib: build first (integration/test-all or cmake --build build)" >&2; exit 1; }
-"$root/integration/deps.sh" testbed
+"$root/integration/deps.sh" testbed redis-suite
 suite=$("$root/integration/testbed/redis-tests.sh")
 rules=$root/integration/rules/redis-rdma.yaml
 skips=$root/integration/redis-suite.skip

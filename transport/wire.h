@@ -142,7 +142,7 @@ inline constexpr uint32_t kEndToTcp = 2;
 inline constexpr uint32_t kEndRelease = 3;  // the sender writes nothing more into this channel (links.md)
 // An abort from a server before its HELLO that asks the client to ask again: the server's process
 // forked before the switch, and the upgrade went on with the connection to the process that uses it
-// next, whose listener a new request reaches (docs/protocol.md, "Asked again").
+// next, whose listener a new request reaches (docs/protocol.md, "End of a stream").
 inline constexpr uint32_t kEndAskAgain = 4;
 inline constexpr uint32_t kImmArgBits = 16;
 inline constexpr uint32_t kImmArgMask = (uint32_t{1} << kImmArgBits) - 1;
