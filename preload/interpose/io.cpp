@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "data/stream_calls.h"
+#include "process/descriptor_passing.h"
 #include "libc/interposed.h"
 
 using tcp2rdma::preload::real;
@@ -144,6 +145,7 @@ T2R_INTERPOSE ssize_t sendto(int fd, const void* buf, size_t n, int flags, const
 T2R_INTERPOSE ssize_t sendmsg(int fd, const struct msghdr* msg, int flags) {
   auto s = route_for_call(fd);
   if (s.ours()) return stream_send(s, fd, msg->msg_iov, static_cast<int>(msg->msg_iovlen), flags);
+  if (msg != nullptr && msg->msg_controllen != 0) tcp2rdma::preload::before_passing_descriptors(fd, msg);
   return real().sendmsg(fd, msg, flags);
 }
 
@@ -157,6 +159,9 @@ T2R_INTERPOSE int sendmmsg(int fd, struct mmsghdr* vec, unsigned int vlen, int f
       vec[sent].msg_len = static_cast<unsigned>(n);
     }
     return static_cast<int>(sent);
+  }
+  for (unsigned i = 0; vec != nullptr && i < vlen; ++i) {
+    if (vec[i].msg_hdr.msg_controllen != 0) tcp2rdma::preload::before_passing_descriptors(fd, &vec[i].msg_hdr);
   }
   return real().sendmmsg(fd, vec, vlen, flags);
 }

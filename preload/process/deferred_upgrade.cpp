@@ -253,6 +253,21 @@ void release_take_ups_after_fork(bool child) noexcept {
   }
 }
 
+void give_up_deferred_upgrade(TrackedSocket* socket, int fd, const char* why) noexcept {
+  if (!socket->has_deferred_upgrade()) return;
+  std::lock_guard lock(take_up_lock());
+  const TrackedSocket::DeferredUpgrade* record = socket->deferred_upgrade();
+  if (record == nullptr) return;  // taken up meanwhile: the caller settles its session
+  if (record->generation != fork_generation()) {
+    take_up_locked(socket, fd, /*may_resume=*/false);  // the parent's answer: it stays TCP here
+    return;
+  }
+  if (auto owned = socket->take_deferred_upgrade()) {
+    log_stays(socket, why);
+    owned->listener->release();
+  }
+}
+
 void claim_inherited_deferred_upgrades(bool (*survives)(const TrackedSocket*), bool lock_held) noexcept {
   for_each_tracked_fd([=](int fd, SocketHold& socket) {
     const TrackedSocket::DeferredUpgrade* record = socket->deferred_upgrade();

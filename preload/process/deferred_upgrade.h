@@ -43,6 +43,10 @@ void drop_inherited_deferred_upgrades(bool (*lent_here)(uint64_t serial)) noexce
 // parent at once, a child after its parent's answer). `may_resume` false (before this process forks,
 // execs or spawns): a child only claims it, and it stays TCP here.
 void take_up_deferred_upgrade(TrackedSocket* socket, int fd, bool may_resume = true) noexcept;
+// A connection with a deferred upgrade leaves this process's hands (passed to another process:
+// descriptor_passing.h): a child's is claimed without resuming, this process's own given up; either
+// way it stays TCP here, and `why` says so in the log.
+void give_up_deferred_upgrade(TrackedSocket* socket, int fd, const char* why) noexcept;
 // Every inherited one (with `survives`, exec's: only those the new program keeps a descriptor of),
 // claimed without resuming: before this process forks (`lock_held`: the fork wrapper's), execs or spawns.
 void claim_inherited_deferred_upgrades(bool (*survives)(const TrackedSocket*), bool lock_held) noexcept;

@@ -28,6 +28,9 @@ class ForkShare {
   ForkShare& operator=(const ForkShare&) = delete;
 
   bool shared() const noexcept;
+  // The connection was passed to another process (SCM_RIGHTS: process/descriptor_passing.h): shared
+  // for good, whatever this process learns of its forks.
+  void note_passed() noexcept { passed_.store(true, std::memory_order_relaxed); }
   // No other process holds the connection any more (process/fork_service.h): unshared until the
   // process forks or spawns again.
   void note_alone() noexcept;
@@ -54,6 +57,7 @@ class ForkShare {
   const TrackedSocket* accepted_from_ = nullptr;      // set once, at accept(), before it is shared
   uint64_t accepted_from_birth_ = 0;
   std::atomic<TrackedSocket*> return_listener_{nullptr};  // held
+  std::atomic<bool> passed_{false};
 };
 
 }  // namespace tcp2rdma::preload

@@ -140,14 +140,13 @@ uint64_t UpgradeSession::received() const {
   return received_;
 }
 
-void settle_session(int fd) noexcept {
+void settle_session(int fd, const char* why) noexcept {
   SocketHold socket = SocketHold::of(fd);
   if (!socket) return;
   if (UpgradeSession* session = socket->active_session(); session != nullptr && session->settle()) {
-    log_line("%s: stays tcp (closed, or the process forked, ran another program or exited, before the upgrade)",
-             session->label());
-    stats::slot_on_tcp(socket->stats_slot.load(std::memory_order_relaxed), stats::TcpReason::kClosedEarly,
-                       "closed, or the process forked, ran another program or exited, before the upgrade");
+    if (why == nullptr) why = "closed, or the process forked, ran another program or exited, before the upgrade";
+    log_line("%s: stays tcp (%s)", session->label(), why);
+    stats::slot_on_tcp(socket->stats_slot.load(std::memory_order_relaxed), stats::TcpReason::kClosedEarly, why);
   }
 }
 

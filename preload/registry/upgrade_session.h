@@ -145,7 +145,8 @@ class UpgradeSession {
 // Settles (UpgradeSession::settle) the session of every descriptor of this process: before fork and
 // exec, whose child or new program will use the connection on TCP.
 void settle_all_sessions() noexcept;
-// Settles the session of fd's socket, if it has one under way: before fd is closed.
-void settle_session(int fd) noexcept;
+// Settles the session of fd's socket, if it has one under way: before fd is closed (or `why`, for
+// the log: before it is passed to another process).
+void settle_session(int fd, const char* why = nullptr) noexcept;
 
 }  // namespace tcp2rdma::preload
