@@ -92,8 +92,13 @@ int descriptor_of(const TrackedSocket* socket) noexcept {
 // What is left of a prefix, taken whole for a child.
 HandBack prefix_for_child(TrackedSocket* socket) noexcept {
   HandBack answer;
-  answer.outcome = socket->prefix.take_all(&answer.bytes) ? HandBack::Outcome::kMoved : HandBack::Outcome::kParents;
   answer.then_end = socket->prefix.then_end();
+  // A queue made to be shared (a move back for a child): the child takes from it beside us.
+  if ((answer.shared_prefix = socket->prefix.shareable())) {
+    answer.outcome = HandBack::Outcome::kMoved;
+    return answer;
+  }
+  answer.outcome = socket->prefix.take_all(&answer.bytes) ? HandBack::Outcome::kMoved : HandBack::Outcome::kParents;
   return answer;
 }
 
@@ -115,7 +120,10 @@ HandBack move_back_for_child(TrackedSocket* socket, const char* why) noexcept {
   bool peer_ended = false;
   auto started = std::chrono::steady_clock::now();
   transport::Status s = stream->move_to_tcp(&unread, &peer_ended);
-  if (s != transport::Status::kOk || (peer_ended && !socket->prefix.set({}, true))) {
+  // The peer's unread bytes stay this process's too: the child that claims may never read them (it
+  // writes once and exits), and the kernel would keep them for whichever process reads first.
+  bool shared = s == transport::Status::kOk && socket->prefix.set_shared(unread, peer_ended);
+  if (s != transport::Status::kOk || (!shared && peer_ended && !socket->prefix.set({}, true))) {
     if (s == transport::Status::kOk) stream->set_unread_prefix(std::move(unread));  // no memory: ours again
     socket->move_path(Path::kMovingBack, Path::kRdma);
     log_line("%s: stays on rdma in this process, not moved for %s: %s", connection_label(socket), why,
@@ -127,11 +135,16 @@ HandBack move_back_for_child(TrackedSocket* socket, const char* why) noexcept {
   answer.write_shut = fd < 0 && stream->write_was_shut();
   complete_move_back(socket, fd, /*by_mover=*/true);
   auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - started);
-  log_line("%s: back on tcp for %s (%zu bytes of the peer's for the child%s; %lld us)", connection_label(socket), why,
-           unread.size(), peer_ended ? ", then its end" : "", static_cast<long long>(us.count()));
+  log_line("%s: back on tcp for %s (%zu bytes of the peer's %s%s; %lld us)", connection_label(socket), why,
+           unread.size(), shared ? "shared with the child" : "for the child", peer_ended ? ", then its end" : "",
+           static_cast<long long>(us.count()));
   answer.outcome = HandBack::Outcome::kMoved;
-  answer.bytes = std::move(unread);
   answer.then_end = peer_ended;
+  if (shared) {
+    answer.shared_prefix = socket->prefix.shareable();
+  } else {
+    answer.bytes = std::move(unread);
+  }
   return answer;
 }
 

@@ -89,7 +89,7 @@ void apply_answer(TrackedSocket* socket, int fd, const TrackedSocket::DeferredUp
       return;
     case HandBack::Outcome::kMoved:
       // The parent took the upgrade up and reached RDMA before this claim, then moved back for us.
-      if ((answer.bytes.empty() && !answer.then_end) || socket->prefix.set(answer.bytes, answer.then_end)) {
+      if (keep_answer_prefix(answer, &socket->prefix)) {
         if (answer.alone && may_resume) {
           // The parent let go of it since: it is this process's, and may go back to RDMA here.
           socket->forks.note_alone();
@@ -100,7 +100,7 @@ void apply_answer(TrackedSocket* socket, int fd, const TrackedSocket::DeferredUp
         socket->move_path(Path::kTcp, Path::kBackOnTcp);
         if (answer.write_shut) real().shutdown(fd, SHUT_WR);
         log_line("%s: back on tcp from the parent at this process's first use (%zu bytes of the peer's to read first)",
-                 connection_label(socket), answer.bytes.size());
+                 connection_label(socket), socket->prefix.size());
         return;
       }
       break;

@@ -8,15 +8,19 @@
 
 #include <cerrno>
 #include <cstring>
+#include <new>
 
 #include "libc/real_calls.h"
+#include "own_descriptors.h"
+#include "registry/tcp_prefix.h"
 
 namespace tcp2rdma::preload {
 namespace {
 
 constexpr uint32_t kMagic = 0x4b524f46;  // "FORK"
 enum : uint8_t { kClaimKind = 1, kAnswerKind = 2, kAskKind = 3 };
-enum : uint8_t { kThenEnd = 1, kWriteShut = 2, kAlone = 4 };
+// kSharedPrefix: the memfd is the parent's prefix mapping (TcpPrefix::set_shared), not bare bytes.
+enum : uint8_t { kThenEnd = 1, kWriteShut = 2, kAlone = 4, kSharedPrefix = 8 };
 
 // One message: this header, and with an answer that carries bytes, one memfd holding exactly `size`.
 struct Wire {
@@ -104,12 +108,14 @@ bool send_ask(int channel, uint64_t serial) noexcept {
 }
 
 bool send_answer(int channel, uint64_t serial, const HandBack& answer) noexcept {
-  uint8_t flags = (answer.then_end ? kThenEnd : 0) | (answer.write_shut ? kWriteShut : 0) | (answer.alone ? kAlone : 0);
-  Wire wire{kMagic, kAnswerKind, static_cast<uint8_t>(answer.outcome), flags, 0, serial, answer.bytes.size()};
-  int mfd = -1;
-  if (!answer.bytes.empty() && (mfd = bytes_in_memfd(answer.bytes)) < 0) return false;
+  bool shared = answer.shared_prefix != nullptr;
+  uint8_t flags = (answer.then_end ? kThenEnd : 0) | (answer.write_shut ? kWriteShut : 0) | (answer.alone ? kAlone : 0) |
+                  (shared ? kSharedPrefix : 0);
+  Wire wire{kMagic, kAnswerKind, static_cast<uint8_t>(answer.outcome), flags, 0, serial, shared ? 0 : answer.bytes.size()};
+  int mfd = shared ? *answer.shared_prefix : -1;
+  if (!shared && !answer.bytes.empty() && (mfd = bytes_in_memfd(answer.bytes)) < 0) return false;
   bool sent = send_wire(channel, wire, mfd);
-  if (mfd >= 0) real().close(mfd);  // the message holds its own reference until it is read
+  if (!shared && mfd >= 0) real().close(mfd);  // the message holds its own reference until it is read
   return sent;
 }
 
@@ -154,6 +160,20 @@ ChannelMessage receive_message(int channel, int timeout_ms, uint64_t* serial, Ha
   answer->write_shut = (wire.flags & kWriteShut) != 0;
   answer->alone = (wire.flags & kAlone) != 0 && answer->outcome == HandBack::Outcome::kMoved;
   answer->bytes.clear();
+  answer->shared_prefix.reset();
+  if ((wire.flags & kSharedPrefix) != 0) {
+    if (mfd < 0 || wire.size != 0 || answer->outcome != HandBack::Outcome::kMoved) return closed();
+    {
+      transport::OwnDescriptors window;  // kept while the prefix lives: not a number of the application's
+      if ((mfd = window.place(mfd)) < 0) return ChannelMessage::kClosed;
+    }
+    try {
+      answer->shared_prefix = hold_memfd(mfd);
+    } catch (const std::bad_alloc&) {
+      return closed();
+    }
+    return ChannelMessage::kAnswer;
+  }
   if ((wire.size > 0) != (mfd >= 0)) return closed();
   if (mfd >= 0) {
     bool read = read_memfd(mfd, wire.size, &answer->bytes);

@@ -91,8 +91,7 @@ HandBack ask_parent(ParentLine* p, uint64_t serial, bool (*ask)(int, uint64_t) =
 
 // The answer, applied to this process's copy of the connection.
 void take_answer(TrackedSocket* socket, int fd, HandBack& answer) {
-  if (answer.outcome == HandBack::Outcome::kMoved &&
-      ((answer.bytes.empty() && !answer.then_end) || socket->prefix.set(answer.bytes, answer.then_end)) &&
+  if (answer.outcome == HandBack::Outcome::kMoved && keep_answer_prefix(answer, &socket->prefix) &&
       socket->move_path(Path::kRdma, Path::kMovingBack)) {
     // Before the path says back on TCP: a connection this process holds alone plans its return there
     // (connection_path.h), as one the peer moved back does. One the parent still held may become
@@ -106,7 +105,7 @@ void take_answer(TrackedSocket* socket, int fd, HandBack& answer) {
     complete_move_back(socket, fd, /*by_mover=*/true);
     if (answer.write_shut) real().shutdown(fd, SHUT_WR);
     log_line("%s: back on tcp from the parent at this process's first use (%zu bytes of the peer's to read first%s%s)",
-             connection_label(socket), answer.bytes.size(), answer.then_end ? ", then its end" : "",
+             connection_label(socket), socket->prefix.size(), answer.then_end ? ", then its end" : "",
              answer.alone ? "; the parent let go: it may go back to rdma here" : "");
     return;
   }

@@ -21,10 +21,11 @@ const char* connection_label(const TrackedSocket* socket) noexcept {
 }
 
 bool mark_connection_back_on_tcp(TrackedSocket* socket, int fd, bool by_mover) noexcept {
-  // It may go back to RDMA later, in this process, if no other process can hold it (return_plan.h).
-  // Planned before the path says back on TCP: from then on every kernel call on it is counted, so a
-  // return never starts under a call that began uncounted (TrackedSocket::begin_tcp_call).
-  if (!socket->back_on_tcp() && socket->returns.remembered() && !socket->shared()) {
+  // It may go back to RDMA later, in this process, once no other process holds it (return_plan.h;
+  // one shared at a fork is looked at then: upgrade/return_to_rdma.h). Planned before the path says
+  // back on TCP: from then on every kernel call on it is counted, so a return never starts under a
+  // call that began uncounted (TrackedSocket::begin_tcp_call). One passed to another process never.
+  if (!socket->back_on_tcp() && socket->returns.remembered() && !socket->forks.passed()) {
     socket->returns.arm(std::chrono::steady_clock::now());
   }
   // Exactly one call makes it so: the mover's, or (when no thread of ours moves it) the first to see

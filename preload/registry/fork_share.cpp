@@ -17,6 +17,8 @@ void note_forking() noexcept {
   note_forking_with_claims();  // lent_streams.h: a connection a child claimed is the new one's too
 }
 
+uint64_t forks_so_far() noexcept { return g_forks.load(std::memory_order_relaxed); }
+
 ForkShare::ForkShare() noexcept
     : forks_at_birth_(g_forks.load(std::memory_order_relaxed)),
       birth_(g_births.fetch_add(1, std::memory_order_relaxed) + 1) {}

@@ -18,6 +18,8 @@ class TrackedSocket;
 // Before a fork or a spawn: every connection of this process is from now on shared with another
 // process, in the child as in the parent.
 void note_forking() noexcept;
+// The forks and spawns counted so far (in a child, its ancestors' too).
+uint64_t forks_so_far() noexcept;
 
 // A socket's ties across forks (TrackedSocket::forks).
 class ForkShare {
@@ -31,6 +33,7 @@ class ForkShare {
   // The connection was passed to another process (SCM_RIGHTS: process/descriptor_passing.h): shared
   // for good, whatever this process learns of its forks.
   void note_passed() noexcept { passed_.store(true, std::memory_order_relaxed); }
+  bool passed() const noexcept { return passed_.load(std::memory_order_relaxed); }
   // No other process holds the connection any more (process/fork_service.h): unshared until the
   // process forks or spawns again.
   void note_alone() noexcept;

@@ -8,13 +8,22 @@
 #include <unordered_map>
 #include <utility>
 
+#include <unistd.h>
+
 #include "keep_forever.h"
+#include "libc/real_calls.h"
 #include "rdma_stream.h"
 #include "registry/connection_path.h"
+#include "registry/tcp_prefix.h"
 #include "registry/tracked_socket.h"
 #include "util/log.h"
 
 namespace tcp2rdma::preload {
+
+bool keep_answer_prefix(const HandBack& answer, TcpPrefix* prefix) {
+  if (answer.shared_prefix) return prefix->adopt(answer.shared_prefix);
+  return (answer.bytes.empty() && !answer.then_end) || prefix->set(answer.bytes, answer.then_end);
+}
 
 const char* to_string(HandBack::Outcome outcome) noexcept {
   switch (outcome) {
@@ -137,8 +146,10 @@ std::optional<HandBack> handed_back_for(uint64_t serial, int wait_ms) noexcept {
     failed.outcome = HandBack::Outcome::kFailed;  // the hand-back outlived its own timeout
     return failed;
   }
-  // The peer's unread bytes go to the first child that gets the answer, as the kernel gives a byte to
-  // whichever process reads it first; a later one gets the answer without them.
+  // The peer's unread bytes in a shared queue go to every child that gets the answer, each byte to
+  // whichever reads it first, as from the socket. Bare bytes (no memfd could be had) go to the first
+  // child; a later one gets the answer without them.
+  if (it->second.answer->shared_prefix) return *it->second.answer;
   HandBack answer = std::move(*it->second.answer);  // the bytes move out; the rest is kept as it was
   it->second.answer->bytes.clear();
   return answer;
@@ -258,8 +269,10 @@ void hand_back(transport::RdmaStream* stream, uint64_t serial) noexcept {
   transport::Status s = stream->move_to_tcp(&unread, &peer_ended);
   if (s == transport::Status::kOk) {
     answer.outcome = HandBack::Outcome::kMoved;
-    answer.bytes = std::move(unread);
     answer.then_end = peer_ended;
+    TcpPrefix queue;  // only its memfd lives on, in the answer
+    if (queue.set_shared(unread, peer_ended)) answer.shared_prefix = queue.shareable();
+    if (!answer.shared_prefix) answer.bytes = unread;
     answer.write_shut = stream->write_was_shut();
     answer.alone = true;  // this process's last descriptor is gone: only children hold it
     stream->close();  // moved: the stream only disconnects; TCP carries the connection on
@@ -271,7 +284,7 @@ void hand_back(transport::RdmaStream* stream, uint64_t serial) noexcept {
   }
   auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - started);
   log_line("stream %llu: handed back to tcp for the children that hold it (%s; %zu bytes of the peer's for them; %lld us)",
-           static_cast<unsigned long long>(serial), transport::to_string(s), answer.bytes.size(),
+           static_cast<unsigned long long>(serial), transport::to_string(s), unread.size(),
            static_cast<long long>(us.count()));
   keep_handed_back(serial, std::move(answer));
 }

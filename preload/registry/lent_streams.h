@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -17,6 +18,7 @@ class RdmaStream;
 
 namespace tcp2rdma::preload {
 
+class TcpPrefix;
 class TrackedSocket;
 
 // What became of a connection the parent lent to its children.
@@ -39,7 +41,15 @@ struct HandBack {
   // it lets go; kept only for the one child it is sent to (held_only_by).
   bool alone = false;
   std::vector<uint8_t> bytes;
+  // kMoved: instead of `bytes`, the parent's own prefix in a memfd (TcpPrefix::set_shared), which the
+  // child maps too: parent and child take the peer's unread bytes from one queue, each byte going to
+  // whichever reads it first, as from the socket. Closed with the last copy of the answer.
+  std::shared_ptr<const int> shared_prefix;
 };
+
+// The child's side: the answer's prefix becomes `prefix` (shared, or its bytes copied); false when it
+// cannot be kept (no memory), and the bytes are lost to this process.
+bool keep_answer_prefix(const HandBack& answer, TcpPrefix* prefix);
 
 // What the outcome says, for log lines.
 const char* to_string(HandBack::Outcome outcome) noexcept;

@@ -2,10 +2,15 @@
 
 #include <pthread.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <new>
 
+#include "libc/real_calls.h"
+#include "own_descriptors.h"
 #include "util/robust_mutex.h"
 
 namespace tcp2rdma::preload {
@@ -25,11 +30,7 @@ TcpPrefix::~TcpPrefix() {
   if (Shared* s = shared_.load(std::memory_order_acquire)) munmap(s, mapped_);
 }
 
-bool TcpPrefix::set(const std::vector<uint8_t>& bytes, bool then_end) {
-  if (shared_.load(std::memory_order_acquire) != nullptr) return false;
-  size_t length = sizeof(Shared) + bytes.size();
-  void* memory = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (memory == MAP_FAILED) return false;
+bool TcpPrefix::publish(void* memory, size_t length, const std::vector<uint8_t>& bytes, bool then_end) {
   auto* s = static_cast<Shared*>(memory);
   if (init_robust_mutex(&s->mutex) != 0) {
     munmap(memory, length);
@@ -43,6 +44,69 @@ bool TcpPrefix::set(const std::vector<uint8_t>& bytes, bool then_end) {
   mapped_ = length;
   shared_.store(s, std::memory_order_release);
   return true;
+}
+
+bool TcpPrefix::set(const std::vector<uint8_t>& bytes, bool then_end) {
+  if (shared_.load(std::memory_order_acquire) != nullptr) return false;
+  size_t length = sizeof(Shared) + bytes.size();
+  void* memory = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (memory == MAP_FAILED) return false;
+  return publish(memory, length, bytes, then_end);
+}
+
+bool TcpPrefix::set_shared(const std::vector<uint8_t>& bytes, bool then_end) {
+  if (shared_.load(std::memory_order_acquire) != nullptr) return false;
+  size_t length = sizeof(Shared) + bytes.size();
+  int memfd = -1;
+  {
+    transport::OwnDescriptors window;  // not a number of the application's
+    memfd = window.place(static_cast<int>(memfd_create("tcp2rdma-prefix", MFD_CLOEXEC)));
+  }
+  if (memfd < 0) return false;
+  try {
+    memfd_ = hold_memfd(memfd);
+  } catch (const std::bad_alloc&) {
+    real().close(memfd);
+    return false;
+  }
+  void* memory = ftruncate(memfd, static_cast<off_t>(length)) == 0
+                     ? mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0)
+                     : MAP_FAILED;
+  if (memory == MAP_FAILED || !publish(memory, length, bytes, then_end)) {
+    memfd_.reset();
+    return false;
+  }
+  return true;
+}
+
+bool TcpPrefix::adopt(const std::shared_ptr<const int>& held) {
+  if (shared_.load(std::memory_order_acquire) != nullptr || !held) return false;
+  struct stat st {};
+  if (fstat(*held, &st) != 0 || st.st_size < static_cast<off_t>(sizeof(Shared))) return false;
+  size_t length = static_cast<size_t>(st.st_size);
+  void* memory = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, *held, 0);
+  if (memory == MAP_FAILED) return false;
+  auto* s = static_cast<Shared*>(memory);
+  // Made by this module in the process that forked us; its size is checked all the same.
+  if (s->size > length - sizeof(Shared)) {
+    munmap(memory, length);
+    return false;
+  }
+  memfd_ = held;
+  mapped_ = length;
+  shared_.store(s, std::memory_order_release);
+  return true;
+}
+
+std::shared_ptr<const int> TcpPrefix::shareable() const noexcept {
+  return shared_.load(std::memory_order_acquire) != nullptr ? memfd_ : nullptr;
+}
+
+std::shared_ptr<const int> hold_memfd(int fd) {
+  return std::shared_ptr<const int>(new int(fd), [](const int* held) {
+    real().close(*held);
+    delete held;
+  });
 }
 
 bool TcpPrefix::present() const noexcept {

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace tcp2rdma::preload {
@@ -25,6 +26,14 @@ class TcpPrefix {
   // bytes, reads find the end of the stream, whatever the kernel socket holds. False when no memory
   // could be mapped for the bytes (the caller must not go on as if they were there).
   bool set(const std::vector<uint8_t>& bytes, bool then_end);
+  // The same, in the mapping of a new memfd that a process forked before can map too (adopt, given
+  // shareable()): both then take from one queue, as from the socket's. False with nothing set.
+  bool set_shared(const std::vector<uint8_t>& bytes, bool then_end);
+  // This socket's prefix is the one set_shared made in another process, in the memfd `held`.
+  bool adopt(const std::shared_ptr<const int>& held);
+  // The memfd of a prefix made by set_shared or adopt, for a process that is to share it (held above
+  // the application's descriptor range, close-on-exec; closed with the last holder), else null.
+  std::shared_ptr<const int> shareable() const noexcept;
   // Something to report before the kernel: bytes, or the end after them. One load when there is no
   // prefix (every socket that never moved back), two otherwise.
   bool present() const noexcept;
@@ -39,8 +48,13 @@ class TcpPrefix {
 
  private:
   struct Shared;
+  bool publish(void* memory, size_t length, const std::vector<uint8_t>& bytes, bool then_end);
   std::atomic<Shared*> shared_{nullptr};
   size_t mapped_ = 0;
+  std::shared_ptr<const int> memfd_;  // set before shared_ is published
 };
+
+// A memfd held by prefixes and answers (HandBack::shared_prefix): closed when the last one goes.
+std::shared_ptr<const int> hold_memfd(int fd);
 
 }  // namespace tcp2rdma::preload

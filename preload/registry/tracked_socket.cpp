@@ -227,11 +227,13 @@ void TrackedSocket::hand_over_to_children(transport::RdmaStream* s) noexcept {
     hand_back_later(s, serial_);  // stream_closer.h: moved back to TCP off this thread
     return;
   }
-  // Moved back already (for one child, by the peer, by a failover): what is left of the prefix is
-  // the children's; the stream only disconnects.
+  // Moved back already (for one child, by the peer, by a failover): what is left of the prefix is the
+  // children's (a queue made to be shared stays one: a later claim maps it too); the stream disconnects.
   HandBack answer;
-  answer.outcome = prefix.take_all(&answer.bytes) ? HandBack::Outcome::kMoved : HandBack::Outcome::kFailed;
   answer.then_end = prefix.then_end();
+  answer.shared_prefix = prefix.shareable();
+  bool kept = answer.shared_prefix || prefix.take_all(&answer.bytes);
+  answer.outcome = kept ? HandBack::Outcome::kMoved : HandBack::Outcome::kFailed;
   answer.alone = true;  // this process's last descriptor is gone: only children hold it
   keep_handed_back(serial_, std::move(answer));
   close_later(s, -1);

@@ -18,6 +18,7 @@
 #include "registry/connection_path.h"
 #include "registry/connection_stats.h"
 #include "registry/lent_streams.h"
+#include "registry/socket_holders.h"
 #include "upgrade/background.h"
 #include "util/log.h"
 #include "tuple_address.h"
@@ -103,6 +104,26 @@ void give_up(TrackedSocket* socket, int fd, const char* why) {
   log_line("%s: stays on tcp for good (%s)", connection_label(socket), why);
 }
 
+// A connection shared with other processes: true when none holds it any more (it is this process's
+// alone from now on, and the log says so). Otherwise the attempt waits for the next, doubling, and
+// after the one 64 s on the connection stays on TCP for good (about two minutes of looking).
+bool held_here_alone(TrackedSocket* socket, int fd, Clock::time_point now) {
+  Holders holders = socket_holders(fd);
+  if (holders == Holders::kThisProcessOnly) {
+    socket->forks.note_alone();
+    log_line("%s: no other process holds the connection any more: it may go back to rdma here",
+             connection_label(socket));
+    return true;
+  }
+  if (socket->returns.wait_ms() >= ReturnPlan::kLongestWait.count()) {
+    give_up(socket, fd, holders == Holders::kOthers ? "another process holds the connection"
+                                                   : "a process that may hold the connection cannot be looked at");
+  } else {
+    socket->returns.failed(now);
+  }
+  return false;
+}
+
 }  // namespace
 
 void try_return(TrackedSocket* socket, int fd, LearnAlone learn_alone) noexcept {
@@ -119,10 +140,13 @@ void try_return(TrackedSocket* socket, int fd, LearnAlone learn_alone) noexcept 
     }
   }
   // Another process may hold it (a fork, a spawn since it was made, or a child it was lent to): a
-  // switch here would split its bytes between the two.
-  if (socket->shared() || (socket->serial() != 0 && is_lent(socket->serial()))) {
-    give_up(socket, fd, "another process may hold the connection");
+  // switch here would split its bytes between the two. The kernel says whether one still does.
+  if (socket->forks.passed()) {
+    give_up(socket, fd, "it was passed to another process");
     return;
+  }
+  if (socket->shared() || (socket->serial() != 0 && is_lent(socket->serial()))) {
+    if (!held_here_alone(socket, fd, now)) return;
   }
   // Another thread of the application is inside a kernel call on it (a blocked read, a poll): it
   // would take the switch's bytes for the peer's, or sleep on a socket that no longer carries the

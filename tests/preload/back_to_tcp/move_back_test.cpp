@@ -21,6 +21,7 @@
 #include "process/exec_guard.h"
 #include "registry/fd_table.h"
 #include "registry/socket_registry.h"
+#include "registry/tcp_prefix.h"
 #include "registry/tracked_socket.h"
 #include "test_sockets.h"
 
@@ -131,6 +132,38 @@ TEST_F(MoveBack, AForkedChildAndItsParentShareThePrefixAsTheyShareTheSocket) {
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   // Each byte went to one reader, as the kernel gives each byte of a socket's queue to one.
   EXPECT_EQ(receive(10, 0), "456789");
+}
+
+TEST_F(MoveBack, AQueueMadeToBeSharedIsOneQueueInEveryProcessThatMapsIt) {
+  // A parent's move back for its child's claim: the parent keeps the bytes too, and the child maps
+  // the same queue from the memfd the answer carries. Each byte goes to one reader; a child that
+  // reads none leaves them all to the parent (it wrote once and exited).
+  TcpPrefix parents;
+  ASSERT_TRUE(parents.set_shared({'a', 'b', 'c', 'd', 'e', 'f'}, false));
+  std::shared_ptr<const int> memfd = parents.shareable();
+  ASSERT_NE(memfd, nullptr);
+  EXPECT_GE(*memfd, 3);
+  pid_t child = fork();
+  if (child == 0) {
+    TcpPrefix childs;
+    char buf[2];
+    iovec iov{buf, sizeof buf};
+    bool at_end = false;
+    _exit(childs.adopt(memfd) && childs.size() == 6 && childs.take(&iov, 1, false, &at_end) == 2 &&
+                  std::string(buf, 2) == "ab"
+              ? 0
+              : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  char buf[8];
+  iovec iov{buf, sizeof buf};
+  bool at_end = false;
+  ASSERT_EQ(parents.take(&iov, 1, false, &at_end), 4u);
+  EXPECT_EQ(std::string(buf, 4), "cdef");
+  TcpPrefix other;
+  EXPECT_FALSE(other.adopt(nullptr));
 }
 
 TEST_F(MoveBack, ExecsHandOnIsAdoptedOncePerSocketForEveryDescriptor) {

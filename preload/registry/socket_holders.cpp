@@ -1,0 +1,151 @@
+#include "registry/socket_holders.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "registry/fork_share.h"
+
+namespace tcp2rdma::preload {
+namespace {
+
+bool all_digits(const char* name) {
+  if (*name == '\0') return false;
+  for (const char* c = name; *c != '\0'; ++c) {
+    if (*c < '0' || *c > '9') return false;
+  }
+  return true;
+}
+
+// The parent of `pid` from its stat line (readable for every process), or 0.
+pid_t parent_of(int proc_fd, pid_t pid) {
+  char path[32];
+  std::snprintf(path, sizeof path, "%d/stat", static_cast<int>(pid));
+  int fd = openat(proc_fd, path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char line[512];
+  ssize_t n = read(fd, line, sizeof line - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  line[n] = '\0';
+  // "pid (comm) state ppid ...": comm may hold spaces and parentheses; the last ')' ends it.
+  const char* end = std::strrchr(line, ')');
+  int ppid = 0;
+  char state = 0;
+  if (end == nullptr || std::sscanf(end + 1, " %c %d", &state, &ppid) != 2) return 0;
+  return static_cast<pid_t>(ppid);
+}
+
+// Whether `a` is an ancestor of `b` (a few steps of parent links).
+bool ancestor(int proc_fd, pid_t a, pid_t b) {
+  for (int step = 0; step < 64 && b > 1; ++step) {
+    b = parent_of(proc_fd, b);
+    if (b == a) return true;
+  }
+  return false;
+}
+
+// The socket inodes process `pid`'s descriptors name, added to *inodes; false when they cannot be read.
+bool add_sockets_of(int proc_fd, pid_t pid, std::vector<ino_t>* inodes) {
+  char path[32];
+  std::snprintf(path, sizeof path, "%d/fd", static_cast<int>(pid));
+  int dir_fd = openat(proc_fd, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) return errno == ENOENT;  // gone meanwhile: it holds nothing
+  DIR* dir = fdopendir(dir_fd);
+  if (dir == nullptr) {
+    close(dir_fd);
+    return false;
+  }
+  char target[64];
+  while (dirent* e = readdir(dir)) {
+    if (!all_digits(e->d_name)) continue;
+    ssize_t n = readlinkat(dir_fd, e->d_name, target, sizeof target - 1);
+    if (n <= 0) continue;
+    target[n] = '\0';
+    unsigned long long inode = 0;
+    if (std::sscanf(target, "socket:[%llu]", &inode) == 1) {
+      try {
+        inodes->push_back(static_cast<ino_t>(inode));
+      } catch (...) {
+        closedir(dir);
+        return false;
+      }
+    }
+  }
+  closedir(dir);
+  return true;
+}
+
+}  // namespace
+
+Holders HeldSockets::of(ino_t inode) const noexcept {
+  if (std::binary_search(inodes.begin(), inodes.end(), inode)) return Holders::kOthers;
+  return unknown ? Holders::kUnknown : Holders::kThisProcessOnly;
+}
+
+bool scan_held_sockets(const char* proc, pid_t self, HeldSockets* out) noexcept {
+  out->inodes.clear();
+  out->unknown = false;
+  int proc_fd = open(proc, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (proc_fd < 0) return false;
+  DIR* dir = fdopendir(dup(proc_fd));
+  if (dir == nullptr) {
+    close(proc_fd);
+    return false;
+  }
+  while (dirent* e = readdir(dir)) {
+    if (!all_digits(e->d_name)) continue;
+    pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
+    if (pid == self || add_sockets_of(proc_fd, pid, &out->inodes)) continue;
+    // A process we may not look at holds our socket only if it came from us or we from it (a child
+    // that changed its credentials, a parent of another user's); any other could only have been
+    // sent it, which a passed connection's mark covers (ForkShare::note_passed).
+    if (ancestor(proc_fd, self, pid) || ancestor(proc_fd, pid, self)) out->unknown = true;
+  }
+  closedir(dir);
+  close(proc_fd);
+  std::sort(out->inodes.begin(), out->inodes.end());
+  return true;
+}
+
+Holders socket_holders(int fd) noexcept {
+  int saved = errno;
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) {
+    errno = saved;
+    return Holders::kUnknown;
+  }
+  // One scan a second serves every connection that asks: a socket asked about is one of this
+  // process's, shared before the scan, so a scan a moment old still lists every other holder it had
+  // then; one that let go since is seen at the next attempt.
+  static std::mutex mutex;
+  static auto* held = new HeldSockets;  // never freed: a thread may ask while the process exits
+  static std::chrono::steady_clock::time_point taken{};
+  static pid_t taken_by = 0;        // a forked child's copy is its parent's view: looked at again
+  static uint64_t taken_at_forks = 0;  // a fork since: the child holds what we do
+  static bool valid = false;
+  std::lock_guard lock(mutex);
+  auto now = std::chrono::steady_clock::now();
+  pid_t self = getpid();
+  if (!valid || now - taken > std::chrono::seconds(1) || taken_by != self || taken_at_forks != forks_so_far()) {
+    taken_at_forks = forks_so_far();
+    valid = scan_held_sockets("/proc", self, held);
+    taken = now;
+    taken_by = self;
+  }
+  Holders verdict = valid ? held->of(st.st_ino) : Holders::kUnknown;
+  errno = saved;
+  return verdict;
+}
+
+}  // namespace tcp2rdma::preload

@@ -1,0 +1,37 @@
+// Whether another process holds a descriptor of a socket, in the kernel's words (docs/architecture.md,
+// "Back to RDMA"). A connection shared at a fork, a spawn or a claim goes back to RDMA in the process
+// that keeps it once no other process holds it: the BGSAVE child exited, the helper exec'd without
+// it, the parent closed its copy. What this process knows of its forks cannot tell (a child's exit
+// or exec says nothing about descriptors it still held or passed on), so the answer comes from
+// /proc: every process's descriptors, looked at for the socket's inode.
+#pragma once
+
+#include <sys/types.h>
+
+#include <vector>
+
+namespace tcp2rdma::preload {
+
+enum class Holders : unsigned char {
+  kThisProcessOnly,  // no other process holds the socket
+  kOthers,           // another process holds a descriptor of it
+  kUnknown,          // a process that may (a descendant or an ancestor of ours) cannot be looked at
+};
+
+// fd's socket. One look at /proc serves every call within a second (a scan lists every process's
+// descriptors: a few system calls each); made on the caller's thread.
+Holders socket_holders(int fd) noexcept;
+
+// What one look at /proc found: the socket inodes that processes other than `self` hold (sorted),
+// and whether a process that may hold some (a descendant or an ancestor of self's) could not be
+// looked at.
+struct HeldSockets {
+  std::vector<ino_t> inodes;
+  bool unknown = false;
+  Holders of(ino_t inode) const noexcept;
+};
+// The part that reads /proc, for the tests: `proc` is a directory laid out as /proc (PID/fd/N links,
+// PID/stat). False when it cannot be read at all.
+bool scan_held_sockets(const char* proc, pid_t self, HeldSockets* out) noexcept;
+
+}  // namespace tcp2rdma::preload
