@@ -46,16 +46,24 @@ bool TcpPrefix::publish(void* memory, size_t length, const std::vector<uint8_t>&
   return true;
 }
 
+bool TcpPrefix::replaceable() const noexcept {
+  // A connection that went back to RDMA and moves back again finds its last prefix read to the end.
+  // That mapping stays (a reader that loaded it may still look at it): a few pages per move back.
+  Shared* s = shared_.load(std::memory_order_acquire);
+  return s == nullptr || !s->present.load(std::memory_order_acquire);
+}
+
 bool TcpPrefix::set(const std::vector<uint8_t>& bytes, bool then_end) {
-  if (shared_.load(std::memory_order_acquire) != nullptr) return false;
+  if (!replaceable()) return false;
   size_t length = sizeof(Shared) + bytes.size();
   void* memory = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (memory == MAP_FAILED) return false;
+  memfd_.store(nullptr);  // an earlier shared queue is not this one
   return publish(memory, length, bytes, then_end);
 }
 
 bool TcpPrefix::set_shared(const std::vector<uint8_t>& bytes, bool then_end) {
-  if (shared_.load(std::memory_order_acquire) != nullptr) return false;
+  if (!replaceable()) return false;
   size_t length = sizeof(Shared) + bytes.size();
   int memfd = -1;
   {
@@ -63,8 +71,9 @@ bool TcpPrefix::set_shared(const std::vector<uint8_t>& bytes, bool then_end) {
     memfd = window.place(static_cast<int>(memfd_create("tcp2rdma-prefix", MFD_CLOEXEC)));
   }
   if (memfd < 0) return false;
+  std::shared_ptr<const int> held;
   try {
-    memfd_ = hold_memfd(memfd);
+    held = hold_memfd(memfd);
   } catch (const std::bad_alloc&) {
     real().close(memfd);
     return false;
@@ -72,15 +81,15 @@ bool TcpPrefix::set_shared(const std::vector<uint8_t>& bytes, bool then_end) {
   void* memory = ftruncate(memfd, static_cast<off_t>(length)) == 0
                      ? mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0)
                      : MAP_FAILED;
-  if (memory == MAP_FAILED || !publish(memory, length, bytes, then_end)) {
-    memfd_.reset();
-    return false;
-  }
-  return true;
+  if (memory == MAP_FAILED) return false;
+  memfd_.store(std::move(held));  // before the mapping is published: shareable() finds them together
+  if (publish(memory, length, bytes, then_end)) return true;
+  memfd_.store(nullptr);
+  return false;
 }
 
 bool TcpPrefix::adopt(const std::shared_ptr<const int>& held) {
-  if (shared_.load(std::memory_order_acquire) != nullptr || !held) return false;
+  if (!replaceable() || !held) return false;
   struct stat st {};
   if (fstat(*held, &st) != 0 || st.st_size < static_cast<off_t>(sizeof(Shared))) return false;
   size_t length = static_cast<size_t>(st.st_size);
@@ -92,14 +101,14 @@ bool TcpPrefix::adopt(const std::shared_ptr<const int>& held) {
     munmap(memory, length);
     return false;
   }
-  memfd_ = held;
+  memfd_.store(held);
   mapped_ = length;
   shared_.store(s, std::memory_order_release);
   return true;
 }
 
 std::shared_ptr<const int> TcpPrefix::shareable() const noexcept {
-  return shared_.load(std::memory_order_acquire) != nullptr ? memfd_ : nullptr;
+  return shared_.load(std::memory_order_acquire) != nullptr ? memfd_.load() : nullptr;
 }
 
 std::shared_ptr<const int> hold_memfd(int fd) {

@@ -22,7 +22,7 @@ class TcpPrefix {
   TcpPrefix(const TcpPrefix&) = delete;
   TcpPrefix& operator=(const TcpPrefix&) = delete;
 
-  // Called once per socket. `then_end`: the peer's sending side had ended on the stream: after the
+  // Called once per move back (a prefix read to its end may be replaced). `then_end`: the peer's sending side had ended on the stream: after the
   // bytes, reads find the end of the stream, whatever the kernel socket holds. False when no memory
   // could be mapped for the bytes (the caller must not go on as if they were there).
   bool set(const std::vector<uint8_t>& bytes, bool then_end);
@@ -51,7 +51,9 @@ class TcpPrefix {
   bool publish(void* memory, size_t length, const std::vector<uint8_t>& bytes, bool then_end);
   std::atomic<Shared*> shared_{nullptr};
   size_t mapped_ = 0;
-  std::shared_ptr<const int> memfd_;  // set before shared_ is published
+  bool replaceable() const noexcept;  // no prefix yet, or one read to its end
+  // Set before shared_ is published; null for an anonymous mapping (set()).
+  std::atomic<std::shared_ptr<const int>> memfd_;
 };
 
 // A memfd held by prefixes and answers (HandBack::shared_prefix): closed when the last one goes.

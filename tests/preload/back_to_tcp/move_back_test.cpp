@@ -166,6 +166,25 @@ TEST_F(MoveBack, AQueueMadeToBeSharedIsOneQueueInEveryProcessThatMapsIt) {
   EXPECT_FALSE(other.adopt(nullptr));
 }
 
+TEST_F(MoveBack, APrefixReadToItsEndGivesWayToTheNextMoveBacks) {
+  // Back on RDMA after a first move, moved back again (a fork's child claims it): a new prefix, and
+  // a new shared queue, where one with bytes left would be refused.
+  TcpPrefix prefix;
+  ASSERT_TRUE(prefix.set({'x', 'y'}, false));
+  EXPECT_FALSE(prefix.set_shared({'z'}, false));  // two bytes not read yet
+  char buf[4];
+  iovec iov{buf, sizeof buf};
+  bool at_end = false;
+  ASSERT_EQ(prefix.take(&iov, 1, false, &at_end), 2u);
+  ASSERT_TRUE(prefix.set_shared({'1', '2', '3'}, false));
+  ASSERT_NE(prefix.shareable(), nullptr);
+  ASSERT_EQ(prefix.take(&iov, 1, false, &at_end), 3u);
+  EXPECT_EQ(std::string(buf, 3), "123");
+  ASSERT_TRUE(prefix.set({'4'}, false));
+  EXPECT_EQ(prefix.shareable(), nullptr);  // the earlier shared queue is not this one
+  EXPECT_EQ(prefix.size(), 1u);
+}
+
 TEST_F(MoveBack, ExecsHandOnIsAdoptedOncePerSocketForEveryDescriptor) {
   int mfd = static_cast<int>(memfd_create("prefix", 0));
   ASSERT_EQ(write(mfd, "handed", 6), 6);
