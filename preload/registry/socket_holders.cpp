@@ -14,6 +14,7 @@
 #include <mutex>
 #include <vector>
 
+#include "libc/real_calls.h"
 #include "registry/fork_share.h"
 
 namespace tcp2rdma::preload {
@@ -34,8 +35,8 @@ pid_t parent_of(int proc_fd, pid_t pid) {
   int fd = openat(proc_fd, path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 0;
   char line[512];
-  ssize_t n = read(fd, line, sizeof line - 1);
-  close(fd);
+  ssize_t n = real().read(fd, line, sizeof line - 1);
+  real().close(fd);
   if (n <= 0) return 0;
   line[n] = '\0';
   // "pid (comm) state ppid ...": comm may hold spaces and parentheses; the last ')' ends it.
@@ -63,7 +64,7 @@ bool add_sockets_of(int proc_fd, pid_t pid, std::vector<ino_t>* inodes) {
   if (dir_fd < 0) return errno == ENOENT;  // gone meanwhile: it holds nothing
   DIR* dir = fdopendir(dir_fd);
   if (dir == nullptr) {
-    close(dir_fd);
+    real().close(dir_fd);
     return false;
   }
   char target[64];
@@ -98,9 +99,11 @@ bool scan_held_sockets(const char* proc, pid_t self, HeldSockets* out) noexcept 
   out->unknown = false;
   int proc_fd = open(proc, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (proc_fd < 0) return false;
-  DIR* dir = fdopendir(dup(proc_fd));
+  int listing = real().dup(proc_fd);
+  DIR* dir = listing >= 0 ? fdopendir(listing) : nullptr;
   if (dir == nullptr) {
-    close(proc_fd);
+    if (listing >= 0) real().close(listing);
+    real().close(proc_fd);
     return false;
   }
   while (dirent* e = readdir(dir)) {
@@ -113,7 +116,7 @@ bool scan_held_sockets(const char* proc, pid_t self, HeldSockets* out) noexcept 
     if (ancestor(proc_fd, self, pid) || ancestor(proc_fd, pid, self)) out->unknown = true;
   }
   closedir(dir);
-  close(proc_fd);
+  real().close(proc_fd);
   std::sort(out->inodes.begin(), out->inodes.end());
   return true;
 }
