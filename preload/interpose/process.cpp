@@ -17,6 +17,7 @@
 #include "process/fork_service.h"
 #include "process/spawn_guard.h"
 #include "readiness/epoll_sets.h"
+#include "registry/socket_holders.h"
 #include "registry/socket_registry.h"
 #include "registry/tracked_socket.h"
 #include "registry/upgrade_session.h"
@@ -56,6 +57,7 @@ T2R_INTERPOSE pid_t fork(void) {
     tcp2rdma::preload::note_forked_child();  // inherited streams and listeners are not ours to use
     tcp2rdma::preload::forget_path_watcher_after_fork();
     tcp2rdma::preload::renew_listener_locks();
+    tcp2rdma::preload::socket_holders_after_fork();
     lending.in_child();
   } else {
     lending.in_parent(pid);

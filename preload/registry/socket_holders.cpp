@@ -20,6 +20,13 @@
 namespace tcp2rdma::preload {
 namespace {
 
+// The lock of socket_holders' scan and its result; a forked child gets a new one
+// (socket_holders_after_fork): a thread of the parent may have held this one at the fork.
+std::mutex*& scan_lock_slot() {
+  static auto* lock = new std::mutex;
+  return lock;
+}
+
 bool all_digits(const char* name) {
   if (*name == '\0') return false;
   for (const char* c = name; *c != '\0'; ++c) {
@@ -47,13 +54,17 @@ pid_t parent_of(int proc_fd, pid_t pid) {
   return static_cast<pid_t>(ppid);
 }
 
-// Whether `a` is an ancestor of `b` (a few steps of parent links).
-bool ancestor(int proc_fd, pid_t a, pid_t b) {
-  for (int step = 0; step < 64 && b > 1; ++step) {
-    b = parent_of(proc_fd, b);
-    if (b == a) return true;
+// The ancestors of `pid` below init, nearest first (a few steps of parent links). Init is everyone's
+// ancestor and an unprivileged process cannot look at it: counted, it would keep every connection
+// shared for good (a service manager that hands a process its connection keeps no copy of it).
+std::vector<pid_t> ancestors_of(int proc_fd, pid_t pid) {
+  std::vector<pid_t> chain;
+  for (int step = 0; step < 64; ++step) {
+    pid = parent_of(proc_fd, pid);
+    if (pid <= 1) break;
+    chain.push_back(pid);
   }
-  return false;
+  return chain;
 }
 
 // The socket inodes process `pid`'s descriptors name, added to *inodes; false when they cannot be read.
@@ -106,19 +117,31 @@ bool scan_held_sockets(const char* proc, pid_t self, HeldSockets* out) noexcept 
     real().close(proc_fd);
     return false;
   }
+  std::vector<pid_t> ours;  // this process's ancestors, read once: at the first unreadable process
+  bool ours_read = false;
   while (dirent* e = readdir(dir)) {
     if (!all_digits(e->d_name)) continue;
     pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
-    if (pid == self || add_sockets_of(proc_fd, pid, &out->inodes)) continue;
+    if (pid == self || add_sockets_of(proc_fd, pid, &out->inodes) || out->unknown) continue;
     // A process we may not look at holds our socket only if it came from us or we from it (a child
     // that changed its credentials, a parent of another user's); any other could only have been
     // sent it, which a passed connection's mark covers (ForkShare::note_passed).
-    if (ancestor(proc_fd, self, pid) || ancestor(proc_fd, pid, self)) out->unknown = true;
+    if (!ours_read) {
+      ours = ancestors_of(proc_fd, self);
+      ours_read = true;
+    }
+    std::vector<pid_t> theirs = ancestors_of(proc_fd, pid);
+    bool descendant = std::find(theirs.begin(), theirs.end(), self) != theirs.end();
+    out->unknown = descendant || std::find(ours.begin(), ours.end(), pid) != ours.end();
   }
   closedir(dir);
   real().close(proc_fd);
   std::sort(out->inodes.begin(), out->inodes.end());
   return true;
+}
+
+void socket_holders_after_fork() noexcept {
+  scan_lock_slot() = new std::mutex;  // the parent's stays as it was, never used here
 }
 
 Holders socket_holders(int fd) noexcept {
@@ -131,13 +154,12 @@ Holders socket_holders(int fd) noexcept {
   // One scan a second serves every connection that asks: a socket asked about is one of this
   // process's, shared before the scan, so a scan a moment old still lists every other holder it had
   // then; one that let go since is seen at the next attempt.
-  static std::mutex mutex;
   static auto* held = new HeldSockets;  // never freed: a thread may ask while the process exits
   static std::chrono::steady_clock::time_point taken{};
   static pid_t taken_by = 0;        // a forked child's copy is its parent's view: looked at again
   static uint64_t taken_at_forks = 0;  // a fork since: the child holds what we do
   static bool valid = false;
-  std::lock_guard lock(mutex);
+  std::lock_guard lock(*scan_lock_slot());
   auto now = std::chrono::steady_clock::now();
   pid_t self = getpid();
   if (!valid || now - taken > std::chrono::seconds(1) || taken_by != self || taken_at_forks != forks_so_far()) {

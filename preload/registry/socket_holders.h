@@ -21,6 +21,9 @@ enum class Holders : unsigned char {
 // fd's socket. One look at /proc serves every call within a second (a scan lists every process's
 // descriptors: a few system calls each); made on the caller's thread.
 Holders socket_holders(int fd) noexcept;
+// In a forked child, right after the fork: the scan's lock is made anew (a thread of the parent may
+// have held it at the fork, and that thread does not exist here).
+void socket_holders_after_fork() noexcept;
 
 // What one look at /proc found: the socket inodes that processes other than `self` hold (sorted),
 // and whether a process that may hold some (a descendant or an ancestor of self's) could not be

@@ -87,6 +87,16 @@ TEST(SocketHolders, AnAncestorThatCannotBeLookedAtCounts) {
   EXPECT_EQ(held.of(500), Holders::kUnknown);
 }
 
+TEST(SocketHolders, InitThatCannotBeLookedAtDoesNotCount) {
+  // An unprivileged process cannot list init's descriptors; init is every process's ancestor.
+  FakeProc proc;
+  proc.hidden(1, 0);
+  proc.process(100, 1);
+  HeldSockets held;
+  ASSERT_TRUE(scan_held_sockets(proc.path(), 100, &held));
+  EXPECT_EQ(held.of(500), Holders::kThisProcessOnly);
+}
+
 TEST(SocketHolders, AForkedChildHoldsTheSocketUntilItClosesIt) {
   int pair[2];
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, pair), 0);
