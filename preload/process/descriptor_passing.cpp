@@ -8,6 +8,7 @@
 #include "back_to_tcp/move_back.h"
 #include "libc/real_calls.h"
 #include "process/deferred_upgrade.h"
+#include "process/exec_guard.h"
 #include "process/fork_service.h"
 #include "rdma_stream.h"
 #include "registry/connection_path.h"
@@ -22,14 +23,10 @@ namespace {
 
 constexpr char kWhy[] = "it is passed to another process";
 
-// Every descriptor of the connection names an unconnected socket from here on, and the connection is
-// reset (SO_LINGER {on, 0}, its last reference gone): the receiver's copy fails loudly, and so does
-// the peer.
+// The receiver's copy fails loudly, and so does the peer (exec_guard.h, reset_and_disown).
 void reset_before_passing(TrackedSocket* socket, int fd, const char* why) {
   log_always("%s: reset as %s: %s", connection_label(socket), kWhy, why);
-  linger hard{1, 0};
-  real().setsockopt(fd, SOL_SOCKET, SO_LINGER, &hard, sizeof hard);
-  replace_all_with_unconnected_sockets(socket);
+  reset_and_disown(socket, fd);
 }
 
 // One descriptor the message carries: the connection onto its kernel socket, whole, or reset.
@@ -41,16 +38,13 @@ void pass(int fd) {
   give_up_deferred_upgrade(socket.get(), fd, "the process passes it to another process before the upgrade");
   settle_session(fd, "the process passes it to another process before the upgrade");
   if (transport::RdmaStream* s = socket->stream()) {
-    if (!socket->follows_fork.load(std::memory_order_relaxed)) {
-      (void)s->flush();
+    const char* stays = !socket->follows_fork.load(std::memory_order_relaxed) ? "its rule says on_fork: parent"
+                        : !move_back(socket.get(), s, fd, kWhy)              ? "the peer did not answer the move to tcp"
+                                                                             : nullptr;
+    if (stays != nullptr) {
+      (void)s->flush();  // what was written still reaches the peer, then the reset
       s->abort();
-      reset_before_passing(socket.get(), fd, "its rule says on_fork: parent");
-      return;
-    }
-    if (!move_back(socket.get(), s, fd, kWhy)) {
-      (void)s->flush();
-      s->abort();
-      reset_before_passing(socket.get(), fd, "the peer did not answer the move to tcp");
+      reset_before_passing(socket.get(), fd, stays);
       return;
     }
   }

@@ -38,14 +38,6 @@ bool survives_exec(const TrackedSocket* socket) noexcept {
   return false;
 }
 
-// Every descriptor of `socket` names an unconnected socket; the connection itself is reset if these
-// were its last references (SO_LINGER {on, 0}).
-void reset_and_disown(TrackedSocket* socket, int fd) noexcept {
-  linger hard{1, 0};
-  real().setsockopt(fd, SOL_SOCKET, SO_LINGER, &hard, sizeof hard);
-  replace_all_with_unconnected_sockets(socket);
-}
-
 // Connections our parent lent us that the new program keeps a descriptor of: claimed now (a child
 // that closes them all before exec, as Python's subprocess does, costs its parent nothing).
 void claim_inherited_that_survive() noexcept {
@@ -119,6 +111,12 @@ void hand_on_prefixes(PrefixHandOn* prefixes) noexcept {
 }
 
 }  // namespace
+
+void reset_and_disown(TrackedSocket* socket, int fd) noexcept {
+  linger hard{1, 0};
+  real().setsockopt(fd, SOL_SOCKET, SO_LINGER, &hard, sizeof hard);
+  replace_all_with_unconnected_sockets(socket);
+}
 
 PrefixHandOn::PrefixHandOn(char* const* envp) noexcept
     : original_(envp), module_follows_(preloads_this_module(envp)) {}

@@ -60,6 +60,11 @@ class ExecGuard {
   PrefixHandOn prefixes_;
 };
 
+// Every descriptor of `socket` (fd one of them) names an unconnected socket from here on, and the
+// connection is reset if these were its last references (SO_LINGER {on, 0}): what a new program, or
+// another process the connection is passed to, cannot be handed whole fails loudly.
+void reset_and_disown(TrackedSocket* socket, int fd) noexcept;
+
 // At load: the prefixes an exec'ing process handed on (TCP2RDMA_TCP_PREFIX) become the prefixes of
 // the inherited sockets; the variable is then removed, so that a later exec starts afresh.
 void adopt_exec_prefixes() noexcept;
