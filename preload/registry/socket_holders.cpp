@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <new>
 #include <vector>
 
 #include "libc/real_calls.h"
@@ -20,11 +21,15 @@
 namespace tcp2rdma::preload {
 namespace {
 
-// The lock of socket_holders' scan and its result; a forked child gets a new one
-// (socket_holders_after_fork): a thread of the parent may have held this one at the fork.
-std::mutex*& scan_lock_slot() {
-  static auto* lock = new std::mutex;
-  return lock;
+// The lock of socket_holders' scan and its result, in storage that is never destroyed (a thread may
+// ask while the process exits). A forked child makes it anew in place (socket_holders_after_fork): a
+// thread of the parent may have held it at the fork. In place, not a new allocation: the child's
+// copy of the old one would be a leak for LeakSanitizer.
+alignas(std::mutex) unsigned char scan_lock_storage[sizeof(std::mutex)];
+
+std::mutex& scan_lock() {
+  static std::mutex* lock = new (scan_lock_storage) std::mutex;
+  return *lock;
 }
 
 bool all_digits(const char* name) {
@@ -141,7 +146,7 @@ bool scan_held_sockets(const char* proc, pid_t self, HeldSockets* out) noexcept 
 }
 
 void socket_holders_after_fork() noexcept {
-  scan_lock_slot() = new std::mutex;  // the parent's stays as it was, never used here
+  new (&scan_lock()) std::mutex;  // std::mutex needs no destruction: the held one is simply replaced
 }
 
 Holders socket_holders(int fd) noexcept {
@@ -159,7 +164,7 @@ Holders socket_holders(int fd) noexcept {
   static pid_t taken_by = 0;        // a forked child's copy is its parent's view: looked at again
   static uint64_t taken_at_forks = 0;  // a fork since: the child holds what we do
   static bool valid = false;
-  std::lock_guard lock(*scan_lock_slot());
+  std::lock_guard lock(scan_lock());
   auto now = std::chrono::steady_clock::now();
   pid_t self = getpid();
   if (!valid || now - taken > std::chrono::seconds(1) || taken_by != self || taken_at_forks != forks_so_far()) {
