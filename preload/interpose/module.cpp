@@ -1,6 +1,8 @@
 // The preload module's load and exit hooks: says the module is there when logging is on, takes the
-// prefixes an exec'ing process handed on, and at exit closes the process's RDMA streams in order.
+// prefixes and returns an exec'ing process handed on, and at exit closes the process's RDMA streams
+// in order.
 #include "process/exec_guard.h"
+#include "process/exec_returns.h"
 #include "process/fork_service.h"
 #include "registry/tracked_socket.h"
 #include "stats/stats_writer.h"
@@ -12,6 +14,7 @@ namespace {
 [[gnu::constructor]] void announce_load() {
   if (tcp2rdma::preload::log_enabled()) tcp2rdma::preload::log_line("loaded");
   tcp2rdma::preload::adopt_exec_prefixes();
+  tcp2rdma::preload::adopt_exec_returns();  // after the prefixes: a connection may have both
 }
 
 // Runs at exit() (not at _exit): bytes written to upgraded connections still reach the peer.

@@ -99,6 +99,7 @@ void stop_directory_service(ListenerState* listener) noexcept {
 void forget_directory(ListenerState* listener) noexcept {
   stop_directory_service(listener);
   ListenerDirectory* directory = listener->directory.exchange(nullptr);
+  if (int memfd = listener->directory_memfd.exchange(-1); memfd >= 0) real().close(memfd);
   if (directory == nullptr) return;
   directory->release_holder(getpid());  // if it is this process
   ListenerDirectory::unmap(directory);

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include <new>
 
 #include "libc/real_calls.h"
+#include "own_descriptors.h"
 #include "util/robust_mutex.h"
 
 namespace tcp2rdma::preload {
@@ -36,15 +38,46 @@ bool process_alive(pid_t pid) noexcept {
 // once its pid is set).
 using Locked = RobustLock;
 
-ListenerDirectory* ListenerDirectory::create() noexcept {
-  void* p = ::mmap(nullptr, sizeof(ListenerDirectory), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+namespace {
+
+// Room for a directory: the shared mapping of a new memfd (*memfd, above the application's
+// descriptors), or of anonymous memory (*memfd -1) when no memfd can be had.
+void* shared_memory(int* memfd) noexcept {
+  {
+    transport::OwnDescriptors window;  // not a number of the application's
+    *memfd = window.place(static_cast<int>(::memfd_create("tcp2rdma-directory", MFD_CLOEXEC)));
+  }
+  if (*memfd >= 0) {
+    void* p = ::ftruncate(*memfd, sizeof(ListenerDirectory)) == 0
+                  ? ::mmap(nullptr, sizeof(ListenerDirectory), PROT_READ | PROT_WRITE, MAP_SHARED, *memfd, 0)
+                  : MAP_FAILED;
+    if (p != MAP_FAILED) return p;
+    real().close(*memfd);
+    *memfd = -1;
+  }
+  return ::mmap(nullptr, sizeof(ListenerDirectory), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+}
+
+}  // namespace
+
+ListenerDirectory* ListenerDirectory::create(int* memfd) noexcept {
+  void* p = shared_memory(memfd);
   if (p == MAP_FAILED) return nullptr;
   auto* d = static_cast<ListenerDirectory*>(p);  // the mapping is zeroed: no holder, every entry free
   if (init_robust_mutex(&d->mutex_) != 0) {
     ::munmap(p, sizeof(ListenerDirectory));
+    if (*memfd >= 0) real().close(*memfd);
+    *memfd = -1;
     return nullptr;
   }
   return d;
+}
+
+ListenerDirectory* ListenerDirectory::map(int memfd) noexcept {
+  struct stat st {};
+  if (::fstat(memfd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size != sizeof(ListenerDirectory)) return nullptr;
+  void* p = ::mmap(nullptr, sizeof(ListenerDirectory), PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+  return p == MAP_FAILED ? nullptr : static_cast<ListenerDirectory*>(p);
 }
 
 void ListenerDirectory::unmap(ListenerDirectory* directory) noexcept {

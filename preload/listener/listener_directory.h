@@ -21,8 +21,14 @@ class ListenerDirectory {
   // Connections accepted by workers whose RDMA requests are awaited at the same moment.
   static constexpr size_t kEntries = 256;
 
-  // A new, empty directory in shared anonymous memory, or null when it cannot be mapped.
-  static ListenerDirectory* create() noexcept;
+  // A new, empty directory in the shared mapping of a memfd, or null when it cannot be mapped.
+  // *memfd: the memfd (the module's own descriptor, close-on-exec), kept by the caller so that a
+  // new program the process execs can map the same directory (process/exec_returns.h); -1 when
+  // only anonymous shared memory could be had (the family's forks share it all the same).
+  static ListenerDirectory* create(int* memfd) noexcept;
+  // The directory in `memfd`, made by create() in another process of the family, mapped here; null
+  // when it is not one (a wrong size).
+  static ListenerDirectory* map(int memfd) noexcept;
   // Unmaps this process's view; the other processes keep theirs.
   static void unmap(ListenerDirectory* directory) noexcept;
 

@@ -48,6 +48,10 @@ struct ListenerState final : ListenerParts {
   // thread that sends the others' requests on (directory_service.h), and the process that runs it
   // (fork_generation()).
   std::atomic<ListenerDirectory*> directory{nullptr};
+  // The memfd the directory is mapped from (ListenerDirectory::create), or -1: a new program this
+  // process execs with one of the listener's connections maps it too (process/exec_returns.h). Set
+  // with the directory; closed with it.
+  std::atomic<int> directory_memfd{-1};
   uint16_t own_rdma_port = 0;
   // In a process with its own port that took the listener's port over after the process holding it
   // exited: the rdma_cm listener there, which only sends requests on (with mutex).

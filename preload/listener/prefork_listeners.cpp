@@ -32,9 +32,11 @@ void for_each_listener(F f) {
 // family gets RDMA, as without a directory).
 void make_directory(ListenerState* l, bool keeps_listener) {
   if (l->directory.load() != nullptr) return;
-  ListenerDirectory* directory = ListenerDirectory::create();
+  int memfd = -1;
+  ListenerDirectory* directory = ListenerDirectory::create(&memfd);
   if (directory == nullptr) return;
   if (keeps_listener) directory->claim_holder(getpid());
+  l->directory_memfd.store(memfd);
   l->directory.store(directory);
 }
 

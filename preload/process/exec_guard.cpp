@@ -110,6 +110,15 @@ void hand_on_prefixes(PrefixHandOn* prefixes) noexcept {
   });
 }
 
+// Every descriptor that exec keeps, of a connection back on TCP with a return planned: the return is
+// the new program's (exec_returns.h).
+void hand_on_returns(ReturnHandOn* returns) noexcept {
+  for_each_tracked_fd([&](int fd, SocketHold& socket) {
+    int flags = real().fcntl(fd, F_GETFD);
+    if (flags >= 0 && (flags & FD_CLOEXEC) == 0) (void)returns->add(socket.get(), fd);
+  });
+}
+
 }  // namespace
 
 void reset_and_disown(TrackedSocket* socket, int fd) noexcept {
@@ -145,17 +154,22 @@ char* const* PrefixHandOn::envp() noexcept {
   if (variable_.empty()) return original_;
   if (!envp_.empty()) return envp_.data();
   variable_ = std::string(kExecPrefixVariable) + "=" + variable_;
-  const size_t name_len = std::strlen(kExecPrefixVariable);
-  for (char* const* e = original_; e != nullptr && *e != nullptr; ++e) {
-    if (std::strncmp(*e, kExecPrefixVariable, name_len) == 0 && (*e)[name_len] == '=') continue;
-    envp_.push_back(*e);
-  }
-  envp_.push_back(variable_.data());
-  envp_.push_back(nullptr);
-  return envp_.data();
+  return environment_with(original_, variable_, &envp_);
 }
 
-ExecGuard::ExecGuard(char* const* envp) noexcept : prefixes_(envp) {
+char* const* environment_with(char* const* base, std::string& entry, std::vector<char*>* storage) noexcept {
+  const size_t name_len = entry.find('=') + 1;  // the name and its '='
+  storage->clear();
+  for (char* const* e = base; e != nullptr && *e != nullptr; ++e) {
+    if (std::strncmp(*e, entry.c_str(), name_len) == 0) continue;
+    storage->push_back(*e);
+  }
+  storage->push_back(entry.data());
+  storage->push_back(nullptr);
+  return storage->data();
+}
+
+ExecGuard::ExecGuard(char* const* envp) noexcept : prefixes_(envp), returns_(prefixes_.module_follows()) {
   SavedErrno keep_errno;
   // Connections whose upgrade is still on TCP stay there, and the new program can use them.
   settle_all_sessions();
@@ -166,6 +180,7 @@ ExecGuard::ExecGuard(char* const* envp) noexcept : prefixes_(envp) {
   answer_children_before_leaving(survives_exec);
   end_or_move_back_streams();
   hand_on_prefixes(&prefixes_);
+  hand_on_returns(&returns_);
   finish_closing();  // streams closed before exec end before the image that holds them goes
 }
 

@@ -9,12 +9,15 @@
 //  - a carried socket back on TCP with a prefix (the peer's bytes kept from the stream) hands the
 //    prefix on in a memfd that TCP2RDMA_TCP_PREFIX in the new environment names, and the module reads
 //    it at load (adopt_exec_prefixes). If the new environment does not preload the module, the
-//    connection is reset instead: a gap in the bytes must never pass unnoticed.
+//    connection is reset instead: a gap in the bytes must never pass unnoticed;
+//  - a carried connection back on TCP with a return planned hands that on too (exec_returns.h).
 // If exec fails, this process goes on with its connections as they now are (back on TCP).
 #pragma once
 
 #include <string>
 #include <vector>
+
+#include "process/exec_returns.h"
 
 namespace tcp2rdma::preload {
 
@@ -37,6 +40,8 @@ class PrefixHandOn {
   bool add(const TrackedSocket* socket, int target) noexcept;
   // The environment to start the new program with: the caller's, plus the variable if anything was added.
   char* const* envp() noexcept;
+  // Whether the new program's environment preloads this module.
+  bool module_follows() const noexcept { return module_follows_; }
 
  private:
   char* const* original_;
@@ -53,12 +58,18 @@ class ExecGuard {
   ExecGuard(const ExecGuard&) = delete;
   ExecGuard& operator=(const ExecGuard&) = delete;
 
-  // The environment to exec with: the caller's, plus the prefixes' variable when there are any.
-  char* const* envp() noexcept { return prefixes_.envp(); }
+  // The environment to exec with: the caller's, plus the prefixes' and the returns' variables when
+  // there are any.
+  char* const* envp() noexcept { return returns_.envp(prefixes_.envp()); }
 
  private:
   PrefixHandOn prefixes_;
+  ReturnHandOn returns_;
 };
+
+// `base` without any entry of the variable `entry` names ("NAME=value") and with `entry` added, in
+// *storage (pointers to `base`'s strings and to `entry`, which must outlive the result).
+char* const* environment_with(char* const* base, std::string& entry, std::vector<char*>* storage) noexcept;
 
 // Every descriptor of `socket` (fd one of them) names an unconnected socket from here on, and the
 // connection is reset if these were its last references (SO_LINGER {on, 0}): what a new program, or

@@ -30,7 +30,8 @@ ForkShare::~ForkShare() {
 bool ForkShare::shared() const noexcept {
   if (passed_.load(std::memory_order_relaxed)) return true;
   uint64_t forks = g_forks.load(std::memory_order_relaxed);
-  return forks != forks_at_birth_ && forks != alone_at_forks_.load(std::memory_order_relaxed);
+  bool since_birth = forks != forks_at_birth_ || inherited_.load(std::memory_order_relaxed);
+  return since_birth && forks != alone_at_forks_.load(std::memory_order_relaxed);
 }
 
 void ForkShare::note_alone() noexcept {

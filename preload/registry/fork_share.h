@@ -37,6 +37,9 @@ class ForkShare {
   // No other process holds the connection any more (process/fork_service.h): unshared until the
   // process forks or spawns again.
   void note_alone() noexcept;
+  // A connection this program got from the program that exec'd it (process/exec_returns.h): the
+  // exec'ing process's parent, or its children, may hold it too. Shared until note_alone().
+  void note_inherited() noexcept { inherited_.store(true, std::memory_order_relaxed); }
 
   // A child that claimed the connection while its parent still held it (process/fork_service.h): it
   // may learn by asking later that the parent let go since, so long as it has not forked itself.
@@ -61,6 +64,7 @@ class ForkShare {
   uint64_t accepted_from_birth_ = 0;
   std::atomic<TrackedSocket*> return_listener_{nullptr};  // held
   std::atomic<bool> passed_{false};
+  std::atomic<bool> inherited_{false};
 };
 
 }  // namespace tcp2rdma::preload

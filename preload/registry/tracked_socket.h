@@ -139,6 +139,8 @@ class TrackedSocket {
   // How many times the connection went onto RDMA (both ends count the same switches): its next
   // upgrade's request names it (TcpTuple::reserved), unlike a repeat of its first.
   uint8_t upgrades() const noexcept { return upgrades_.load(std::memory_order_acquire); }
+  // The count the program that exec'd this one handed on with the connection (process/exec_returns.h).
+  void adopt_upgrades(uint8_t n) noexcept { upgrades_.store(n, std::memory_order_release); }
   // Whether another process may hold this connection too (registry/fork_share.h): then it never
   // returns to RDMA.
   bool shared() const noexcept { return forks.shared(); }

@@ -1,6 +1,8 @@
 // The pre-fork directory (preload/listener_directory.h) on the host: who holds the port, where each
 // connection's request is to be sent, and what a process that dies leaves behind, across real forks.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -33,8 +35,12 @@ int in_child(F f) {
 }
 
 struct Directory {
-  ListenerDirectory* d = ListenerDirectory::create();
-  ~Directory() { ListenerDirectory::unmap(d); }
+  int memfd = -1;
+  ListenerDirectory* d = ListenerDirectory::create(&memfd);
+  ~Directory() {
+    ListenerDirectory::unmap(d);
+    if (memfd >= 0) close(memfd);
+  }
 };
 
 TEST(ListenerDirectory, OneLiveHolderAtATime) {
@@ -52,6 +58,29 @@ TEST(ListenerDirectory, OneLiveHolderAtATime) {
   EXPECT_NE(dir.d->holder(), 0);
   EXPECT_TRUE(dir.d->claim_holder(getpid()));
   EXPECT_EQ(dir.d->holder(), getpid());
+}
+
+TEST(ListenerDirectory, ItsMemfdMapsTheSameDirectoryAgain) {
+  // As a new program that a process of the family exec'd maps it (process/exec_returns.h).
+  Directory dir;
+  ASSERT_NE(dir.d, nullptr);
+  ASSERT_GE(dir.memfd, 0);
+  EXPECT_EQ(fcntl(dir.memfd, F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+  ListenerDirectory* again = ListenerDirectory::map(dir.memfd);
+  ASSERT_NE(again, nullptr);
+  ASSERT_NE(again, dir.d);
+  EXPECT_TRUE(dir.d->claim_holder(getpid()));
+  EXPECT_EQ(again->holder(), getpid());
+  EXPECT_TRUE(again->publish(tuple(4100), 7100, getpid()));
+  EXPECT_EQ(dir.d->port_for(tuple(4100)), 7100);
+  ListenerDirectory::unmap(again);
+  // Anything else is not a directory.
+  int other = static_cast<int>(memfd_create("other", MFD_CLOEXEC));
+  ASSERT_GE(other, 0);
+  EXPECT_EQ(ListenerDirectory::map(other), nullptr);  // empty
+  ASSERT_EQ(ftruncate(other, 4096), 0);
+  EXPECT_EQ(ListenerDirectory::map(other), nullptr);  // the wrong size
+  close(other);
 }
 
 TEST(ListenerDirectory, AnExitedProcessIsNotAliveBeforeItIsReaped) {

@@ -5,10 +5,14 @@
 #  - socat TCP-LISTEN:5012,fork EXEC:cat: its worker child uses the connection its parent accepted
 #    (lent, then claimed: back on TCP), then forks the child that execs cat with pipes, which holds
 #    none of it; the worker carries the bytes between the connection and cat;
-#  - child_uses_once.py on 5015: the parent's child writes once and exits; the parent echoes.
+#  - child_uses_once.py on 5015: the parent's child writes once and exits; the parent echoes;
+#  - socat TCP-LISTEN:5013,fork EXEC:cat,nofork, inetd's shape: the worker child execs cat with the
+#    connection on 0 and 1 (back on TCP at the exec), and socat's parent closes its copy; the return
+#    goes along to cat (process/exec_returns.h), whose module asks socat's directory for the request.
 # paced_client.py sends 64 KiB every 0.1 s for 12 s to each at once: every byte echoed in order, and
-# each connection back on RDMA at both ends while it runs. Before, the worker's and the parent's
-# connections stayed on TCP for good ("another process may hold the connection").
+# each connection back on RDMA at both ends while it runs, its later exchanges crossing rxe. Before,
+# the worker's and the parent's connections stayed on TCP for good ("another process may hold the
+# connection"), and cat's had no return at all (the new program did not know the connection).
 set -u
 shim=$1 rules=$2 role=$3
 here=$(cd "$(dirname "$0")" && pwd)
@@ -17,26 +21,43 @@ log=$T2R_WORK/shim-$T2R_HOST.log
 run() { env LD_PRELOAD="$shim" TCP2RDMA_RULES="$rules" TCP2RDMA_LOG="$log" "$@"; }
 if [ "$role" = a ]; then
   run socat -d -d TCP-LISTEN:5012,fork,reuseaddr EXEC:cat 2> "$T2R_WORK/server-5012.err" &
+  servers=$!
   run python3 "$here/child_uses_once.py" 5015 2> "$T2R_WORK/server-5015.err" &
+  run socat -d -d TCP-LISTEN:5013,fork,reuseaddr EXEC:cat,nofork 2> "$T2R_WORK/server-5013.err" &
+  servers="$servers $!"
   until [ -f "$T2R_WORK/clients-done" ]; do sleep 0.2; done
-  kill %1 2>/dev/null
-  grep 'back on\|other process\|stays' "$log" | sed 's/^/children-let-go server:   /'
+  kill $servers 2>/dev/null
+  grep 'back on\|other process\|stays\|exec' "$log" | sed 's/^/children-let-go server:   /'
   alone=$(grep -c 'no other process holds the connection any more' "$log")
   back=$(grep -c 'back on rdma' "$log")
-  echo "children-let-go server: $alone connections alone again, $back back on rdma"
-  [ "$alone" -ge 2 ] && [ "$back" -ge 2 ]
+  handed=$(grep -c "back on tcp in this program, which the process exec'd with it" "$log")
+  echo "children-let-go server: $alone connections alone again, $back back on rdma, $handed return handed on at exec"
+  [ "$alone" -ge 3 ] && [ "$back" -ge 3 ] && [ "$handed" -ge 1 ]
   exit
 fi
-sh "$guest/wait-listening.sh" "$T2R_WORK/server-5012.err" 'listening on' && sh "$guest/wait-listening.sh" "$T2R_WORK/server-5015.err" || exit 1
+sh "$guest/wait-listening.sh" "$T2R_WORK/server-5012.err" 'listening on' &&
+  sh "$guest/wait-listening.sh" "$T2R_WORK/server-5013.err" 'listening on' &&
+  sh "$guest/wait-listening.sh" "$T2R_WORK/server-5015.err" || exit 1
 status=0
 run python3 "$here/paced_client.py" "$T2R_PEER" 5012 12 > /tmp/client-5012.out 2>&1 &
-run python3 "$here/paced_client.py" "$T2R_PEER" 5015 12 child > /tmp/client-5015.out 2>&1 || status=1
-wait $! || status=1
-cat /tmp/client-5012.out /tmp/client-5015.out
+clients=$!
+run python3 "$here/paced_client.py" "$T2R_PEER" 5013 12 > /tmp/client-5013.out 2>&1 &
+clients="$clients $!"
+run python3 "$here/paced_client.py" "$T2R_PEER" 5015 12 child > /tmp/client-5015.out 2>&1 &
+clients="$clients $!"
+# The path: once all three are back on RDMA, their exchanges cross rxe (64 KiB each way every 0.1 s).
+waited=0
+until [ "$(grep -c 'back on rdma' "$log")" -ge 3 ] || [ $waited -ge 110 ]; do sleep 0.1; waited=$((waited + 1)); done
+before=$("$guest/rdma-counters")
+for pid in $clients; do wait "$pid" || status=1; done
+after=$("$guest/rdma-counters")
+cat /tmp/client-5012.out /tmp/client-5013.out /tmp/client-5015.out
 touch "$T2R_WORK/clients-done"
 grep 'back on' "$log" | sed 's/^/children-let-go client:   /'
 back=$(grep -c 'back on rdma' "$log")
-echo "children-let-go client: $back connections back on rdma"
-[ "$back" -ge 2 ] || status=1
+sent=$(printf '%s\n%s\n' "$before" "$after" | awk '$1 == "sent_pkts" { v[n++] = $2 } END { print v[1] - v[0] }')
+echo "children-let-go client: $back connections back on rdma, rxe sent $sent packets after the last of them"
+[ "$back" -ge 3 ] || status=1
+[ "$sent" -ge 300 ] || status=1
 sleep 2  # guest a reads the logs
 exit $status

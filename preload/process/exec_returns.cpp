@@ -1,0 +1,245 @@
+#include "process/exec_returns.h"
+
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "libc/real_calls.h"
+#include "listener/listener_directory.h"
+#include "listener/listener_state.h"
+#include "own_descriptors.h"
+#include "process/exec_guard.h"
+#include "registry/connection_policy.h"
+#include "registry/socket_registry.h"
+#include "registry/tracked_socket.h"
+#include "registry/upgrade_session.h"
+#include "util/log.h"
+#include "util/saved_errno.h"
+
+namespace tcp2rdma::preload {
+namespace {
+
+// The memfd of the directory of the listener that accepted the server connection `socket`: the one a
+// forked child kept for its return (ForkShare::return_listener), else this process's own listener
+// that accepted it. -1 when neither has a directory (a process that never forked after accepting).
+int directory_memfd_of(TrackedSocket* socket) {
+  SocketHold listener = socket->forks.return_listener();
+  if (!listener) {
+    for_each_tracked_fd([&](int, SocketHold& candidate) {
+      if (!listener && candidate->role() == SocketRole::kListener && socket->forks.accepted_from(candidate.get())) {
+        listener = SocketHold(candidate.get());
+      }
+    });
+  }
+  ListenerState* state = listener ? listener_state(listener.get()) : nullptr;
+  return state != nullptr && state->directory.load() != nullptr ? state->directory_memfd.load() : -1;
+}
+
+// A listener for the new program's returns of server connections: no descriptor, no kernel socket,
+// only the family's directory mapped from `memfd` (which it keeps, close-on-exec, for a later exec).
+// Its RDMA listener is made on a port of this process's own at the first return
+// (prefork_listeners.h: claim_rdma_listener), as in a forked child that closed the listener.
+SocketHold directory_listener(int memfd, int domain) {
+  ListenerDirectory* directory = ListenerDirectory::map(memfd);
+  if (directory == nullptr) return {};
+  auto* listener = new (std::nothrow) TrackedSocket(domain, SocketRole::kListener);
+  if (listener == nullptr) {
+    ListenerDirectory::unmap(directory);
+    return {};
+  }
+  SocketHold held(listener);
+  listener->release();  // the hold is the only reference
+  ListenerState* state = make_listener_state(listener);
+  if (state == nullptr) {
+    ListenerDirectory::unmap(directory);
+    return {};
+  }
+  real().fcntl(memfd, F_SETFD, FD_CLOEXEC);
+  state->directory_memfd.store(memfd);
+  state->directory.store(directory);
+  state->rdma_handed_on.store(true);  // a process of the family may make the RDMA listener
+  return held;
+}
+
+// One entry of the variable: a descriptor of an inherited connection.
+struct Entry {
+  int fd = -1;
+  char role = 0;  // 'c' client, 's' server
+  unsigned upgrades = 0;
+  int memfd = -1;  // the directory's, for a server connection
+  unsigned index = 0;
+};
+
+bool parse(const std::string& text, Entry* e) {
+  return std::sscanf(text.c_str(), "%d:%c:%u:%d:%u", &e->fd, &e->role, &e->upgrades, &e->memfd, &e->index) == 5 &&
+         e->fd >= 0 && (e->role == 'c' || e->role == 's') && e->upgrades <= 255;
+}
+
+// The connection on e.fd back on TCP, with a return planned by this program's rules through
+// `listener` (servers). Nothing when the rules keep it on TCP.
+void plan_inherited_return(TrackedSocket* socket, int fd, const Entry& e, const SocketHold& listener) {
+  config::Role role = e.role == 'c' ? config::Role::kClient : config::Role::kServer;
+  config::Decision decision = decide_connection(fd, role);
+  char label[kConnectionLabelSize];
+  describe_connection(fd, role, decision, label, sizeof label);
+  if (decision.rule == nullptr || decision.options->transport != config::Transport::kRdma) {
+    log_line("%s: stays on tcp in this program, which the process exec'd with it", label);
+    return;
+  }
+  if (role == config::Role::kServer && !listener) {
+    log_line("%s: stays on tcp for good (the program that exec'd this one handed on no listener directory)", label);
+    return;
+  }
+  UpgradeSession* session = socket->start_session();
+  if (session == nullptr) return;  // one already: not a connection this program just got
+  session->set_label(label);
+  (void)session->end_on_tcp();  // the ended session that a return's follows (start_return_session)
+  socket->set_role(role == config::Role::kClient ? SocketRole::kClient : SocketRole::kServer);
+  socket->adopt_upgrades(static_cast<uint8_t>(e.upgrades));
+  socket->forks.note_inherited();
+  if (listener) socket->forks.keep_return_listener(listener.get());
+  socket->returns.remember(decision);
+  socket->returns.arm(std::chrono::steady_clock::now());  // before the path says back on TCP
+  socket->move_path(Path::kTcp, Path::kBackOnTcp);
+  log_line("%s: back on tcp in this program, which the process exec'd with it: it may go back to rdma here once no "
+           "other process holds it",
+           label);
+}
+
+// Whether fd is a listener directory's memfd (ListenerDirectory::create), by its name: a variable
+// left over by a program without the module between two that have it could name another descriptor.
+bool is_directory_memfd(int fd) {
+  char path[32], target[64];
+  std::snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  ssize_t n = readlink(path, target, sizeof target - 1);
+  if (n <= 0) return false;
+  target[n] = '\0';
+  return std::strncmp(target, "/memfd:tcp2rdma-directory", 25) == 0;
+}
+
+// The listener for the directory in `memfd`: made at its first entry, found at the next ones.
+SocketHold listener_for_memfd(int memfd, int domain, std::vector<std::pair<int, SocketHold>>* listeners) {
+  for (const auto& [known, listener] : *listeners) {
+    if (known == memfd) return SocketHold(listener.get());
+  }
+  SocketHold made = is_directory_memfd(memfd) ? directory_listener(memfd, domain) : SocketHold{};
+  if (!made && is_directory_memfd(memfd)) real().close(memfd);  // no use here without a mapping
+  try {
+    listeners->emplace_back(memfd, SocketHold(made.get()));
+  } catch (const std::bad_alloc&) {
+  }
+  return made;
+}
+
+// Splits the variable's value into entries.
+std::vector<std::string> entries_of(const std::string& value) {
+  std::vector<std::string> out;
+  for (size_t pos = 0; pos < value.size();) {
+    size_t comma = value.find(',', pos);
+    if (comma == std::string::npos) comma = value.size();
+    out.push_back(value.substr(pos, comma - pos));
+    pos = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+ReturnHandOn::~ReturnHandOn() {
+  SavedErrno keep_errno;
+  for (const auto& copy : memfd_copies_) real().close(copy.second);
+}
+
+int ReturnHandOn::inheritable_copy(int memfd) noexcept {
+  for (const auto& [original, copy] : memfd_copies_) {
+    if (original == memfd) return copy;
+  }
+  int copy = -1;
+  {
+    transport::OwnDescriptors window;  // above the application's numbers, here and in the new program
+    copy = window.place(real().fcntl(memfd, F_DUPFD_CLOEXEC, 0));
+  }
+  if (copy < 0) return -1;
+  if (real().fcntl(copy, F_SETFD, 0) != 0) {
+    real().close(copy);
+    return -1;
+  }
+  try {
+    memfd_copies_.emplace_back(memfd, copy);
+  } catch (const std::bad_alloc&) {
+    real().close(copy);
+    return -1;
+  }
+  return copy;
+}
+
+bool ReturnHandOn::add(TrackedSocket* socket, int target) noexcept {
+  if (!module_follows_ || !socket->back_on_tcp() || !socket->returns.armed() || socket->forks.passed()) return false;
+  SocketRole role = socket->role();
+  if (role != SocketRole::kClient && role != SocketRole::kServer) return false;
+  int copy = -1;
+  if (role == SocketRole::kServer) {
+    int memfd = directory_memfd_of(socket);
+    copy = memfd >= 0 ? inheritable_copy(memfd) : -1;
+    if (copy < 0) {
+      log_line("fd %d: stays on tcp in the program this process execs (no listener directory to hand on)", target);
+      return false;
+    }
+  }
+  try {
+    size_t index = 0;
+    while (index < sockets_.size() && sockets_[index] != socket) ++index;
+    if (index == sockets_.size()) sockets_.push_back(socket);
+    char entry[64];
+    std::snprintf(entry, sizeof entry, "%s%d:%c:%u:%d:%zu", variable_.empty() ? "" : ",", target,
+                  role == SocketRole::kClient ? 'c' : 's', static_cast<unsigned>(socket->upgrades()), copy, index);
+    variable_ += entry;
+  } catch (const std::bad_alloc&) {
+    return false;
+  }
+  return true;
+}
+
+char* const* ReturnHandOn::envp(char* const* base) noexcept {
+  if (variable_.empty()) return base;
+  if (!envp_.empty()) return envp_.data();
+  variable_ = std::string(kExecReturnVariable) + "=" + variable_;
+  return environment_with(base, variable_, &envp_);
+}
+
+void adopt_exec_returns() noexcept {
+  const char* value = std::getenv(kExecReturnVariable);
+  if (value == nullptr) return;
+  std::vector<std::string> entries = entries_of(value);
+  unsetenv(kExecReturnVariable);
+  std::vector<std::pair<unsigned, int>> first_fd;      // an entry's index, the first descriptor of it
+  std::vector<std::pair<int, SocketHold>> listeners;  // a directory's memfd, its listener here (or none)
+  for (const std::string& text : entries) {
+    Entry e;
+    if (!parse(text, &e)) continue;
+    int first = -1;
+    for (const auto& [index, fd] : first_fd) first = index == e.index ? fd : first;
+    if (first >= 0) {
+      if (!SocketHold::of(e.fd)) track_duplicate(first, e.fd);  // a prefix's adoption may have done it
+      continue;
+    }
+    int domain = 0;
+    socklen_t len = sizeof domain;
+    if (real().getsockopt(e.fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0 || (domain != AF_INET && domain != AF_INET6)) {
+      continue;
+    }
+    first_fd.emplace_back(e.index, e.fd);
+    if (!SocketHold::of(e.fd)) track_new_socket(e.fd, domain, SocketRole::kUnknown);
+    SocketHold socket = SocketHold::of(e.fd);
+    if (!socket) continue;
+    plan_inherited_return(socket.get(), e.fd, e, e.memfd >= 0 ? listener_for_memfd(e.memfd, domain, &listeners) : SocketHold{});
+  }
+}
+
+}  // namespace tcp2rdma::preload
