@@ -16,6 +16,7 @@
 #include "keep_forever.h"
 #include "libc/real_calls.h"
 #include "listener/prefork_listeners.h"
+#include "process/exec_returns.h"
 #include "process/fork_service.h"
 #include "registry/connection_path.h"
 #include "registry/connection_stats.h"
@@ -39,18 +40,19 @@ std::mutex*& take_up_lock_slot() {
   static auto* lock = new std::mutex;
   return lock;
 }
-std::mutex& take_up_lock() { return *take_up_lock_slot(); }
 
-// How long a parent's thread waits for the parent to let go of a connection a child claims: the
-// postmaster closes its copy right after fork() returns.
-constexpr int kLetGoLooks = 30;
-constexpr useconds_t kLetGoLookUs = 10000;
-constexpr int kKeptAnswerWaitMs = 1000;
+}  // namespace
 
-void log_stays(TrackedSocket* socket, const char* why) {
+std::mutex& take_up_lock() noexcept { return *take_up_lock_slot(); }
+
+void log_stays(TrackedSocket* socket, const char* why) noexcept {
   log_line("%s: stays tcp (%s)", connection_label(socket), why);
   stats::slot_on_tcp(socket->stats_slot.load(std::memory_order_relaxed), stats::TcpReason::kClosedEarly, why);
 }
+
+namespace {
+
+
 
 // Why the parent takes an upgrade up that no process used (the log line's end).
 constexpr char kUnusedNote[] = " (no process used it within 200 ms of the fork)";
@@ -111,17 +113,6 @@ void apply_answer(TrackedSocket* socket, int fd, const TrackedSocket::DeferredUp
   refuse_parents_copy(socket, fd, answer.outcome);  // never a connection with bytes missing
 }
 
-// The parent gives a connection it took up to a child that uses it too: the session ends on TCP, or
-// the stream it reached moves back (as a lent connection's does).
-HandBack give_up_for_child(TrackedSocket* socket) {
-  if (UpgradeSession* session = socket->active_session(); session != nullptr && session->settle()) {
-    log_stays(socket, "a child process uses the connection too");
-  }
-  if (socket->stream() != nullptr && socket->path_is(Path::kRdma)) return move_back_for_child(socket, "a child that uses it");
-  HandBack answer;
-  answer.outcome = HandBack::Outcome::kStaysTcp;
-  return answer;
-}
 
 }  // namespace
 
@@ -184,17 +175,33 @@ void drop_inherited_deferred_upgrades(bool (*lent_here)(uint64_t serial)) noexce
 
 namespace {
 
+// An upgrade handed on at exec stays on the socket, as this process's own given it at exec, until the
+// exec succeeds: a failed one (a shell tries each PATH directory) hands it on again, or this process
+// takes it up itself at its first use.
+void keep_for_exec(TrackedSocket* socket) {
+  std::unique_ptr<DeferredUpgrade> record = socket->take_deferred_upgrade();
+  record->generation = fork_generation();
+  record->handed_at_exec = true;
+  record->handed_on = true;
+  socket->defer_upgrade(std::move(record));
+}
+
 // take_up_deferred_upgrade under the lock. The record stays on the socket (other threads wait for
 // the lock) until the new session is in place.
-void take_up_locked(TrackedSocket* socket, int fd, bool may_resume, const char* note = "") {
+void take_up_locked(TrackedSocket* socket, int fd, bool may_resume, const char* note = "",
+                    ReturnHandOn* hand_on = nullptr) {
   const TrackedSocket::DeferredUpgrade* record = socket->deferred_upgrade();
   if (record == nullptr) return;  // another thread took it up first
   bool child = record->generation != fork_generation();
-  if (!child && !may_resume) return;  // this process's own: it stays for its first use
-  if (!child) {
-    resume(socket, fd, *record, /*child=*/false, note);
+  if (!child && may_resume) {
+    // One the program that exec'd this one was given: taken up as a forked child's (its own listener).
+    resume(socket, fd, *record, /*child=*/record->handed_at_exec, note);
   } else {
-    HandBack answer = claim_deferred_from_parent(socket->serial());
+    // A child asks its parent; at exec, one the parent gives it, or one given to this program, goes on.
+    HandBack answer = child ? claim_deferred_from_parent(socket->serial()) : HandBack{};
+    bool ours = child ? answer.outcome == HandBack::Outcome::kResume : record->handed_at_exec;
+    if (hand_on != nullptr && ours && hand_on->add_upgrade(socket)) return keep_for_exec(socket);
+    if (!child) return;  // this process's own: it stays for its first use
     apply_answer(socket, fd, *record, answer, may_resume);
   }
   if (auto owned = socket->take_deferred_upgrade()) owned->listener->release();
@@ -268,78 +275,16 @@ void give_up_deferred_upgrade(TrackedSocket* socket, int fd, const char* why) no
   }
 }
 
-void claim_inherited_deferred_upgrades(bool (*survives)(const TrackedSocket*), bool lock_held) noexcept {
+void claim_inherited_deferred_upgrades(bool (*survives)(const TrackedSocket*), bool lock_held,
+                                       ReturnHandOn* hand_on) noexcept {
   for_each_tracked_fd([=](int fd, SocketHold& socket) {
     const TrackedSocket::DeferredUpgrade* record = socket->deferred_upgrade();
-    if (record == nullptr || record->generation == fork_generation()) return;
-    if (survives != nullptr && !survives(socket.get())) return;
-    if (lock_held) {
-      take_up_locked(socket.get(), fd, /*may_resume=*/false);
-    } else {
-      take_up_deferred_upgrade(socket.get(), fd, /*may_resume=*/false);
-    }
+    bool own = record != nullptr && record->generation == fork_generation() && !(hand_on && record->handed_at_exec);
+    if (record == nullptr || own || (survives != nullptr && !survives(socket.get()))) return;
+    std::unique_lock<std::mutex> lock;
+    if (!lock_held) lock = std::unique_lock(take_up_lock());
+    take_up_locked(socket.get(), fd, /*may_resume=*/false, "", hand_on);
   });
-}
-
-namespace {
-
-// The answer this process kept when it let go (kResume, kStaysTcp), given once: the upgrade is one
-// process's to take up, so a second child that holds the connection too gets kGone (its copy fails
-// loudly rather than carry bytes beside the first child's stream). Waits out a hand-back under way
-// (note_handing_back, then keep_handed_back: moments).
-std::optional<HandBack> kept_answer(uint64_t serial) {
-  std::optional<HandBack> handed = handed_back_for(serial, kKeptAnswerWaitMs);
-  if (handed && handed->outcome == HandBack::Outcome::kResume) keep_handed_back(serial, HandBack{});
-  return handed;
-}
-
-}  // namespace
-
-HandBack answer_deferred_claim(uint64_t serial) noexcept {
-  for (int look = 0; look < kLetGoLooks; ++look) {
-    if (auto handed = kept_answer(serial)) return std::move(*handed);
-    {
-      SocketHold socket = SocketHold::live(serial);
-      if (socket && !socket->has_deferred_upgrade()) {
-        std::lock_guard lock(take_up_lock());  // a take-up under way finishes first
-        return give_up_for_child(socket.get());
-      }
-    }
-    usleep(kLetGoLookUs);  // the hold above is dropped: the parent's close can end the socket
-  }
-  std::lock_guard lock(take_up_lock());
-  if (auto handed = kept_answer(serial)) return std::move(*handed);
-  SocketHold socket = SocketHold::live(serial);
-  if (!socket) return HandBack{};  // kGone
-  if (auto record = socket->take_deferred_upgrade()) {
-    log_stays(socket.get(), "a child process holds the connection too");
-    record->listener->release();
-    HandBack answer;
-    answer.outcome = HandBack::Outcome::kStaysTcp;
-    return answer;
-  }
-  return give_up_for_child(socket.get());
-}
-
-void hand_back_deferred_before_leaving(bool (*survives)(const TrackedSocket*)) noexcept {
-  unsigned here = fork_generation();
-  std::vector<SocketHold> held;
-  for_each_tracked_fd([&](int, SocketHold& socket) {
-    if (socket->has_deferred_upgrade() && is_lent(socket->serial())) held.emplace_back(socket.get());
-  });
-  for (SocketHold& socket : held) {
-    std::lock_guard lock(take_up_lock());
-    auto record = socket->take_deferred_upgrade();
-    if (record == nullptr) continue;
-    if (record->generation == here) {
-      HandBack answer;
-      answer.outcome = survives != nullptr && survives(socket.get()) ? HandBack::Outcome::kStaysTcp
-                                                                     : HandBack::Outcome::kResume;
-      note_handing_back(socket->serial());
-      keep_handed_back(socket->serial(), std::move(answer));
-    }
-    record->listener->release();
-  }
 }
 
 }  // namespace tcp2rdma::preload

@@ -25,6 +25,7 @@
 
 namespace tcp2rdma::preload {
 
+class ReturnHandOn;
 class TrackedSocket;
 
 // The fork wrapper's settle: every session still on TCP ends, a server's as deferred (logged).
@@ -49,7 +50,11 @@ void take_up_deferred_upgrade(TrackedSocket* socket, int fd, bool may_resume = t
 void give_up_deferred_upgrade(TrackedSocket* socket, int fd, const char* why) noexcept;
 // Every inherited one (with `survives`, exec's: only those the new program keeps a descriptor of),
 // claimed without resuming: before this process forks (`lock_held`: the fork wrapper's), execs or spawns.
-void claim_inherited_deferred_upgrades(bool (*survives)(const TrackedSocket*), bool lock_held) noexcept;
+// With `hand_on` (exec's), one the parent gives this process (it let go), or one this program was
+// given at its own exec, goes to the new program, which takes it up at its first use (exec_returns.h);
+// it stays TCP if it cannot.
+void claim_inherited_deferred_upgrades(bool (*survives)(const TrackedSocket*), bool lock_held,
+                                       ReturnHandOn* hand_on = nullptr) noexcept;
 
 // How long an upgrade a fork deferred waits for a process to use the connection. The postmaster lets
 // go of its copy and its child claims it well within it; a child that uses the connection only later
@@ -65,6 +70,11 @@ std::chrono::steady_clock::time_point take_up_unused_deferred_upgrades() noexcep
 // number (empty otherwise): the fork service's thread takes an upgrade up through a number it found
 // in the table, under this lock, and must not start it on a number being freed.
 [[nodiscard]] std::unique_lock<std::mutex> hold_take_ups_while_freeing(int first, int last) noexcept;
+
+// The lock of every take-up in this process, which the parent's answers (deferred_answers.cpp) take
+// too; and the log line and stats slot of a deferred connection that stays TCP, `why`.
+std::mutex& take_up_lock() noexcept;
+void log_stays(TrackedSocket* socket, const char* why) noexcept;
 
 // The parent's thread that answers its children: a child claims the deferred connection `serial`
 // that this process still held when the claim came (the live socket, not handed back).

@@ -176,7 +176,7 @@ ExecGuard::ExecGuard(char* const* envp) noexcept : prefixes_(envp), returns_(pre
   // Lent by our parent and handed on to the new program: ours on TCP first. Lent to our children:
   // they get the connections now, since this image cannot answer them later (fork_service.h).
   claim_inherited_that_survive();
-  claim_inherited_deferred_upgrades(survives_exec, /*lock_held=*/false);
+  claim_inherited_deferred_upgrades(survives_exec, /*lock_held=*/false, &returns_);
   answer_children_before_leaving(survives_exec);
   end_or_move_back_streams();
   hand_on_prefixes(&prefixes_);

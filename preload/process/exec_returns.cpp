@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <new>
 
 #include "libc/real_calls.h"
@@ -15,6 +16,7 @@
 #include "listener/listener_state.h"
 #include "own_descriptors.h"
 #include "process/exec_guard.h"
+#include "registry/connection_path.h"
 #include "registry/connection_policy.h"
 #include "registry/socket_registry.h"
 #include "registry/tracked_socket.h"
@@ -25,10 +27,15 @@
 namespace tcp2rdma::preload {
 namespace {
 
-// The memfd of the directory of the listener that accepted the server connection `socket`: the one a
-// forked child kept for its return (ForkShare::return_listener), else this process's own listener
-// that accepted it. -1 when neither has a directory (a process that never forked after accepting).
-int directory_memfd_of(TrackedSocket* socket) {
+// The memfd of `listener`'s directory, or -1 (none: a process that never forked after accepting).
+int directory_memfd_of(const TrackedSocket* listener) {
+  ListenerState* state = listener != nullptr ? listener_state(listener) : nullptr;
+  return state != nullptr && state->directory.load() != nullptr ? state->directory_memfd.load() : -1;
+}
+
+// The listener that accepted the server connection `socket`: the one a forked child kept for its
+// return (ForkShare::return_listener), else this process's own that accepted it; empty when neither.
+SocketHold accepting_listener(TrackedSocket* socket) {
   SocketHold listener = socket->forks.return_listener();
   if (!listener) {
     for_each_tracked_fd([&](int, SocketHold& candidate) {
@@ -37,8 +44,7 @@ int directory_memfd_of(TrackedSocket* socket) {
       }
     });
   }
-  ListenerState* state = listener ? listener_state(listener.get()) : nullptr;
-  return state != nullptr && state->directory.load() != nullptr ? state->directory_memfd.load() : -1;
+  return listener;
 }
 
 // A listener for the new program's returns of server connections: no descriptor, no kernel socket,
@@ -67,24 +73,29 @@ SocketHold directory_listener(int memfd, int domain) {
   return held;
 }
 
-// One entry of the variable: a descriptor of an inherited connection.
+// One entry of the variable: a descriptor of an inherited connection,
+// "FD:KIND:UPGRADES:MEMFD:INDEX:SENT:RECEIVED:ENDED".
 struct Entry {
   int fd = -1;
-  char role = 0;  // 'c' client, 's' server
+  char kind = 0;  // 'c' a client's return, 's' a server's, 'u' an upgrade a fork interrupted
   unsigned upgrades = 0;
   int memfd = -1;  // the directory's, for a server connection
   unsigned index = 0;
+  unsigned long long sent = 0, received = 0;  // an upgrade's TCP counts at the fork
+  int sending_ended = 0;
 };
+constexpr char kEntryFormat[] = "%d:%c:%u:%d:%zu:%llu:%llu:%d";
 
 bool parse(const std::string& text, Entry* e) {
-  return std::sscanf(text.c_str(), "%d:%c:%u:%d:%u", &e->fd, &e->role, &e->upgrades, &e->memfd, &e->index) == 5 &&
-         e->fd >= 0 && (e->role == 'c' || e->role == 's') && e->upgrades <= 255;
+  return std::sscanf(text.c_str(), "%d:%c:%u:%d:%u:%llu:%llu:%d", &e->fd, &e->kind, &e->upgrades, &e->memfd,
+                     &e->index, &e->sent, &e->received, &e->sending_ended) == 8 &&
+         e->fd >= 0 && (e->kind == 'c' || e->kind == 's' || e->kind == 'u') && e->upgrades <= 255;
 }
 
 // The connection on e.fd back on TCP, with a return planned by this program's rules through
 // `listener` (servers). Nothing when the rules keep it on TCP.
 void plan_inherited_return(TrackedSocket* socket, int fd, const Entry& e, const SocketHold& listener) {
-  config::Role role = e.role == 'c' ? config::Role::kClient : config::Role::kServer;
+  config::Role role = e.kind == 'c' ? config::Role::kClient : config::Role::kServer;
   config::Decision decision = decide_connection(fd, role);
   char label[kConnectionLabelSize];
   describe_connection(fd, role, decision, label, sizeof label);
@@ -109,6 +120,38 @@ void plan_inherited_return(TrackedSocket* socket, int fd, const Entry& e, const 
   socket->move_path(Path::kTcp, Path::kBackOnTcp);
   log_line("%s: back on tcp in this program, which the process exec'd with it: it may go back to rdma here once no "
            "other process holds it",
+           label);
+}
+
+// The upgrade a fork interrupted on e.fd, this program's now: deferred here as in the process that
+// forked, taken up at the first call the module routes (process/deferred_upgrade.h), its session
+// going on from the counts at the fork. Stays TCP when this program's rules keep it there (its
+// client's request is then never answered, and the client's upgrade times out).
+void plan_handed_upgrade(TrackedSocket* socket, int fd, const Entry& e, const SocketHold& listener) {
+  config::Decision decision = decide_connection(fd, config::Role::kServer);
+  char label[kConnectionLabelSize];
+  describe_connection(fd, config::Role::kServer, decision, label, sizeof label);
+  if (decision.rule == nullptr || decision.options->transport != config::Transport::kRdma || !listener) {
+    log_line("%s: stays tcp in this program, which the process exec'd with it (%s)", label,
+             listener ? "its rules keep it on tcp" : "no listener directory came with it");
+    return;
+  }
+  auto record = std::unique_ptr<DeferredUpgrade>(new (std::nothrow) DeferredUpgrade);
+  UpgradeSession* session = record != nullptr ? socket->start_session() : nullptr;
+  if (session == nullptr) return;
+  session->adopt_counts(e.sent, e.received, e.sending_ended != 0);
+  session->set_label(label);
+  (void)session->end_on_tcp();  // the ended session the take-up goes on from (restart_session)
+  socket->set_role(SocketRole::kServer);
+  listener->add_ref();  // the record's
+  record->listener = listener.get();
+  record->decision = decision;
+  record->generation = fork_generation();
+  record->lent_at = std::chrono::steady_clock::now();
+  record->handed_at_exec = true;
+  socket->defer_upgrade(std::move(record));
+  log_line("%s: the upgrade a fork interrupted is this program's, which the process exec'd with it: it goes on at "
+           "its first use",
            label);
 }
 
@@ -153,7 +196,7 @@ std::vector<std::string> entries_of(const std::string& value) {
 
 ReturnHandOn::~ReturnHandOn() {
   SavedErrno keep_errno;
-  for (const auto& copy : memfd_copies_) real().close(copy.second);
+  for (const auto& copy : memfd_copies_) real().close(copy.second);  // the upgrades' copies among them
 }
 
 int ReturnHandOn::inheritable_copy(int memfd) noexcept {
@@ -179,13 +222,36 @@ int ReturnHandOn::inheritable_copy(int memfd) noexcept {
   return copy;
 }
 
+bool ReturnHandOn::add_upgrade(TrackedSocket* socket) noexcept {
+  const DeferredUpgrade* record = socket->deferred_upgrade();
+  UpgradeSession* session = socket->session();
+  if (!module_follows_ || record == nullptr || session == nullptr) return false;
+  int memfd = directory_memfd_of(record->listener);
+  int copy = memfd >= 0 ? inheritable_copy(memfd) : -1;
+  if (copy < 0) return false;
+  try {
+    upgrades_.push_back(Upgrade{socket, copy, session->sent(), session->received(), session->sending_ended()});
+  } catch (const std::bad_alloc&) {
+    return false;
+  }
+  if (!record->handed_on) {
+    log_line("%s: the upgrade a fork interrupted goes on in the program this process execs", connection_label(socket));
+  }
+  return true;
+}
+
 bool ReturnHandOn::add(TrackedSocket* socket, int target) noexcept {
-  if (!module_follows_ || !socket->back_on_tcp() || !socket->returns.armed() || socket->forks.passed()) return false;
-  SocketRole role = socket->role();
-  if (role != SocketRole::kClient && role != SocketRole::kServer) return false;
-  int copy = -1;
-  if (role == SocketRole::kServer) {
-    int memfd = directory_memfd_of(socket);
+  const Upgrade* upgrade = nullptr;
+  for (const Upgrade& u : upgrades_) upgrade = u.socket == socket ? &u : upgrade;
+  if (upgrade == nullptr) {
+    if (!module_follows_ || !socket->back_on_tcp() || !socket->returns.armed() || socket->forks.passed()) return false;
+    if (socket->role() != SocketRole::kClient && socket->role() != SocketRole::kServer) return false;
+  }
+  char kind = upgrade != nullptr ? 'u' : socket->role() == SocketRole::kClient ? 'c' : 's';
+  int copy = upgrade != nullptr ? upgrade->memfd : -1;
+  if (kind == 's') {
+    SocketHold listener = accepting_listener(socket);
+    int memfd = directory_memfd_of(listener.get());
     copy = memfd >= 0 ? inheritable_copy(memfd) : -1;
     if (copy < 0) {
       log_line("fd %d: stays on tcp in the program this process execs (no listener directory to hand on)", target);
@@ -196,9 +262,12 @@ bool ReturnHandOn::add(TrackedSocket* socket, int target) noexcept {
     size_t index = 0;
     while (index < sockets_.size() && sockets_[index] != socket) ++index;
     if (index == sockets_.size()) sockets_.push_back(socket);
-    char entry[64];
-    std::snprintf(entry, sizeof entry, "%s%d:%c:%u:%d:%zu", variable_.empty() ? "" : ",", target,
-                  role == SocketRole::kClient ? 'c' : 's', static_cast<unsigned>(socket->upgrades()), copy, index);
+    char entry[128];
+    std::snprintf(entry, sizeof entry, kEntryFormat, target, kind, static_cast<unsigned>(socket->upgrades()), copy,
+                  index, static_cast<unsigned long long>(upgrade != nullptr ? upgrade->sent : 0),
+                  static_cast<unsigned long long>(upgrade != nullptr ? upgrade->received : 0),
+                  upgrade != nullptr && upgrade->sending_ended ? 1 : 0);
+    if (!variable_.empty()) variable_ += ',';
     variable_ += entry;
   } catch (const std::bad_alloc&) {
     return false;
@@ -238,7 +307,12 @@ void adopt_exec_returns() noexcept {
     if (!SocketHold::of(e.fd)) track_new_socket(e.fd, domain, SocketRole::kUnknown);
     SocketHold socket = SocketHold::of(e.fd);
     if (!socket) continue;
-    plan_inherited_return(socket.get(), e.fd, e, e.memfd >= 0 ? listener_for_memfd(e.memfd, domain, &listeners) : SocketHold{});
+    SocketHold listener = e.memfd >= 0 ? listener_for_memfd(e.memfd, domain, &listeners) : SocketHold{};
+    if (e.kind == 'u') {
+      plan_handed_upgrade(socket.get(), e.fd, e, listener);
+    } else {
+      plan_inherited_return(socket.get(), e.fd, e, listener);
+    }
   }
 }
 

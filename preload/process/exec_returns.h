@@ -11,8 +11,12 @@
 // The new program (adopt_exec_returns, at load) tracks each as a connection back on TCP with a return
 // planned by its own rules, and as shared (the exec'ing process's parent may still hold it): once no
 // other process holds it, it goes back to RDMA at one of the new program's calls, as in a forked child.
+// An upgrade a fork interrupted (process/deferred_upgrade.h) that the parent gave this process goes
+// along the same way, with its TCP byte counts at the fork: the new program takes it up at its first
+// use, its client's request still held by the process holding the listener's port.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,6 +40,10 @@ class ReturnHandOn {
   // planned (it was never on RDMA, it was passed on, it gave up), the module does not follow, or a
   // server connection has no listener directory to hand on (its log line says so).
   bool add(TrackedSocket* socket, int target) noexcept;
+  // The upgrade a fork interrupted on `socket`, which the parent gave this process, is the new
+  // program's (its descriptors then go along through add()). False when it cannot go (the module does
+  // not follow, no directory): it stays TCP.
+  bool add_upgrade(TrackedSocket* socket) noexcept;
   // `base` (the environment the new program gets otherwise) plus the variable when anything was added.
   char* const* envp(char* const* base) noexcept;
 
@@ -43,7 +51,16 @@ class ReturnHandOn {
   // The copy, inheritable, of a directory's memfd for the new program (one per memfd), or -1.
   int inheritable_copy(int memfd) noexcept;
 
+  // An upgrade handed on: its socket, the directory's memfd copy, its TCP counts at the fork.
+  struct Upgrade {
+    const TrackedSocket* socket;
+    int memfd;
+    uint64_t sent, received;
+    bool sending_ended;
+  };
+
   const bool module_follows_;
+  std::vector<Upgrade> upgrades_;
   std::vector<const TrackedSocket*> sockets_;       // an entry's index names its socket: dup'd descriptors share it
   std::vector<std::pair<int, int>> memfd_copies_;  // the directory's memfd here, its inheritable copy
   std::string variable_;

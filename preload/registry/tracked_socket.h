@@ -11,6 +11,7 @@
 #include <mutex>
 #include <vector>
 
+#include "registry/deferred_upgrade_record.h"
 #include "registry/fd_table.h"
 #include "registry/fork_share.h"
 #include "registry/return_plan.h"
@@ -187,15 +188,7 @@ class TrackedSocket {
 
   // A server connection whose background upgrade was still on TCP when its process forked: the
   // process that uses the connection next takes the upgrade up again (process/deferred_upgrade.h).
-  // `listener` is held (one reference) by the record; `generation` is the fork_generation() of the
-  // process that forked (the parent: the one that may take it up without asking); `lent_at` the latest
-  // fork that lent it (the parent's own take-up waits from there), under the take-up lock.
-  struct DeferredUpgrade {
-    TrackedSocket* listener = nullptr;
-    config::Decision decision{};
-    unsigned generation = 0;
-    mutable std::chrono::steady_clock::time_point lent_at{};
-  };
+  using DeferredUpgrade = preload::DeferredUpgrade;
   bool has_deferred_upgrade() const noexcept { return deferred_.load(std::memory_order_acquire) != nullptr; }
   const DeferredUpgrade* deferred_upgrade() const noexcept { return deferred_.load(std::memory_order_acquire); }
   // Installs the record (the socket owns it from here) and names the socket by a serial, found by

@@ -140,6 +140,18 @@ uint64_t UpgradeSession::received() const {
   return received_;
 }
 
+bool UpgradeSession::sending_ended() const {
+  std::lock_guard lock(mu_);
+  return sending_ended_;
+}
+
+void UpgradeSession::adopt_counts(uint64_t sent, uint64_t received, bool sending_ended) {
+  std::lock_guard lock(mu_);
+  sent_ = sent;
+  received_ = received;
+  sending_ended_ = sending_ended;
+}
+
 void settle_session(int fd, const char* why) noexcept {
   SocketHold socket = SocketHold::of(fd);
   if (!socket) return;

@@ -118,9 +118,14 @@ class UpgradeSession {
   // session that ends later may be written after its descriptor is gone.
   void set_label(const char* label);
   const char* label() const noexcept { return label_; }
-  // The bytes moved on TCP before the freeze (for the log line).
+  // The bytes moved on TCP before the freeze (for the log line), and whether this side's TCP sending
+  // side ended.
   uint64_t sent() const;
   uint64_t received() const;
+  bool sending_ended() const;
+  // A session made to stand for the ended one of the program that exec'd this one (process/
+  // exec_returns.h): its counts, before it is used.
+  void adopt_counts(uint64_t sent, uint64_t received, bool sending_ended);
 
  private:
   void signal_locked();

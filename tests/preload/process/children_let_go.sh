@@ -8,22 +8,29 @@
 #  - child_uses_once.py on 5015: the parent's child writes once and exits; the parent echoes;
 #  - socat TCP-LISTEN:5013,fork EXEC:cat,nofork, inetd's shape: the worker child execs cat with the
 #    connection on 0 and 1 (back on TCP at the exec), and socat's parent closes its copy; the return
-#    goes along to cat (process/exec_returns.h), whose module asks socat's directory for the request.
+#    goes along to cat (process/exec_returns.h), whose module asks socat's directory for the request;
+#  - the same on 5023 under background rules (BG_RULES, both ends), through a shell script that execs
+#    cat: the fork interrupts the upgrade, which goes along to sh, from sh to cat, and goes on there
+#    at cat's first read (upgraded to rdma in cat).
 # paced_client.py sends 64 KiB every 0.1 s for 12 s to each at once: every byte echoed in order, and
 # each connection back on RDMA at both ends while it runs, its later exchanges crossing rxe. Before,
 # the worker's and the parent's connections stayed on TCP for good ("another process may hold the
 # connection"), and cat's had no return at all (the new program did not know the connection).
 set -u
-shim=$1 rules=$2 role=$3
+shim=$1 rules=$2 bg_rules=$3 role=$4
 here=$(cd "$(dirname "$0")" && pwd)
 guest=$here/../../../integration/guest
 log=$T2R_WORK/shim-$T2R_HOST.log
 run() { env LD_PRELOAD="$shim" TCP2RDMA_RULES="$rules" TCP2RDMA_LOG="$log" "$@"; }
+run_bg() { env LD_PRELOAD="$shim" TCP2RDMA_RULES="$bg_rules" TCP2RDMA_LOG="$log" "$@"; }
 if [ "$role" = a ]; then
   run socat -d -d TCP-LISTEN:5012,fork,reuseaddr EXEC:cat 2> "$T2R_WORK/server-5012.err" &
   servers=$!
   run python3 "$here/child_uses_once.py" 5015 2> "$T2R_WORK/server-5015.err" &
   run socat -d -d TCP-LISTEN:5013,fork,reuseaddr EXEC:cat,nofork 2> "$T2R_WORK/server-5013.err" &
+  servers="$servers $!"
+  echo 'exec cat' > /tmp/exec-cat.sh
+  run_bg socat -d -d TCP-LISTEN:5023,fork,reuseaddr "EXEC:sh /tmp/exec-cat.sh,nofork" 2> "$T2R_WORK/server-5023.err" &
   servers="$servers $!"
   until [ -f "$T2R_WORK/clients-done" ]; do sleep 0.2; done
   kill $servers 2>/dev/null
@@ -31,12 +38,16 @@ if [ "$role" = a ]; then
   alone=$(grep -c 'no other process holds the connection any more' "$log")
   back=$(grep -c 'back on rdma' "$log")
   handed=$(grep -c "back on tcp in this program, which the process exec'd with it" "$log")
-  echo "children-let-go server: $alone connections alone again, $back back on rdma, $handed return handed on at exec"
-  [ "$alone" -ge 3 ] && [ "$back" -ge 3 ] && [ "$handed" -ge 1 ]
+  handed_up=$(grep -c "5023 .*is this program's, which the process exec'd with it" "$log")
+  upgraded=$(grep -c '5023 .*upgraded to rdma' "$log")
+  echo "children-let-go server: $alone connections alone again, $back back on rdma, $handed return handed on at exec;" \
+    "5023: $handed_up upgrade handed on at exec, $upgraded upgraded"
+  [ "$alone" -ge 3 ] && [ "$back" -ge 3 ] && [ "$handed" -ge 1 ] && [ "$handed_up" -ge 1 ] && [ "$upgraded" -ge 1 ]
   exit
 fi
 sh "$guest/wait-listening.sh" "$T2R_WORK/server-5012.err" 'listening on' &&
   sh "$guest/wait-listening.sh" "$T2R_WORK/server-5013.err" 'listening on' &&
+  sh "$guest/wait-listening.sh" "$T2R_WORK/server-5023.err" 'listening on' &&
   sh "$guest/wait-listening.sh" "$T2R_WORK/server-5015.err" || exit 1
 status=0
 run python3 "$here/paced_client.py" "$T2R_PEER" 5012 12 > /tmp/client-5012.out 2>&1 &
@@ -45,19 +56,22 @@ run python3 "$here/paced_client.py" "$T2R_PEER" 5013 12 > /tmp/client-5013.out 2
 clients="$clients $!"
 run python3 "$here/paced_client.py" "$T2R_PEER" 5015 12 child > /tmp/client-5015.out 2>&1 &
 clients="$clients $!"
+run_bg python3 "$here/paced_client.py" "$T2R_PEER" 5023 12 > /tmp/client-5023.out 2>&1 &
+clients="$clients $!"
 # The path: once all three are back on RDMA, their exchanges cross rxe (64 KiB each way every 0.1 s).
 waited=0
 until [ "$(grep -c 'back on rdma' "$log")" -ge 3 ] || [ $waited -ge 110 ]; do sleep 0.1; waited=$((waited + 1)); done
 before=$("$guest/rdma-counters")
 for pid in $clients; do wait "$pid" || status=1; done
 after=$("$guest/rdma-counters")
-cat /tmp/client-5012.out /tmp/client-5013.out /tmp/client-5015.out
+cat /tmp/client-5012.out /tmp/client-5013.out /tmp/client-5015.out /tmp/client-5023.out
 touch "$T2R_WORK/clients-done"
 grep 'back on' "$log" | sed 's/^/children-let-go client:   /'
 back=$(grep -c 'back on rdma' "$log")
 sent=$(printf '%s\n%s\n' "$before" "$after" | awk '$1 == "sent_pkts" { v[n++] = $2 } END { print v[1] - v[0] }')
 echo "children-let-go client: $back connections back on rdma, rxe sent $sent packets after the last of them"
 [ "$back" -ge 3 ] || status=1
+grep -q '5023: .*upgraded to rdma' "$log" || { echo "children-let-go client: 5023 not upgraded"; status=1; }
 [ "$sent" -ge 300 ] || status=1
 sleep 2  # guest a reads the logs
 exit $status
