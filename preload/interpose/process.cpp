@@ -46,6 +46,7 @@ T2R_INTERPOSE pid_t fork(void) {
   tcp2rdma::preload::spawn_hold_for_fork();
   tcp2rdma::preload::numbers_hold_for_fork();
   tcp2rdma::preload::note_forking();  // from here every connection may be the child's too
+  pid_t parent = getpid();
   pid_t pid = real().fork();
   int saved = errno;
   tcp2rdma::preload::numbers_release_after_fork();
@@ -58,6 +59,7 @@ T2R_INTERPOSE pid_t fork(void) {
     tcp2rdma::preload::forget_path_watcher_after_fork();
     tcp2rdma::preload::renew_listener_locks();
     tcp2rdma::preload::socket_holders_after_fork();
+    tcp2rdma::preload::note_sockets_made_before_fork(parent);
     lending.in_child();
   } else {
     lending.in_parent(pid);

@@ -61,6 +61,13 @@ void ForkShare::keep_return_listener(TrackedSocket* listener) noexcept {
   if (TrackedSocket* before = return_listener_.exchange(listener, std::memory_order_acq_rel)) before->release();
 }
 
+void note_sockets_made_before_fork(pid_t parent) noexcept {
+  for_each_tracked_fd([parent](int, SocketHold& socket) {
+    pid_t none = 0;
+    socket->forks.creator_.compare_exchange_strong(none, parent, std::memory_order_relaxed);
+  });
+}
+
 SocketHold ForkShare::return_listener() const noexcept {
   // Released only by the destructor: a caller that holds the connection's socket finds it alive.
   return SocketHold(return_listener_.load(std::memory_order_acquire));

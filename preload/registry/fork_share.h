@@ -7,6 +7,8 @@
 // (upgrade/return_to_rdma.h), which the child may have closed: the child keeps it from the fork.
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <cstdint>
 
@@ -37,9 +39,17 @@ class ForkShare {
   // No other process holds the connection any more (process/fork_service.h): unshared until the
   // process forks or spawns again.
   void note_alone() noexcept;
-  // A connection this program got from the program that exec'd it (process/exec_returns.h): the
-  // exec'ing process's parent, or its children, may hold it too. Shared until note_alone().
-  void note_inherited() noexcept { inherited_.store(true, std::memory_order_relaxed); }
+  // A connection this program got from the program that exec'd it (process/exec_returns.h), which
+  // the process `creator` made: the exec'ing process's parent, or its children, may hold it too.
+  // Shared until note_alone().
+  void note_inherited(pid_t creator) noexcept {
+    creator_.store(creator, std::memory_order_relaxed);
+    inherited_.store(true, std::memory_order_relaxed);
+  }
+  // The process that made the socket: 0 for this one; in a forked child, the ancestor that did
+  // (note_sockets_made_before_fork). Only it and the processes between it and this one may hold it
+  // from a fork (registry/socket_holders.h).
+  pid_t creator() const noexcept { return creator_.load(std::memory_order_relaxed); }
 
   // A child that claimed the connection while its parent still held it (process/fork_service.h): it
   // may learn by asking later that the parent let go since, so long as it has not forked itself.
@@ -65,6 +75,11 @@ class ForkShare {
   std::atomic<TrackedSocket*> return_listener_{nullptr};  // held
   std::atomic<bool> passed_{false};
   std::atomic<bool> inherited_{false};
+  std::atomic<pid_t> creator_{0};
+  friend void note_sockets_made_before_fork(pid_t parent) noexcept;
 };
+
+// In a forked child, right after the fork: every socket without a creator yet was made by `parent`.
+void note_sockets_made_before_fork(pid_t parent) noexcept;
 
 }  // namespace tcp2rdma::preload

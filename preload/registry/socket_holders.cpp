@@ -105,14 +105,26 @@ bool add_sockets_of(int proc_fd, pid_t pid, std::vector<ino_t>* inodes) {
 
 }  // namespace
 
-Holders HeldSockets::of(ino_t inode) const noexcept {
+Holders HeldSockets::of(ino_t inode, pid_t creator, pid_t self) const noexcept {
   if (std::binary_search(inodes.begin(), inodes.end(), inode)) return Holders::kOthers;
-  return unknown ? Holders::kUnknown : Holders::kThisProcessOnly;
+  if (unknown_descendant) return Holders::kUnknown;
+  if (hidden_ancestors.empty() || creator == 0 || creator == self) return Holders::kThisProcessOnly;
+  // The ancestors that may hold it: those from our parent up to the creator.
+  auto made_by = std::find(ancestors.begin(), ancestors.end(), creator);
+  auto may_hold_end = made_by == ancestors.end() ? ancestors.end() : made_by + 1;
+  for (pid_t hidden : hidden_ancestors) {
+    if (made_by == ancestors.end() || std::find(ancestors.begin(), may_hold_end, hidden) != may_hold_end) {
+      return Holders::kUnknown;
+    }
+  }
+  return Holders::kThisProcessOnly;
 }
 
 bool scan_held_sockets(const char* proc, pid_t self, HeldSockets* out) noexcept {
   out->inodes.clear();
-  out->unknown = false;
+  out->unknown_descendant = false;
+  out->ancestors.clear();
+  out->hidden_ancestors.clear();
   int proc_fd = open(proc, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (proc_fd < 0) return false;
   int listing = real().dup(proc_fd);
@@ -122,22 +134,29 @@ bool scan_held_sockets(const char* proc, pid_t self, HeldSockets* out) noexcept 
     real().close(proc_fd);
     return false;
   }
-  std::vector<pid_t> ours;  // this process's ancestors, read once: at the first unreadable process
-  bool ours_read = false;
+  bool ours_read = false;  // this process's ancestors, read once: at the first unreadable process
   while (dirent* e = readdir(dir)) {
     if (!all_digits(e->d_name)) continue;
     pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
-    if (pid == self || add_sockets_of(proc_fd, pid, &out->inodes) || out->unknown) continue;
+    if (pid == self || add_sockets_of(proc_fd, pid, &out->inodes)) continue;
     // A process we may not look at holds our socket only if it came from us or we from it (a child
     // that changed its credentials, a parent of another user's); any other could only have been
     // sent it, which a passed connection's mark covers (ForkShare::note_passed).
     if (!ours_read) {
-      ours = ancestors_of(proc_fd, self);
+      out->ancestors = ancestors_of(proc_fd, self);
       ours_read = true;
     }
+    try {
+      if (std::find(out->ancestors.begin(), out->ancestors.end(), pid) != out->ancestors.end()) {
+        out->hidden_ancestors.push_back(pid);
+        continue;
+      }
+    } catch (const std::bad_alloc&) {
+      out->unknown_descendant = true;  // as cautious as can be
+    }
+    if (out->unknown_descendant) continue;
     std::vector<pid_t> theirs = ancestors_of(proc_fd, pid);
-    bool descendant = std::find(theirs.begin(), theirs.end(), self) != theirs.end();
-    out->unknown = descendant || std::find(ours.begin(), ours.end(), pid) != ours.end();
+    out->unknown_descendant = std::find(theirs.begin(), theirs.end(), self) != theirs.end();
   }
   closedir(dir);
   real().close(proc_fd);
@@ -149,7 +168,7 @@ void socket_holders_after_fork() noexcept {
   new (&scan_lock()) std::mutex;  // std::mutex needs no destruction: the held one is simply replaced
 }
 
-Holders socket_holders(int fd) noexcept {
+Holders socket_holders(int fd, pid_t creator) noexcept {
   int saved = errno;
   struct stat st {};
   if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) {
@@ -173,7 +192,7 @@ Holders socket_holders(int fd) noexcept {
     taken = now;
     taken_by = self;
   }
-  Holders verdict = valid ? held->of(st.st_ino) : Holders::kUnknown;
+  Holders verdict = valid ? held->of(st.st_ino, creator, self) : Holders::kUnknown;
   errno = saved;
   return verdict;
 }

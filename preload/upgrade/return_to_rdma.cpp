@@ -108,7 +108,7 @@ void give_up(TrackedSocket* socket, int fd, const char* why) {
 // alone from now on, and the log says so). Otherwise the attempt waits for the next, doubling, and
 // after the one 64 s on the connection stays on TCP for good (about two minutes of looking).
 bool held_here_alone(TrackedSocket* socket, int fd, Clock::time_point now) {
-  Holders holders = socket_holders(fd);
+  Holders holders = socket_holders(fd, socket->forks.creator());
   if (holders == Holders::kThisProcessOnly) {
     socket->forks.note_alone();
     log_line("%s: no other process holds the connection any more: it may go back to rdma here",

@@ -12,8 +12,10 @@
 #  - the same on 5023 under background rules (BG_RULES, both ends), through a shell script that execs
 #    cat: the fork interrupts the upgrade, which goes along to sh, from sh to cat, and goes on there
 #    at cat's first read (upgraded to rdma in cat).
-# paced_client.py sends 64 KiB every 0.1 s for 12 s to each at once: every byte echoed in order, and
-# each connection back on RDMA at both ends while it runs, its later exchanges crossing rxe. Before,
+# The servers run as nobody (setpriv from the test's root shell, as sudo -u or runuser would).
+# paced_client.py sends 64 KiB every 0.1 s to each at once, until the three returns are seen and rxe
+# carried their exchanges for 2 s (at most 90 s): every byte echoed in order, and each connection
+# back on RDMA at both ends while it runs, its later exchanges crossing rxe. Before,
 # the worker's and the parent's connections stayed on TCP for good ("another process may hold the
 # connection"), and cat's had no return at all (the new program did not know the connection).
 set -u
@@ -24,6 +26,12 @@ log=$T2R_WORK/shim-$T2R_HOST.log
 run() { env LD_PRELOAD="$shim" TCP2RDMA_RULES="$rules" TCP2RDMA_LOG="$log" "$@"; }
 run_bg() { env LD_PRELOAD="$shim" TCP2RDMA_RULES="$bg_rules" TCP2RDMA_LOG="$log" "$@"; }
 if [ "$role" = a ]; then
+  # The servers run as nobody, started by this root shell, which is their ancestor and which they
+  # cannot look at: it made none of their connections, so it does not count as holding one.
+  touch "$log" && chmod 666 "$log"
+  nobody="setpriv --reuid=nobody --regid=nogroup --clear-groups"
+  run() { env LD_PRELOAD="$shim" TCP2RDMA_RULES="$rules" TCP2RDMA_LOG="$log" $nobody "$@"; }
+  run_bg() { env LD_PRELOAD="$shim" TCP2RDMA_RULES="$bg_rules" TCP2RDMA_LOG="$log" $nobody "$@"; }
   run socat -d -d TCP-LISTEN:5012,fork,reuseaddr EXEC:cat 2> "$T2R_WORK/server-5012.err" &
   servers=$!
   run python3 "$here/child_uses_once.py" 5015 2> "$T2R_WORK/server-5015.err" &
@@ -50,20 +58,24 @@ sh "$guest/wait-listening.sh" "$T2R_WORK/server-5012.err" 'listening on' &&
   sh "$guest/wait-listening.sh" "$T2R_WORK/server-5023.err" 'listening on' &&
   sh "$guest/wait-listening.sh" "$T2R_WORK/server-5015.err" || exit 1
 status=0
-run python3 "$here/paced_client.py" "$T2R_PEER" 5012 12 > /tmp/client-5012.out 2>&1 &
+export PACED_STOP=/tmp/clients-stop
+run python3 "$here/paced_client.py" "$T2R_PEER" 5012 90 > /tmp/client-5012.out 2>&1 &
 clients=$!
-run python3 "$here/paced_client.py" "$T2R_PEER" 5013 12 > /tmp/client-5013.out 2>&1 &
+run python3 "$here/paced_client.py" "$T2R_PEER" 5013 90 > /tmp/client-5013.out 2>&1 &
 clients="$clients $!"
-run python3 "$here/paced_client.py" "$T2R_PEER" 5015 12 child > /tmp/client-5015.out 2>&1 &
+run python3 "$here/paced_client.py" "$T2R_PEER" 5015 90 child > /tmp/client-5015.out 2>&1 &
 clients="$clients $!"
-run_bg python3 "$here/paced_client.py" "$T2R_PEER" 5023 12 > /tmp/client-5023.out 2>&1 &
+run_bg python3 "$here/paced_client.py" "$T2R_PEER" 5023 90 > /tmp/client-5023.out 2>&1 &
 clients="$clients $!"
 # The path: once all three are back on RDMA, their exchanges cross rxe (64 KiB each way every 0.1 s).
 waited=0
-until [ "$(grep -c 'back on rdma' "$log")" -ge 3 ] || [ $waited -ge 110 ]; do sleep 0.1; waited=$((waited + 1)); done
+until [ "$(grep -c 'back on rdma' "$log")" -ge 3 ] || [ $waited -ge 600 ]; do sleep 0.1; waited=$((waited + 1)); done
+sleep 1  # the last switch's first exchanges
 before=$("$guest/rdma-counters")
-for pid in $clients; do wait "$pid" || status=1; done
+sleep 2
 after=$("$guest/rdma-counters")
+touch "$PACED_STOP"
+for pid in $clients; do wait "$pid" || status=1; done
 cat /tmp/client-5012.out /tmp/client-5013.out /tmp/client-5015.out /tmp/client-5023.out
 touch "$T2R_WORK/clients-done"
 grep 'back on' "$log" | sed 's/^/children-let-go client:   /'

@@ -1,7 +1,8 @@
 """paced_client.py HOST PORT SECONDS [GREETING]: one connection that, for SECONDS, sends 64 KiB and
 reads its echo back, one exchange every 0.05 s (a client that is not always inside recv(), so that
 its connection may go back to RDMA: docs/architecture.md, "Back to RDMA"), then ends its side and
-reads to the end. With GREETING, the server's first bytes must be that line (the first 64 KiB are
+reads to the end. With PACED_STOP=FILE in the environment it ends earlier, once FILE exists (the
+caller has seen what it waited for, however slow the machine was). With GREETING, the server's first bytes must be that line (the first 64 KiB are
 sent before it is read). Prints "client: PORT
 exact N" and exits 0 when every byte came back in order; anything else exits 1.
 """
@@ -32,7 +33,8 @@ def fail(what):
 
 sent = 0
 end = time.monotonic() + seconds
-while time.monotonic() < end:
+stop = os.environ.get("PACED_STOP")
+while time.monotonic() < end and not (stop and os.path.exists(stop)):
     chunk = os.urandom(65536)
     conn.sendall(chunk)
     # The first chunk goes before the greeting is read: it is on its way (on RDMA, unread) when the

@@ -78,13 +78,36 @@ TEST(SocketHolders, AProcessThatCannotBeLookedAtCountsOnlyIfOfOurFamily) {
   EXPECT_EQ(held.of(500), Holders::kUnknown);
 }
 
-TEST(SocketHolders, AnAncestorThatCannotBeLookedAtCounts) {
+TEST(SocketHolders, AnAncestorThatCannotBeLookedAtCountsForWhatItMade) {
   FakeProc proc;
   proc.hidden(50, 1);   // our parent, of another user
   proc.process(100, 50);
   HeldSockets held;
   ASSERT_TRUE(scan_held_sockets(proc.path(), 100, &held));
-  EXPECT_EQ(held.of(500), Holders::kUnknown);
+  EXPECT_EQ(held.of(500, /*creator=*/50, /*self=*/100), Holders::kUnknown);  // inherited from it
+  EXPECT_EQ(held.of(500, /*creator=*/0, /*self=*/100), Holders::kThisProcessOnly);  // made here since
+}
+
+TEST(SocketHolders, AHiddenAncestorAboveTheSocketsCreatorDoesNotCount) {
+  // `sudo -u nobody server`, or a root shell that started it: the server (100) accepted the
+  // connection after sudo (50) forked it, and its child (101) inherited it; sudo cannot hold it.
+  FakeProc proc;
+  proc.hidden(50, 1);
+  proc.process(100, 50);
+  proc.process(101, 100);
+  HeldSockets held;
+  ASSERT_TRUE(scan_held_sockets(proc.path(), 101, &held));
+  EXPECT_EQ(held.of(500, /*creator=*/100, /*self=*/101), Holders::kThisProcessOnly);
+  EXPECT_EQ(held.of(500, /*creator=*/0, /*self=*/101), Holders::kThisProcessOnly);  // the child's own
+  // One sudo made (or one whose creator is not an ancestor any more) may be sudo's too.
+  EXPECT_EQ(held.of(500, /*creator=*/50, /*self=*/101), Holders::kUnknown);
+  EXPECT_EQ(held.of(500, /*creator=*/77, /*self=*/101), Holders::kUnknown);
+  // A hidden process between the creator and us (the creator's child that changed its credentials,
+  // then forked us) may hold it.
+  proc.hidden(102, 100);
+  proc.process(103, 102);
+  ASSERT_TRUE(scan_held_sockets(proc.path(), 103, &held));
+  EXPECT_EQ(held.of(500, /*creator=*/100, /*self=*/103), Holders::kUnknown);
 }
 
 TEST(SocketHolders, InitThatCannotBeLookedAtDoesNotCount) {
