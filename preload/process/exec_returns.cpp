@@ -97,6 +97,7 @@ bool parse(const std::string& text, Entry* e) {
 // `listener` (servers). Nothing when the rules keep it on TCP.
 void plan_inherited_return(TrackedSocket* socket, int fd, const Entry& e, const SocketHold& listener) {
   config::Role role = e.kind == 'c' ? config::Role::kClient : config::Role::kServer;
+  socket->set_role(role == config::Role::kClient ? SocketRole::kClient : SocketRole::kServer);
   config::Decision decision = decide_connection(fd, role);
   char label[kConnectionLabelSize];
   describe_connection(fd, role, decision, label, sizeof label);
@@ -112,7 +113,6 @@ void plan_inherited_return(TrackedSocket* socket, int fd, const Entry& e, const 
   if (session == nullptr) return;  // one already: not a connection this program just got
   session->set_label(label);
   (void)session->end_on_tcp();  // the ended session that a return's follows (start_return_session)
-  socket->set_role(role == config::Role::kClient ? SocketRole::kClient : SocketRole::kServer);
   socket->adopt_upgrades(static_cast<uint8_t>(e.upgrades));
   socket->forks.note_inherited(static_cast<pid_t>(e.creator));
   if (listener) socket->forks.keep_return_listener(listener.get());
@@ -129,6 +129,7 @@ void plan_inherited_return(TrackedSocket* socket, int fd, const Entry& e, const 
 // going on from the counts at the fork. Stays TCP when this program's rules keep it there (its
 // client's request is then never answered, and the client's upgrade times out).
 void plan_handed_upgrade(TrackedSocket* socket, int fd, const Entry& e, const SocketHold& listener) {
+  socket->set_role(SocketRole::kServer);
   config::Decision decision = decide_connection(fd, config::Role::kServer);
   char label[kConnectionLabelSize];
   describe_connection(fd, config::Role::kServer, decision, label, sizeof label);
@@ -143,7 +144,6 @@ void plan_handed_upgrade(TrackedSocket* socket, int fd, const Entry& e, const So
   session->adopt_counts(e.sent, e.received, e.sending_ended != 0);
   session->set_label(label);
   (void)session->end_on_tcp();  // the ended session the take-up goes on from (restart_session)
-  socket->set_role(SocketRole::kServer);
   listener->add_ref();  // the record's
   record->listener = listener.get();
   record->decision = decision;
