@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -181,6 +182,12 @@ SocketHold listener_for_memfd(int memfd, int domain, std::vector<std::pair<int, 
   return made;
 }
 
+// Whether descriptors a and b name one open file (dup'd: the same socket).
+bool same_file(int a, int b) {
+  struct stat sa {}, sb {};
+  return fstat(a, &sa) == 0 && fstat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
 // Splits the variable's value into entries.
 std::vector<std::string> entries_of(const std::string& value) {
   std::vector<std::string> out;
@@ -297,7 +304,8 @@ void adopt_exec_returns() noexcept {
     int first = -1;
     for (const auto& [index, fd] : first_fd) first = index == e.index ? fd : first;
     if (first >= 0) {
-      if (!SocketHold::of(e.fd)) track_duplicate(first, e.fd);  // a prefix's adoption may have done it
+      // A prefix's adoption may have done it; a left-over variable may name another descriptor.
+      if (!SocketHold::of(e.fd) && same_file(first, e.fd)) track_duplicate(first, e.fd);
       continue;
     }
     int domain = 0;

@@ -82,7 +82,11 @@ TEST_F(ExecReturns, WhatTheVariableNamesWronglyIsLeftAlone) {
   ASSERT_EQ(pipe(pipe_fds), 0);
   int other = static_cast<int>(memfd_create("not-ours", 0));  // a memfd of the application's
   ASSERT_GE(other, 0);
+  int stranger = socket(AF_INET, SOCK_STREAM, 0);  // named as a copy of ours_, which it is not
+  ASSERT_GE(stranger, 0);
+  track_close(stranger);
   std::string value = std::to_string(ours_) + ":c:1:" + std::to_string(pipe_fds[0]) + ":0:0:0:0:0," +
+                      std::to_string(stranger) + ":c:1:-1:0:0:0:0:0," +
                       std::to_string(pipe_fds[1]) + ":c:1:-1:1:0:0:0:0,junk,7:x:1:-1:2:0:0:0:0," + std::to_string(peer_) +
                       ":u:1:" + std::to_string(other) + ":3:10:20:0:0";
   setenv(kExecReturnVariable, value.c_str(), 1);
@@ -92,6 +96,8 @@ TEST_F(ExecReturns, WhatTheVariableNamesWronglyIsLeftAlone) {
   EXPECT_EQ(fcntl(other, F_GETFD), 0);
   EXPECT_EQ(fd_table().find(pipe_fds[1]), nullptr);
   EXPECT_NE(fd_table().find(ours_), nullptr);
+  EXPECT_EQ(fd_table().find(stranger), nullptr);
+  close(stranger);
   close(pipe_fds[0]);
   close(pipe_fds[1]);
   close(other);
