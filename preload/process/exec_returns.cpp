@@ -75,7 +75,7 @@ SocketHold directory_listener(int memfd, int domain) {
 }
 
 // One entry of the variable: a descriptor of an inherited connection,
-// "FD:KIND:UPGRADES:MEMFD:INDEX:SENT:RECEIVED:ENDED:CREATOR".
+// "FD:KIND:UPGRADES:MEMFD:INDEX:SENT:RECEIVED:ENDED:CREATOR:ALONE".
 struct Entry {
   int fd = -1;
   char kind = 0;  // 'c' a client's return, 's' a server's, 'u' an upgrade a fork interrupted
@@ -85,12 +85,13 @@ struct Entry {
   unsigned long long sent = 0, received = 0;  // an upgrade's TCP counts at the fork
   int sending_ended = 0;
   int creator = 0;  // the process that made the socket (ForkShare::creator)
+  int alone = 0;    // 1: the exec'ing process held it alone (no other process may hold it)
 };
-constexpr char kEntryFormat[] = "%d:%c:%u:%d:%zu:%llu:%llu:%d:%d";
+constexpr char kEntryFormat[] = "%d:%c:%u:%d:%zu:%llu:%llu:%d:%d:%d";
 
 bool parse(const std::string& text, Entry* e) {
-  return std::sscanf(text.c_str(), "%d:%c:%u:%d:%u:%llu:%llu:%d:%d", &e->fd, &e->kind, &e->upgrades, &e->memfd,
-                     &e->index, &e->sent, &e->received, &e->sending_ended, &e->creator) == 9 &&
+  return std::sscanf(text.c_str(), "%d:%c:%u:%d:%u:%llu:%llu:%d:%d:%d", &e->fd, &e->kind, &e->upgrades, &e->memfd,
+                     &e->index, &e->sent, &e->received, &e->sending_ended, &e->creator, &e->alone) == 10 &&
          e->fd >= 0 && (e->kind == 'c' || e->kind == 's' || e->kind == 'u') && e->upgrades <= 255 && e->creator >= 0;
 }
 
@@ -115,7 +116,7 @@ void plan_inherited_return(TrackedSocket* socket, int fd, const Entry& e, const 
   session->set_label(label);
   (void)session->end_on_tcp();  // the ended session that a return's follows (start_return_session)
   socket->adopt_upgrades(static_cast<uint8_t>(e.upgrades));
-  socket->forks.note_inherited(static_cast<pid_t>(e.creator));
+  socket->forks.note_inherited(static_cast<pid_t>(e.creator), e.alone != 0);
   if (listener) socket->forks.keep_return_listener(listener.get());
   socket->returns.remember(decision);
   socket->returns.arm(std::chrono::steady_clock::now());  // before the path says back on TCP
@@ -275,7 +276,8 @@ bool ReturnHandOn::add(TrackedSocket* socket, int target) noexcept {
                   index, static_cast<unsigned long long>(upgrade != nullptr ? upgrade->sent : 0),
                   static_cast<unsigned long long>(upgrade != nullptr ? upgrade->received : 0),
                   upgrade != nullptr && upgrade->sending_ended ? 1 : 0,
-                  socket->forks.creator() != 0 ? static_cast<int>(socket->forks.creator()) : static_cast<int>(getpid()));
+                  socket->forks.creator() != 0 ? static_cast<int>(socket->forks.creator()) : static_cast<int>(getpid()),
+                  socket->shared() ? 0 : 1);
     if (!variable_.empty()) variable_ += ',';
     variable_ += entry;
   } catch (const std::bad_alloc&) {

@@ -40,11 +40,11 @@ class ForkShare {
   // process forks or spawns again.
   void note_alone() noexcept;
   // A connection this program got from the program that exec'd it (process/exec_returns.h), which
-  // the process `creator` made: the exec'ing process's parent, or its children, may hold it too.
-  // Shared until note_alone().
-  void note_inherited(pid_t creator) noexcept {
+  // the process `creator` made. Unless that program held it `alone`, the exec'ing process's parent or
+  // its children may hold it too: shared until note_alone().
+  void note_inherited(pid_t creator, bool alone) noexcept {
     creator_.store(creator, std::memory_order_relaxed);
-    inherited_.store(true, std::memory_order_relaxed);
+    inherited_.store(!alone, std::memory_order_relaxed);
   }
   // The process that made the socket: 0 for this one; in a forked child, the ancestor that did
   // (note_sockets_made_before_fork). Only it and the processes between it and this one may hold it

@@ -56,8 +56,8 @@ TEST_F(ExecReturns, DescriptorsOfOneConnectionBecomeOneSocketAndTheVariableGoes)
   track_close(copy);
   int memfd = directory_memfd();
   ASSERT_GE(memfd, 0);
-  std::string value = std::to_string(ours_) + ":s:1:" + std::to_string(memfd) + ":0:0:0:0:0," + std::to_string(copy) +
-                      ":s:1:" + std::to_string(memfd) + ":0:0:0:0:0";
+  std::string value = std::to_string(ours_) + ":s:1:" + std::to_string(memfd) + ":0:0:0:0:0:0," + std::to_string(copy) +
+                      ":s:1:" + std::to_string(memfd) + ":0:0:0:0:0:0";
   setenv(kExecReturnVariable, value.c_str(), 1);
   adopt_exec_returns();
   EXPECT_EQ(std::getenv(kExecReturnVariable), nullptr);  // a later exec starts afresh
@@ -85,10 +85,10 @@ TEST_F(ExecReturns, WhatTheVariableNamesWronglyIsLeftAlone) {
   int stranger = socket(AF_INET, SOCK_STREAM, 0);  // named as a copy of ours_, which it is not
   ASSERT_GE(stranger, 0);
   track_close(stranger);
-  std::string value = std::to_string(ours_) + ":c:1:" + std::to_string(pipe_fds[0]) + ":0:0:0:0:0," +
-                      std::to_string(stranger) + ":c:1:-1:0:0:0:0:0," +
-                      std::to_string(pipe_fds[1]) + ":c:1:-1:1:0:0:0:0,junk,7:x:1:-1:2:0:0:0:0," + std::to_string(peer_) +
-                      ":u:1:" + std::to_string(other) + ":3:10:20:0:0";
+  std::string value = std::to_string(ours_) + ":c:1:" + std::to_string(pipe_fds[0]) + ":0:0:0:0:0:0," +
+                      std::to_string(stranger) + ":c:1:-1:0:0:0:0:0:0," +
+                      std::to_string(pipe_fds[1]) + ":c:1:-1:1:0:0:0:0:0,junk,7:x:1:-1:2:0:0:0:0:0," + std::to_string(peer_) +
+                      ":u:1:" + std::to_string(other) + ":3:10:20:0:0:0";
   setenv(kExecReturnVariable, value.c_str(), 1);
   track_close(peer_);
   adopt_exec_returns();
@@ -104,9 +104,9 @@ TEST_F(ExecReturns, WhatTheVariableNamesWronglyIsLeftAlone) {
 }
 
 TEST(ExecEnvironment, TheVariableReplacesAnEarlierOneAndKeepsTheRest) {
-  std::string first = "A=1", stale = std::string(kExecReturnVariable) + "=9:c:0:-1:0:0:0:0:0", last = "B=2";
+  std::string first = "A=1", stale = std::string(kExecReturnVariable) + "=9:c:0:-1:0:0:0:0:0:0", last = "B=2";
   std::vector<char*> base{first.data(), stale.data(), last.data(), nullptr};
-  std::string entry = std::string(kExecReturnVariable) + "=3:s:1:200:0:0:0:0:0";
+  std::string entry = std::string(kExecReturnVariable) + "=3:s:1:200:0:0:0:0:0:0";
   std::vector<char*> storage;
   char* const* env = environment_with(base.data(), entry, &storage);
   std::vector<std::string> got;
