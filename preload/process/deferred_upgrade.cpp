@@ -52,8 +52,6 @@ void log_stays(TrackedSocket* socket, const char* why) noexcept {
 
 namespace {
 
-
-
 // Why the parent takes an upgrade up that no process used (the log line's end).
 constexpr char kUnusedNote[] = " (no process used it within 200 ms of the fork)";
 static_assert(kUnusedTakeUpAfter == std::chrono::milliseconds(200), "kUnusedNote says 200 ms");
@@ -112,7 +110,6 @@ void apply_answer(TrackedSocket* socket, int fd, const TrackedSocket::DeferredUp
   }
   refuse_parents_copy(socket, fd, answer.outcome);  // never a connection with bytes missing
 }
-
 
 }  // namespace
 

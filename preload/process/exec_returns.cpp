@@ -174,8 +174,9 @@ SocketHold listener_for_memfd(int memfd, int domain, std::vector<std::pair<int, 
   for (const auto& [known, listener] : *listeners) {
     if (known == memfd) return SocketHold(listener.get());
   }
-  SocketHold made = is_directory_memfd(memfd) ? directory_listener(memfd, domain) : SocketHold{};
-  if (!made && is_directory_memfd(memfd)) real().close(memfd);  // no use here without a mapping
+  bool ours = is_directory_memfd(memfd);
+  SocketHold made = ours ? directory_listener(memfd, domain) : SocketHold{};
+  if (!made && ours) real().close(memfd);  // no use here without a mapping
   try {
     listeners->emplace_back(memfd, SocketHold(made.get()));
   } catch (const std::bad_alloc&) {
@@ -235,6 +236,9 @@ bool ReturnHandOn::add_upgrade(TrackedSocket* socket) noexcept {
   const DeferredUpgrade* record = socket->deferred_upgrade();
   UpgradeSession* session = socket->session();
   if (!module_follows_ || record == nullptr || session == nullptr) return false;
+  for (const Upgrade& u : upgrades_) {
+    if (u.socket == socket) return true;  // another descriptor of it, met first
+  }
   int memfd = directory_memfd_of(record->listener);
   int copy = memfd >= 0 ? inheritable_copy(memfd) : -1;
   if (copy < 0) return false;
