@@ -247,6 +247,11 @@ void LinkProgress::fail(StreamLink& link, const char* what, const char* detail, 
     c->path_failed_ = s == Status::kReset;  // the path's failure, not the peer's word
     c->fail(s);
   }
+  // No channel opens on it again (the link table and the listener pass over a disconnected link),
+  // and the peer learns it at once: its channels end as ours did. A link whose peer broke the
+  // protocol once is not trusted with another connection, and what each side believes of the
+  // other's channels may differ from here on.
+  if (!link.disconnected()) link.disconnect();
 }
 
 }  // namespace tcp2rdma::transport

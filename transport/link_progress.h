@@ -59,7 +59,7 @@ class LinkProgress {
   // The link's connection events, taken and told to every channel (once they are the link's own).
   static void tell_cm_news(StreamLink& link);
   // Every channel of the link fails with `s` (kReset: the path's failure, which a failover may ride
-  // out).
+  // out), and the link is disconnected: it takes no channel again.
   static void fail(StreamLink& link, const char* what, const char* detail, Status s);
   // Posts one of the link's own records (an open, an answer: link_messages.cpp) into the peer's setup
   // slot, first making room in the link's send queue if it is full.

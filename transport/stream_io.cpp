@@ -427,8 +427,11 @@ void RdmaStream::abort_with(uint32_t end) {
   if (!failed() && !disconnected_ && !disconnect_seen_) {
     progress();
     // Best effort: if the abort message cannot go (or is flushed by the disconnect), the peer sees a
-    // disconnect without an orderly end, which it reads as a reset all the same.
-    if (!failed() && flow_->credits() >= 1 && send_queue_has_room(1)) {
+    // disconnect without an orderly end, which it reads as a reset all the same. The progress may
+    // have taken the peer's release, answered at once by ours: nothing may follow a release (the
+    // peer frees the channel's index on it, and a later message names a channel it no longer has).
+    if (!failed() && !disconnect_seen_ && !flow_->release_sent() && flow_->credits() >= 1 &&
+        send_queue_has_room(1)) {
       post_write(nullptr, 0, 0, 0, imm(MessageType::kEnd, end), true, 0, kWrSignal);
     }
   }

@@ -273,8 +273,11 @@ Status RdmaStream::connect_once(const sockaddr* address, const Pairing& pairing,
 RdmaStream::~RdmaStream() {
   OwnCalls own;  // own_calls.h
   std::unique_lock lock(mu_);  // other channels' threads may be running the link
-  if (open_state_ == OpenState::kWaiting && open_slot_ >= 0) {
-    link_->awaiting[open_slot_].stream = nullptr;  // a late answer finds no stream (and ends its channel)
+  if (open_slot_ >= 0 && link_->awaiting[open_slot_].stream == this) {
+    // A late answer finds no stream (and ends its channel). Also after the link failed before the
+    // answer (the open is then failed, not waiting): an answer already in the completion queue may
+    // still be taken.
+    link_->awaiting[open_slot_].stream = nullptr;
   }
   if (link_.use_count() > 1 && index_ != kLinkChannel && flow_ && !flow_->release_sent() && !link_->stopped()) {
     // Destroyed without close() or abort() (or before their release could go): to the peer this is

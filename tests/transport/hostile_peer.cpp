@@ -6,7 +6,8 @@
 //       bad-mailbox      a mailbox update claiming bytes consumed that the server never sent
 //       data-after-close data after an orderly end
 //       bad-end          an end message with an unknown argument
-//       no-channel       a message for a channel the link does not carry
+//       no-channel       a message for a channel the link does not carry: the server must disconnect
+//                        the link at once (within 3 s: stream_peer holds its failed stream longer)
 //       bad-ring-offer   a mailbox update offering a ring of generation 2 (no generation 1 before it)
 //       bad-ring-move    a mailbox update answering a ring offer the server never made
 //       malformed-setup  first a connect request with garbage private data (must be rejected), then
@@ -28,6 +29,7 @@
 // The server (stream_peer server-expect-violation) must report a protocol violation: no crash, no
 // write outside its buffers (the writes here all stay inside the ring and mailbox it registered).
 #include <arpa/inet.h>
+#include <poll.h>
 #include <rdma/rdma_cma.h>
 
 #include <algorithm>
@@ -80,6 +82,13 @@ bool expect_event(rdma_event_channel* ch, rdma_cm_event_type want, AcceptReply* 
   if (ok && peer != nullptr) std::memcpy(peer, ev->param.conn.private_data, sizeof *peer);
   rdma_ack_cm_event(ev);
   return ok;
+}
+
+// Whether the server disconnects within `ms`: a link whose peer broke the protocol is not kept for
+// another channel.
+bool disconnected_within(rdma_event_channel* ch, int ms) {
+  pollfd p{ch->fd, POLLIN, 0};
+  return ::poll(&p, 1, ms) == 1 && expect_event(ch, RDMA_CM_EVENT_DISCONNECTED);
 }
 
 // Connects with `private_data`; retries while the server is not listening yet. With `rejection_final`
@@ -320,8 +329,12 @@ int main(int argc, char** argv) {
     write_imm(0, encode_imm(MessageType::kEnd, kFirstChannel, kEndClose), 0);
     write_imm(1, encode_imm(MessageType::kData, kFirstChannel, 1), 0);
   } else if (mode == "no-channel") {
-    // A byte for channel 7 of a link that carries only channel 1.
+    // A byte for channel 7 of a link that carries only channel 1. The violation is the whole link's:
+    // the server disconnects it, so that no channel opens on it again.
     write_imm(1, encode_imm(MessageType::kData, 7, 1), 0);
+    bool dropped = disconnected_within(c.channel, 3000);
+    std::printf("hostile: the server %s the link\n", dropped ? "disconnected" : "did NOT disconnect");
+    return dropped ? 0 : 1;
   } else if (mode == "bad-end") {
     write_imm(0, encode_imm(MessageType::kEnd, kFirstChannel, 5), 0);
   } else {

@@ -766,5 +766,49 @@ TEST(StreamApi, AMoveAfterThePeersEndSaysSo) {
   EXPECT_TRUE(p.client->write_was_shut());
 }
 
+// Another stream to `listener` (port `port`), opened as a channel on the link the first one made.
+Pair channel_on_link(StreamListener& listener, uint16_t port, uint16_t client_port) {
+  Pair p;
+  std::string port_text = std::to_string(port);
+  auto client = connect_in_background(port_text.c_str(), pairing_for(client_port, port), small_options());
+  p.server = peer_util::accept_one(listener, 20);
+  p.client = client.get().second;
+  return p;
+}
+
+// One byte each way on a pair: both ends still carry their stream.
+bool still_carries(Pair& p, const std::string& text) {
+  Status st;
+  return write_text(*p.client, text) == Status::kOk && read_text(*p.server, text.size(), kWaitAll, &st) == text &&
+         write_text(*p.server, text) == Status::kOk && read_text(*p.client, text.size(), kWaitAll, &st) == text;
+}
+
+// A client closes a channel (its end, then its release) and the server aborts it after both came:
+// the abort finds the release, answers it with ours, and then must send nothing, or the client,
+// which freed the channel's index on our release, gets a message for a channel it no longer has: a
+// protocol violation that took the link and every other channel on it (a switch test's streams on
+// the link failed one after another). Five rounds, each after the one before.
+TEST(StreamApi, AnAbortAfterThePeersReleaseLeavesTheLinkToItsOtherChannels) {
+  Pair first = connect_pair(7645);
+  ASSERT_TRUE(first.client && first.server);
+  for (uint16_t round = 0; round < 5; ++round) {
+    Pair ended = channel_on_link(*first.listener, 7645, static_cast<uint16_t>(41000 + round));
+    ASSERT_TRUE(ended.client && ended.server);
+    ASSERT_TRUE(ended.client->opened_on_link());
+    ASSERT_TRUE(still_carries(ended, "x"));
+    ASSERT_EQ(ended.client->close(), Status::kOk);
+    ended.client.reset();  // its index waits on the link for our release, and is free once it comes
+    // The client's end and release are in the server's queue before it aborts.
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    ended.server->abort();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ASSERT_TRUE(still_carries(first, "y")) << "round " << round << ": " << first.client->failure_detail();
+  }
+  Pair later = channel_on_link(*first.listener, 7645, 41100);
+  ASSERT_TRUE(later.client && later.server);
+  EXPECT_TRUE(later.client->opened_on_link());
+  EXPECT_TRUE(still_carries(later, "z"));
+}
+
 }  // namespace
 }  // namespace tcp2rdma::transport

@@ -27,7 +27,9 @@
 //   stream_peer client-forever ADDR PORT SEED    says "client: connected" on standard error, then
 //                                                 writes until killed
 //   stream_peer server-expect-violation PORT     exit 0 only if the stream failed as a protocol
-//                                                 violation (tests/transport/hostile_peer)
+//                                                 violation (tests/transport/hostile_peer); with
+//                                                 PEER_HOLD_FAILED_MS, holds the failed stream that
+//                                                 long before it exits
 //   stream_peer server-isolation PORT            accepts two streams (A, then B) of one client and
 //                                                 exits 0 only if A carried exactly "through A,
 //                                                 untouched" and then its end (hostile_peer cross-rkey
@@ -477,7 +479,13 @@ int main(int argc, char** argv) {
   if (argc == 3 && mode == "server-expect-violation") {
     std::unique_ptr<StreamListener> listener = listen_on(argv[2], options);
     std::unique_ptr<RdmaStream> s = listener ? accept_one(*listener) : nullptr;
-    return s ? read_until_failure(*s, 0, Status::kProtocolError, false) : 1;
+    int result = s ? read_until_failure(*s, 0, Status::kProtocolError, false) : 1;
+    // Held a while with its failed stream (PEER_HOLD_FAILED_MS): the link must go at the violation,
+    // not when its last stream does.
+    if (const char* hold = std::getenv("PEER_HOLD_FAILED_MS")) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(hold)));
+    }
+    return result;
   }
   if (argc == 5 && mode == "client-forever") {
     std::unique_ptr<RdmaStream> s = connect_to(argv[2], argv[3], options);
