@@ -16,6 +16,7 @@
 #include "registry/fd_table.h"
 #include "registry/socket_registry.h"
 #include "registry/upgrade_session.h"
+#include "libc/kept_descriptors.h"
 
 using tcp2rdma::preload::real;
 
@@ -58,6 +59,12 @@ T2R_INTERPOSE int close(int fd) {
     if (stale != nullptr) stale->release();
     return rc;
   }
+  if (tcp2rdma::preload::kept_from_application(fd)) {
+    // One of the module's (libc/kept_descriptors.h): to the application, whose descriptor it never
+    // was, a number that is not open.
+    errno = EBADF;
+    return -1;
+  }
   // A number that names an upgrade a fork deferred is freed under the take-up lock, settle included
   // (process/deferred_upgrade.h): the fork service's thread may be about to take the upgrade up.
   std::unique_lock<std::mutex> take_ups = tcp2rdma::preload::hold_take_ups_while_freeing(fd, fd);
@@ -88,15 +95,34 @@ T2R_INTERPOSE int close(int fd) {
   return rc;
 }
 
+namespace {
+
+// close_range over [first, last] less the module's kept descriptors (libc/kept_descriptors.h), piece
+// by piece between them.
+int close_range_around_kept(unsigned first, unsigned last, int flags) {
+  for (;;) {
+    int kept = tcp2rdma::preload::first_kept_in(first, last);
+    if (kept < 0) return real().close_range(first, last, flags);
+    if (static_cast<unsigned>(kept) > first) {
+      if (int rc = real().close_range(first, static_cast<unsigned>(kept) - 1, flags); rc != 0) return rc;
+    }
+    if (static_cast<unsigned>(kept) == last) return 0;
+    first = static_cast<unsigned>(kept) + 1;
+  }
+}
+
+}  // namespace
+
 T2R_INTERPOSE int close_range(unsigned int first, unsigned int last, int flags) {
   if (real().close_range == nullptr) {
     errno = ENOSYS;
     return -1;
   }
-  // Only marking (CLOEXEC), or arguments the kernel refuses (EINVAL: nothing is closed).
-  if ((flags & CLOSE_RANGE_CLOEXEC) != 0 || first > last || (flags & ~(CLOSE_RANGE_CLOEXEC | CLOSE_RANGE_UNSHARE)) != 0) {
+  // Arguments the kernel refuses (EINVAL: nothing is closed), or only marking (CLOEXEC).
+  if (first > last || (flags & ~(CLOSE_RANGE_CLOEXEC | CLOSE_RANGE_UNSHARE)) != 0) {
     return real().close_range(first, last, flags);
   }
+  if ((flags & CLOSE_RANGE_CLOEXEC) != 0) return close_range_around_kept(first, last, flags);
   // No descriptor lies beyond INT_MAX (the kernel's limit is far below it).
   auto as_fd = [](unsigned n) { return n > static_cast<unsigned>(INT_MAX) ? INT_MAX : static_cast<int>(n); };
   std::unique_lock<std::mutex> take_ups = tcp2rdma::preload::hold_take_ups_while_freeing(as_fd(first), as_fd(last));
@@ -107,13 +133,20 @@ T2R_INTERPOSE int close_range(unsigned int first, unsigned int last, int flags) 
   {
     auto numbers = tcp2rdma::preload::hold_descriptor_numbers();  // socket_registry.h
     sockets = tcp2rdma::preload::untrack_range(first, last);
-    rc = real().close_range(first, last, flags);
+    rc = close_range_around_kept(first, last, flags);
   }
   if (take_ups) take_ups.unlock();
   int saved_errno = errno;
   for (auto* socket : sockets) socket->release();
   errno = saved_errno;
   return rc;
+}
+
+T2R_INTERPOSE void closefrom(int lowfd) {
+  // glibc's closefrom calls the kernel's close_range itself, past our wrapper: the same work here.
+  if (lowfd < 0) lowfd = 0;
+  if (close_range(static_cast<unsigned>(lowfd), ~0U, 0) == 0) return;
+  if (real().closefrom != nullptr) real().closefrom(lowfd);  // no close_range (ENOSYS): libc's own way
 }
 
 T2R_INTERPOSE int dup(int fd) {

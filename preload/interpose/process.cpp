@@ -94,12 +94,12 @@ std::vector<char*> gather_arguments(const char* first, Next next) {
 }  // namespace
 
 T2R_INTERPOSE int execve(const char* path, char* const argv[], char* const envp[]) {
-  ExecGuard guard(envp);
+  ExecGuard guard(envp, path);
   return real().execve(path, argv, guard.envp());
 }
 
 T2R_INTERPOSE int execv(const char* path, char* const argv[]) {
-  ExecGuard guard(environ);
+  ExecGuard guard(environ, path);
   return real().execve(path, argv, guard.envp());
 }
 

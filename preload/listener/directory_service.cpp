@@ -15,6 +15,7 @@
 #include "stream_listener.h"
 #include "util/log.h"
 #include "util/quiet_thread.h"
+#include "libc/kept_descriptors.h"
 
 namespace tcp2rdma::preload {
 
@@ -99,7 +100,10 @@ void stop_directory_service(ListenerState* listener) noexcept {
 void forget_directory(ListenerState* listener) noexcept {
   stop_directory_service(listener);
   ListenerDirectory* directory = listener->directory.exchange(nullptr);
-  if (int memfd = listener->directory_memfd.exchange(-1); memfd >= 0) real().close(memfd);
+  if (int memfd = listener->directory_memfd.exchange(-1); memfd >= 0) {
+    release_to_application(memfd);
+    real().close(memfd);
+  }
   if (directory == nullptr) return;
   directory->release_holder(getpid());  // if it is this process
   ListenerDirectory::unmap(directory);

@@ -14,6 +14,7 @@
 #include "registry/fd_table.h"
 #include "stream_listener.h"
 #include "util/log.h"
+#include "libc/kept_descriptors.h"
 
 namespace tcp2rdma::preload {
 namespace {
@@ -37,6 +38,7 @@ void make_directory(ListenerState* l, bool keeps_listener) {
   if (directory == nullptr) return;
   if (keeps_listener) directory->claim_holder(getpid());
   l->directory_memfd.store(memfd);
+  keep_from_application(memfd);  // an exec hands it on, after the child's close_range (inetd)
   l->directory.store(directory);
 }
 

@@ -5,8 +5,10 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -66,12 +68,31 @@ void end_or_move_back_streams() noexcept {
   });
 }
 
+// This module's file, as the loader opened it, or null.
+const char* this_module_path() noexcept {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&adopt_exec_prefixes), &info) == 0 || info.dli_fname == nullptr) return nullptr;
+  return info.dli_fname;
+}
+
+// Whether the program at `path` is loaded without the loader's secure mode, which ignores an
+// LD_PRELOAD with a slash in it: no set-user-ID or set-group-ID bit, no file capabilities. (A
+// security module may ask for secure mode too; none of Debian's does for an ordinary program.)
+bool loads_preload_as_given(const char* path) noexcept {
+  struct stat st{};
+  if (path == nullptr || std::strchr(path, '/') == nullptr || stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  if ((st.st_mode & (S_ISUID | S_ISGID)) != 0) return false;
+  SavedErrno keep_errno;
+  if (getxattr(path, "security.capability", nullptr, 0) >= 0) return false;
+  return errno == ENODATA || errno == ENOTSUP;
+}
+
 // Whether the environment `envp` preloads this module (the new program will then read the prefixes).
 bool preloads_this_module(char* const* envp) noexcept {
-  Dl_info info{};
-  if (dladdr(reinterpret_cast<void*>(&adopt_exec_prefixes), &info) == 0 || info.dli_fname == nullptr) return false;
-  const char* name = std::strrchr(info.dli_fname, '/');
-  name = name != nullptr ? name + 1 : info.dli_fname;
+  const char* path = this_module_path();
+  if (path == nullptr) return false;
+  const char* name = std::strrchr(path, '/');
+  name = name != nullptr ? name + 1 : path;
   for (char* const* e = envp; e != nullptr && *e != nullptr; ++e) {
     if (std::strncmp(*e, "LD_PRELOAD=", 11) == 0 && std::strstr(*e + 11, name) != nullptr) return true;
   }
@@ -127,8 +148,8 @@ void reset_and_disown(TrackedSocket* socket, int fd) noexcept {
   replace_all_with_unconnected_sockets(socket);
 }
 
-PrefixHandOn::PrefixHandOn(char* const* envp) noexcept
-    : original_(envp), module_follows_(preloads_this_module(envp)) {}
+PrefixHandOn::PrefixHandOn(char* const* envp, const char* path) noexcept
+    : original_(envp), module_follows_(preloads_this_module(envp)), may_bring_module_(loads_preload_as_given(path)) {}
 
 PrefixHandOn::~PrefixHandOn() {
   SavedErrno keep_errno;
@@ -136,7 +157,7 @@ PrefixHandOn::~PrefixHandOn() {
 }
 
 bool PrefixHandOn::add(const TrackedSocket* socket, int target) noexcept {
-  if (!module_follows_) return false;
+  if (!module_follows_ && (!may_bring_module_ || this_module_path() == nullptr)) return false;
   int mfd = -1;
   for (const auto& [s, m] : memfds_) mfd = s == socket ? m : mfd;
   if (mfd < 0) {
@@ -147,14 +168,24 @@ bool PrefixHandOn::add(const TrackedSocket* socket, int target) noexcept {
   std::snprintf(entry, sizeof entry, "%s%d:%d:%d", variable_.empty() ? "" : ",", target, mfd,
                 socket->prefix.then_end() ? 1 : 0);
   variable_ += entry;
+  brings_module_ = !module_follows_;
   return true;
 }
 
 char* const* PrefixHandOn::envp() noexcept {
   if (variable_.empty()) return original_;
-  if (!envp_.empty()) return envp_.data();
+  if (!envp_.empty()) return brings_module_ ? with_preload_.data() : envp_.data();
   variable_ = std::string(kExecPrefixVariable) + "=" + variable_;
-  return environment_with(original_, variable_, &envp_);
+  char* const* env = environment_with(original_, variable_, &envp_);
+  if (!brings_module_) return env;
+  // The module first, then whatever the caller's LD_PRELOAD named.
+  preload_ = std::string("LD_PRELOAD=") + this_module_path();
+  for (char* const* e = original_; e != nullptr && *e != nullptr; ++e) {
+    if (std::strncmp(*e, "LD_PRELOAD=", 11) == 0 && (*e)[11] != '\0') preload_ += std::string(" ") + (*e + 11);
+  }
+  log_line("exec: the new program's environment had dropped the module; it is given back, for the peer's bytes a "
+           "connection it inherits must deliver first");
+  return environment_with(env, preload_, &with_preload_);
 }
 
 char* const* environment_with(char* const* base, std::string& entry, std::vector<char*>* storage) noexcept {
@@ -169,7 +200,8 @@ char* const* environment_with(char* const* base, std::string& entry, std::vector
   return storage->data();
 }
 
-ExecGuard::ExecGuard(char* const* envp) noexcept : prefixes_(envp), returns_(prefixes_.module_follows()) {
+ExecGuard::ExecGuard(char* const* envp, const char* path) noexcept
+    : prefixes_(envp, path), returns_(prefixes_.module_follows()) {
   SavedErrno keep_errno;
   // Connections whose upgrade is still on TCP stay there, and the new program can use them.
   settle_all_sessions();

@@ -29,14 +29,22 @@ class TrackedSocket;
 // the environment it is given. Used by exec and by posix_spawn (spawn_guard.h).
 class PrefixHandOn {
  public:
-  // envp: the environment the caller gives the new program.
-  explicit PrefixHandOn(char* const* envp) noexcept;
+  // envp: the environment the caller gives the new program. `path`, when known, is the program's:
+  // one that runs without the loader's secure mode may be given the module back (below).
+  explicit PrefixHandOn(char* const* envp, const char* path = nullptr) noexcept;
   ~PrefixHandOn();  // the memfds go (the new program has its own descriptors of them)
   PrefixHandOn(const PrefixHandOn&) = delete;
   PrefixHandOn& operator=(const PrefixHandOn&) = delete;
 
   // The new program's descriptor `target` will name `socket`, which has a prefix. False when the
-  // prefix cannot go along (the new environment does not preload the module, or no memfd).
+  // prefix cannot go along (no memfd; or the new environment does not preload the module and the
+  // program cannot be given it back: a set-user-ID, set-group-ID or capable program, or one found
+  // through PATH).
+  //
+  // A program whose environment dropped LD_PRELOAD (openbsd-inetd strips it from its services') is
+  // given the module back, alone of what was dropped, when a connection it inherits has bytes of the
+  // peer's that it must read first: they left the kernel's socket on RDMA, and only the module can
+  // hand them on. Without it the connection would be reset.
   bool add(const TrackedSocket* socket, int target) noexcept;
   // The environment to start the new program with: the caller's, plus the variable if anything was added.
   char* const* envp() noexcept;
@@ -46,15 +54,20 @@ class PrefixHandOn {
  private:
   char* const* original_;
   bool module_follows_;
+  bool may_bring_module_;   // the program honours LD_PRELOAD as given
+  bool brings_module_ = false;  // LD_PRELOAD names the module again in envp()
   std::vector<std::pair<const TrackedSocket*, int>> memfds_;  // one per socket, dup'd or not
   std::string variable_;
+  std::string preload_;  // LD_PRELOAD=... when brought back
   std::vector<char*> envp_;
+  std::vector<char*> with_preload_;
 };
 
 class ExecGuard {
  public:
-  // envp: the environment the caller gives the new program.
-  explicit ExecGuard(char* const* envp) noexcept;
+  // envp: the environment the caller gives the new program; path: the program, when exec names it
+  // (not found through PATH).
+  explicit ExecGuard(char* const* envp, const char* path = nullptr) noexcept;
   ExecGuard(const ExecGuard&) = delete;
   ExecGuard& operator=(const ExecGuard&) = delete;
 

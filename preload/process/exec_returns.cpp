@@ -24,6 +24,7 @@
 #include "registry/upgrade_session.h"
 #include "util/log.h"
 #include "util/saved_errno.h"
+#include "libc/kept_descriptors.h"
 
 namespace tcp2rdma::preload {
 namespace {
@@ -69,6 +70,7 @@ SocketHold directory_listener(int memfd, int domain) {
   }
   real().fcntl(memfd, F_SETFD, FD_CLOEXEC);
   state->directory_memfd.store(memfd);
+  keep_from_application(memfd);
   state->directory.store(directory);
   state->rdma_handed_on.store(true);  // a process of the family may make the RDMA listener
   return held;

@@ -25,6 +25,7 @@
 #include "registry/tracked_socket.h"
 #include "util/log.h"
 #include "util/saved_errno.h"
+#include "libc/kept_descriptors.h"
 
 namespace tcp2rdma::preload {
 namespace {
@@ -82,6 +83,7 @@ HandBack ask_parent(ParentLine* p, uint64_t serial, bool (*ask)(int, uint64_t) =
       case ChannelMessage::kClaim:
       case ChannelMessage::kAsk:
       case ChannelMessage::kClosed:
+        release_to_application(p->channel);
         real().close(p->channel);
         p->channel = -1;
         return answer;
@@ -203,11 +205,17 @@ void ForkLending::in_child() noexcept {
   forget_parents_service();
   lent_streams_after_fork();
   ParentLine* grandparent = std::exchange(parent_slot(), new ParentLine);
-  if (grandparent->channel >= 0) real().close(grandparent->channel);  // claimed from before the fork
+  if (grandparent->channel >= 0) {  // claimed from before the fork
+    release_to_application(grandparent->channel);
+    real().close(grandparent->channel);
+  }
   transport::keep_forever(grandparent);
   if (ends_[0] >= 0) real().close(std::exchange(ends_[0], -1));
   ParentLine* line = parent_slot();
   line->channel = std::exchange(ends_[1], -1);
+  // The application may close every descriptor but 0 to 2 before it execs (inetd): the claim at the
+  // exec still reaches the parent (libc/kept_descriptors.h).
+  keep_from_application(line->channel);
   line->lent = std::move(serials_);
   drop_inherited_deferred_upgrades(lent_to_this_child);  // the parent could not hear our claim: TCP here
   // What was not lent (on_fork: parent, or no channel) is the parent's alone: it fails loudly here.

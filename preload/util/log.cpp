@@ -15,6 +15,7 @@
 #include "libc/real_calls.h"
 #include "own_descriptors.h"
 #include "util/saved_errno.h"
+#include "libc/kept_descriptors.h"
 
 namespace tcp2rdma::preload {
 namespace {
@@ -44,6 +45,8 @@ int log_fd() noexcept {
   if (!g_log_fd.compare_exchange_strong(expected, fd) && fd > STDERR_FILENO) {
     syscall(SYS_close, fd);  // another thread decided first
     fd = expected;
+  } else if (fd > STDERR_FILENO) {
+    keep_from_application(fd);  // a child's close_range before its exec leaves the log open
   }
   return fd;
 }

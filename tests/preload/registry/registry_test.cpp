@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <linux/close_range.h>
+#include <sys/eventfd.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -19,6 +20,7 @@
 #include "registry/fd_table.h"
 #include "registry/tracked_socket.h"
 #include "test_sockets.h"
+#include "libc/kept_descriptors.h"
 
 namespace tcp2rdma::preload {
 namespace {
@@ -112,6 +114,38 @@ TEST(Registry, CloseRangeForgetsOnlyWhatItClosed) {
   EXPECT_NE(tracked(low), nullptr);
   EXPECT_EQ(close(310), 0);
   EXPECT_EQ(close(low), 0);
+}
+
+// A server's child that closes every descriptor above 2 before it execs its service (openbsd-inetd:
+// close_range(3, ~0U, 0)) leaves the module's kept ones (its channel to the parent, the log) open;
+// close() of one says it is not open; closefrom() the same; once the module lets go, they close.
+TEST(Registry, CloseRangeCloseAndClosefromLeaveTheModulesKeptDescriptors) {
+  int made = eventfd(0, EFD_CLOEXEC);
+  ASSERT_GE(made, 0);
+  ASSERT_EQ(dup2(made, 400), 400);  // the application's
+  ASSERT_EQ(dup2(made, 410), 410);  // the module's
+  ASSERT_EQ(dup2(made, 420), 420);  // the application's
+  ASSERT_EQ(close(made), 0);
+  keep_from_application(410);
+  EXPECT_TRUE(kept_from_application(410));
+  EXPECT_FALSE(kept_from_application(400));
+  ASSERT_EQ(close_range(400, 430, 0), 0);
+  EXPECT_EQ(fcntl(400, F_GETFD), -1);
+  EXPECT_EQ(fcntl(420, F_GETFD), -1);
+  EXPECT_GE(fcntl(410, F_GETFD), 0);
+  errno = 0;
+  EXPECT_EQ(close(410), -1);
+  EXPECT_EQ(errno, EBADF);
+  EXPECT_GE(fcntl(410, F_GETFD), 0);
+  ASSERT_EQ(dup2(410, 415), 415);
+  closefrom(405);
+  EXPECT_EQ(fcntl(415, F_GETFD), -1);
+  EXPECT_GE(fcntl(410, F_GETFD), 0);
+  ASSERT_EQ(close_range(410, 410, 0), 0);  // the range is only the kept one
+  EXPECT_GE(fcntl(410, F_GETFD), 0);
+  release_to_application(410);
+  EXPECT_FALSE(kept_from_application(410));
+  EXPECT_EQ(close(410), 0);
 }
 
 TEST(Registry, RolesFollowListenConnectAndAccept) {
