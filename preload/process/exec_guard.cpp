@@ -149,7 +149,7 @@ void reset_and_disown(TrackedSocket* socket, int fd) noexcept {
 }
 
 PrefixHandOn::PrefixHandOn(char* const* envp, const char* path) noexcept
-    : original_(envp), module_follows_(preloads_this_module(envp)), may_bring_module_(loads_preload_as_given(path)) {}
+    : original_(envp), module_follows_(preloads_this_module(envp)), path_(path) {}
 
 PrefixHandOn::~PrefixHandOn() {
   SavedErrno keep_errno;
@@ -157,7 +157,9 @@ PrefixHandOn::~PrefixHandOn() {
 }
 
 bool PrefixHandOn::add(const TrackedSocket* socket, int target) noexcept {
-  if (!module_follows_ && (!may_bring_module_ || this_module_path() == nullptr)) return false;
+  if (!module_follows_ && !brings_module_ && (this_module_path() == nullptr || !loads_preload_as_given(path_))) {
+    return false;
+  }
   int mfd = -1;
   for (const auto& [s, m] : memfds_) mfd = s == socket ? m : mfd;
   if (mfd < 0) {

@@ -54,7 +54,7 @@ class PrefixHandOn {
  private:
   char* const* original_;
   bool module_follows_;
-  bool may_bring_module_;   // the program honours LD_PRELOAD as given
+  const char* path_;        // the program, when exec names it: looked at only if the module must follow
   bool brings_module_ = false;  // LD_PRELOAD names the module again in envp()
   std::vector<std::pair<const TrackedSocket*, int>> memfds_;  // one per socket, dup'd or not
   std::string variable_;
