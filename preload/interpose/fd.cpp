@@ -10,13 +10,13 @@
 
 #include "data/stream_calls.h"
 #include "libc/interposed.h"
+#include "libc/kept_descriptors.h"
 #include "own_calls.h"
 #include "process/deferred_upgrade.h"
 #include "readiness/epoll_sets.h"
 #include "registry/fd_table.h"
 #include "registry/socket_registry.h"
 #include "registry/upgrade_session.h"
-#include "libc/kept_descriptors.h"
 
 using tcp2rdma::preload::real;
 

@@ -8,6 +8,7 @@
 #include <system_error>
 #include <thread>
 
+#include "libc/kept_descriptors.h"
 #include "libc/real_calls.h"
 #include "listener/listener_directory.h"
 #include "listener/listener_state.h"
@@ -15,7 +16,6 @@
 #include "stream_listener.h"
 #include "util/log.h"
 #include "util/quiet_thread.h"
-#include "libc/kept_descriptors.h"
 
 namespace tcp2rdma::preload {
 

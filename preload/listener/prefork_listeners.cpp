@@ -7,6 +7,7 @@
 #include <new>
 
 #include "keep_forever.h"
+#include "libc/kept_descriptors.h"
 #include "listener/directory_service.h"
 #include "listener/listener_directory.h"
 #include "listener/listener_state.h"
@@ -14,7 +15,6 @@
 #include "registry/fd_table.h"
 #include "stream_listener.h"
 #include "util/log.h"
-#include "libc/kept_descriptors.h"
 
 namespace tcp2rdma::preload {
 namespace {

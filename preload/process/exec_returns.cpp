@@ -12,6 +12,7 @@
 #include <memory>
 #include <new>
 
+#include "libc/kept_descriptors.h"
 #include "libc/real_calls.h"
 #include "listener/listener_directory.h"
 #include "listener/listener_state.h"
@@ -24,7 +25,6 @@
 #include "registry/upgrade_session.h"
 #include "util/log.h"
 #include "util/saved_errno.h"
-#include "libc/kept_descriptors.h"
 
 namespace tcp2rdma::preload {
 namespace {

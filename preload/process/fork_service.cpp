@@ -14,6 +14,7 @@
 
 #include "back_to_tcp/move_back.h"
 #include "keep_forever.h"
+#include "libc/kept_descriptors.h"
 #include "libc/real_calls.h"
 #include "own_descriptors.h"
 #include "process/claim_service.h"
@@ -25,7 +26,6 @@
 #include "registry/tracked_socket.h"
 #include "util/log.h"
 #include "util/saved_errno.h"
-#include "libc/kept_descriptors.h"
 
 namespace tcp2rdma::preload {
 namespace {

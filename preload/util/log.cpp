@@ -12,10 +12,10 @@
 #include <cstring>
 #include <ctime>
 
+#include "libc/kept_descriptors.h"
 #include "libc/real_calls.h"
 #include "own_descriptors.h"
 #include "util/saved_errno.h"
-#include "libc/kept_descriptors.h"
 
 namespace tcp2rdma::preload {
 namespace {

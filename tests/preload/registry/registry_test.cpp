@@ -16,11 +16,11 @@
 #include <gtest/gtest.h>
 
 #include "libc/interposed.h"
+#include "libc/kept_descriptors.h"
 #include "registry/connection_path.h"
 #include "registry/fd_table.h"
 #include "registry/tracked_socket.h"
 #include "test_sockets.h"
-#include "libc/kept_descriptors.h"
 
 namespace tcp2rdma::preload {
 namespace {
