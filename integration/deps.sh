@@ -11,7 +11,7 @@ build_pkgs=(cmake ninja-build g++ pkg-config libibverbs-dev librdmacm-dev libyam
 testbed_pkgs=(qemu-system-x86 busybox-static cpio kmod iproute2 rdma-core ibverbs-utils rdmacm-utils
               perftest iperf3 iperf netcat-openbsd sockperf redis-tools nginx-light curl util-linux procps
               python3 openjdk-17-jdk-headless wrk memcached libmemcached-tools postgresql-15 strace
-              linux-perf socat openbsd-inetd)
+              linux-perf socat openbsd-inetd rsync)
 
 missing=()
 for part in "$@"; do
