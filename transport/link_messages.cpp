@@ -2,9 +2,9 @@
 // server's answer, written into the other side's setup area with an immediate that names the
 // link's channel 0 and the slot. Taken by whichever thread holds the link's lock (LinkProgress).
 #include <arpa/inet.h>
-#include <sys/eventfd.h>
 
 #include <cstring>
+#include <optional>
 
 #include "link_progress.h"
 #include "rdma_stream.h"
@@ -24,33 +24,26 @@ Status LinkProgress::on_link_message(StreamLink& link, uint32_t arg) {
   // Every link message consumed one of the receives kept for the setup slots: put it back.
   if (!link.stopped() && link.post_receive() != Status::kOk) return Status::kResources;
   uint32_t slot = link_slot(arg);
-  if (slot >= kSetupSlots || !link.has_setup_areas()) return Status::kProtocolError;
+  LinkSetup& setup = link.setup();
+  if (slot >= kSetupSlots || !setup.has_areas()) return Status::kProtocolError;
   if (link_op(arg) == kLinkOpen) {
-    // Only a server's link takes opens, and at most one per slot is outstanding (the client's slots):
-    // more than that would be more than the receives kept for them.
-    if (!link.serves_opens || link.opens.size() >= kSetupSlots) return Status::kProtocolError;
-    StreamLink::Open open{slot, {}};
-    std::memcpy(&open.request, link.own_setup_slot(slot), sizeof open.request);
-    link.opens.push_back(open);
-    // The listener's engine may sleep: it answers the open once it sees it. eventfd_write is libc's
-    // own call, never the module's wrapper (own_calls.h).
-    if (link.opens_bell >= 0) (void)eventfd_write(link.opens_bell, 1);
+    // Only a server's link takes opens (LinkSetup::keep_open).
+    if (Status s = setup.keep_open(slot); s != Status::kOk) return s;
     link.cv().notify_all();
     return Status::kOk;
   }
   if (link_op(arg) != kLinkAnswer) return Status::kProtocolError;
   ChannelAnswer answer{};
-  std::memcpy(&answer, link.own_setup_slot(slot), sizeof answer);
-  StreamLink::Awaiting& awaiting = link.awaiting[slot];
+  std::memcpy(&answer, setup.own_slot(slot), sizeof answer);
+  std::optional<LinkSetup::Awaiting> awaited = setup.waiting_in(slot);
   // An answer we did not ask for, or not for the open in that slot: the peer lies.
-  if (!awaiting.used || !valid_answer(answer) || answer.client_nonce != awaiting.client_nonce ||
-      answer.client_channel != awaiting.index) {
+  if (!awaited || !valid_answer(answer) || answer.client_nonce != awaited->client_nonce ||
+      answer.client_channel != awaited->index) {
     return Status::kProtocolError;
   }
-  RdmaStream* stream = awaiting.stream;
-  uint32_t index = awaiting.index;
-  awaiting = StreamLink::Awaiting{};
-  link.free_slot(slot);
+  setup.give_back(slot);
+  RdmaStream* stream = awaited->stream;
+  uint32_t index = awaited->index;
   if (stream != nullptr) {
     stream->on_answer(&answer);
   } else if (answer.kind == kAcceptKind) {

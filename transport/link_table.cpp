@@ -89,7 +89,7 @@ std::shared_ptr<StreamLink> live_link(Table& t, const sockaddr* address, int dep
   for (Entry& e : t.entries) {
     if (!same_address(e.address, address)) continue;
     std::lock_guard link_lock(e.link->mu());
-    if (!e.link->stopped() && !e.link->disconnected() && e.link->has_setup_areas() &&
+    if (!e.link->stopped() && !e.link->disconnected() && e.link->setup().has_areas() &&
         e.link->has_room_for(e.link->channel_depth(depth) + 1)) {
       // In use again: its idle time starts anew when its channels are gone. Without this, a link
       // seen idle once kept that moment through the use that followed (tidy runs only at lookups),
@@ -133,7 +133,7 @@ bool linked_to(const sockaddr* address) {
   for (Entry& e : t.entries) {
     if (!same_address(e.address, address)) continue;
     std::lock_guard link_lock(e.link->mu());
-    if (!e.link->stopped() && !e.link->disconnected() && e.link->has_setup_areas()) return true;
+    if (!e.link->stopped() && !e.link->disconnected() && e.link->setup().has_areas()) return true;
   }
   return false;
 }

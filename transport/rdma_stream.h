@@ -25,6 +25,7 @@
 #include "link_progress.h"
 #include "path_failover.h"
 #include "registration_cache.h"
+#include "sent_ledger.h"
 #include "status.h"
 #include "stream_link.h"
 #include "wire.h"
@@ -502,10 +503,7 @@ class RdmaStream {
   PollMark poll_mark_locked() const;
 
   // Failover bookkeeping (stream_failover.cpp), with mu_ held.
-  // A data message was posted, ending our stream at `end`: remembered until its completion.
-  void note_data_posted(uint64_t end, bool zero_copy);
-  // A send completion: a data message's success moves acked_ (a zero-copy one retained_from_ too,
-  // its bytes being the caller's again).
+  // A send completion: the link's count, and a data message's in the ledger (sent_ledger.h).
   void note_send_completion(const ibv_wc& wc);
   // A zero-copy write that stops before all its bytes were acknowledged copies the rest into the
   // bounce mirror from the caller's buffer, which it still holds (src is our cursor src_cursor).
@@ -591,8 +589,6 @@ class RdmaStream {
   uint64_t grow_again_at_ = 0;     // the peer's cursor before which no new try to grow is made
   uint64_t mailbox_seq_ = 0;
   uint64_t last_mailbox_seq_read_ = 0;
-  int zcopy_outstanding_ = 0;
-  int data_outstanding_ = 0;  // data messages (copy or zero-copy) not yet completed: in_flight_'s count
   uint64_t sends_since_keepalive_ = 0;
   Status failure_ = Status::kOk;
   char failure_detail_[128] = "";
@@ -620,15 +616,9 @@ class RdmaStream {
   // (set_unread_prefix), then what spill_when_stuck took out of the ring, in the stream's order.
   std::vector<uint8_t> prefix_;
   size_t prefix_pos_ = 0;
-  // What a failover needs (docs/protocol.md, "When the RDMA path fails").
-  struct InFlight {
-    uint64_t end;  // our cursor after the message
-    bool zero_copy;
-  };
-  std::vector<InFlight> in_flight_;  // data messages not yet completed, oldest first (a circle)
-  size_t in_flight_head_ = 0;
-  uint64_t acked_ = 0;          // every data message of ours before this cursor is acknowledged
-  uint64_t retained_from_ = 0;  // the bounce mirror holds our bytes from here (or the peer's consumed) on
+  // What a failover needs (docs/protocol.md, "When the RDMA path fails"): our data messages in
+  // flight, what of ours is acknowledged, and from where the bounce mirror holds our bytes.
+  SentLedger ledger_;
   bool path_failed_ = false;    // the failure was the path's, not the peer's word
   bool left_path_ = false;      // finish_leaving: everything went to TCP
   bool path_given_up_ = false;  // give_up_path: the failover cannot happen; a reset after all

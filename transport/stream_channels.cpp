@@ -60,15 +60,16 @@ Status RdmaStream::open_on_link(const std::shared_ptr<StreamLink>& link, const P
   std::unique_ptr<RdmaStream> stream;
   std::unique_lock lock(link->mu());
   sized.recv_queue_depth = static_cast<uint16_t>(link->channel_depth(sized.recv_queue_depth));
-  int slot = link->take_free_slot();
+  LinkSetup& setup = link->setup();
+  int slot = setup.take_free_slot();
   if (slot < 0) return Status::kResources;
   if (link->stopped() || link->disconnected() || !link->has_room_for(sized.recv_queue_depth + 1)) {
-    link->free_slot(static_cast<uint32_t>(slot));
+    setup.give_back(static_cast<uint32_t>(slot));
     return Status::kResources;
   }
   stream.reset(new RdmaStream(link));
   if (stream->index_ == kLinkChannel) {  // the link has no index left
-    link->free_slot(static_cast<uint32_t>(slot));
+    setup.give_back(static_cast<uint32_t>(slot));
     return Status::kResources;
   }
   stream->options_ = sized;
@@ -80,7 +81,7 @@ Status RdmaStream::open_on_link(const std::shared_ptr<StreamLink>& link, const P
   // Our receives for the channel are posted before the server can send on it.
   if (s == Status::kOk) s = link->reserve_receives(stream->receive_quota());
   if (s != Status::kOk) {
-    link->free_slot(static_cast<uint32_t>(slot));
+    setup.give_back(static_cast<uint32_t>(slot));
     stream->open_state_ = OpenState::kRefused;  // nothing was asked: its memory goes with it
     return s;
   }
@@ -101,12 +102,11 @@ Status RdmaStream::open_on_link(const std::shared_ptr<StreamLink>& link, const P
     open.first_length = static_cast<uint8_t>(pairing.first_bytes.size());
     std::memcpy(open.first_bytes, pairing.first_bytes.data(), pairing.first_bytes.size());
   }
-  link->awaiting[slot] = StreamLink::Awaiting{stream.get(), stream->index_, pairing.client_nonce, true};
+  setup.await(static_cast<uint32_t>(slot), {stream.get(), stream->index_, pairing.client_nonce});
   stream->open_state_ = OpenState::kWaiting;
   stream->open_slot_ = slot;
   if (LinkProgress::post_record(*link, &open, kLinkOpen, static_cast<uint32_t>(slot)) != Status::kOk) {
-    link->awaiting[slot] = StreamLink::Awaiting{};
-    link->free_slot(static_cast<uint32_t>(slot));
+    setup.give_back(static_cast<uint32_t>(slot));
     stream->open_state_ = OpenState::kRefused;
     return Status::kResources;
   }

@@ -10,30 +10,17 @@
 
 namespace tcp2rdma::transport {
 
-void RdmaStream::note_data_posted(uint64_t end, bool zero_copy) {
-  // At most send_queue_depth sends are outstanding, so the circle never overflows.
-  in_flight_[(in_flight_head_ + data_outstanding_) % in_flight_.size()] = {end, zero_copy};
-  ++data_outstanding_;
-}
-
 void RdmaStream::note_send_completion(const ibv_wc& wc) {
   link_->on_send_completed();
   uint64_t kind = StreamLink::work_kind(wc.wr_id);
-  if (kind == kWrZeroCopy) --zcopy_outstanding_;
-  if ((kind != kWrCopy && kind != kWrZeroCopy) || data_outstanding_ == 0) return;
-  // RC completes sends in the order they were posted: this is the oldest data message.
-  InFlight done = in_flight_[in_flight_head_];
-  in_flight_head_ = (in_flight_head_ + 1) % in_flight_.size();
-  --data_outstanding_;
-  if (wc.status != IBV_WC_SUCCESS) return;
-  acked_ = done.end;
-  if (done.zero_copy) retained_from_ = done.end;  // those bytes are in the peer's ring, not here
+  if (kind == kWrCopy || kind == kWrZeroCopy) ledger_.completed(kind == kWrZeroCopy, wc.status == IBV_WC_SUCCESS);
 }
 
 void RdmaStream::keep_unacknowledged(const uint8_t* src, uint64_t src_cursor) {
   uint64_t sent = flow_->sent();
   // The later of the first byte not acknowledged and this write's first byte.
-  uint64_t from = acked_ - src_cursor <= sent - src_cursor ? acked_ : src_cursor;
+  uint64_t acked = ledger_.acked();
+  uint64_t from = acked - src_cursor <= sent - src_cursor ? acked : src_cursor;
   for (uint64_t c = from; c != sent;) {
     Mirror mirror{};
     uint64_t n = mirror_run(c, sent, &mirror);  // the mirror wraps as the ring does
@@ -43,7 +30,7 @@ void RdmaStream::keep_unacknowledged(const uint8_t* src, uint64_t src_cursor) {
 }
 
 SentCursors RdmaStream::sent_cursors() const {
-  return {flow_->peer_consumed(), retained_from_, flow_->sent()};
+  return {flow_->peer_consumed(), ledger_.retained_from(), flow_->sent()};
 }
 
 bool RdmaStream::path_failed() const {

@@ -189,11 +189,11 @@ Status RdmaStream::write_zero_copy(const uint8_t* src, size_t len, int flags, si
   // takes acknowledgements only, never the peer application's reading. A stream that fails meanwhile
   // (the peer's violation, a lost connection) stops its queue pair first: the adapter must not read
   // the caller's buffer after we return, nor send it anywhere.
-  while (zcopy_outstanding_ > 0 && !failed()) {
-    if (Status s = progress(); s != Status::kOk || zcopy_outstanding_ == 0) break;
+  while (ledger_.zero_copy_in_flight() > 0 && !failed()) {
+    if (Status s = progress(); s != Status::kOk || ledger_.zero_copy_in_flight() == 0) break;
     wait(lock);
   }
-  if (zcopy_outstanding_ > 0) {
+  if (ledger_.zero_copy_in_flight() > 0) {
     fail_and_stop(failed() ? failure_ : Status::kReset);
     drain_after_failure(lock);
   }

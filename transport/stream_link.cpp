@@ -294,22 +294,10 @@ Status StreamLink::post_setup_record(const void* record, uint32_t op, uint32_t s
   wr.sg_list = &sge;
   wr.num_sge = 1;
   wr.imm_data = htonl(encode_imm(MessageType::kEnd, kLinkChannel, link_imm_arg(op, slot)));
-  wr.wr.rdma.remote_addr = peer_setup_offset_ + slot * kSetupRecord;
-  wr.wr.rdma.rkey = peer_setup_rkey_;
+  wr.wr.rdma.remote_addr = setup_.peer_slot_offset(slot);
+  wr.wr.rdma.rkey = setup_.peer_rkey();
   return send_queue_has_room(1) && post_send(&wr) == 0 ? Status::kOk : Status::kResources;
 }
-
-int StreamLink::take_free_slot() {
-  for (uint32_t s = 0; s < kSetupSlots; ++s) {
-    if (!(used_slots_ & (uint64_t{1} << s))) {
-      used_slots_ |= uint64_t{1} << s;
-      return static_cast<int>(s);
-    }
-  }
-  return -1;
-}
-
-void StreamLink::free_slot(uint32_t slot) { used_slots_ &= ~(uint64_t{1} << slot); }
 
 int StreamLink::post_send(ibv_send_wr* wr) {
   if (unsignalled_run_ + 1 >= std::min(kSignalEvery, send_queue_depth_)) wr->send_flags |= IBV_SEND_SIGNALED;

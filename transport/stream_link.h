@@ -25,6 +25,7 @@
 
 #include "channel_queue.h"
 #include "device_context.h"
+#include "link_setup.h"
 #include "registration_cache.h"
 #include "status.h"
 #include "wire.h"
@@ -222,43 +223,17 @@ class StreamLink {
   Status reserve_receives(int receives);
   void unreserve_receives(int receives) { receives_reserved_ -= receives; }
 
-  // The setup area (wire.h, kSetupArea): ours, where the peer writes opens or answers, and the
-  // peer's, where ours go. Set when the first channel starts (the area follows its ring's mailbox).
-  // `owner` is the first channel's ring allocation that holds our area: kept (registered) until the
-  // link ends, even after that channel goes.
+  // The setup area (wire.h, kSetupArea) after the first channel's mailbox, and the peer's: the
+  // channels' opens and answers (link_setup.h). `owner` is the first channel's ring allocation that
+  // holds our area: kept (registered) until the link ends, even after that channel goes.
   void set_setup_areas(void* owner, uint8_t* ours, uint32_t peer_rkey, uint64_t peer_offset) {
     setup_owner_ = owner;
-    own_setup_ = ours;
-    peer_setup_rkey_ = peer_rkey;
-    peer_setup_offset_ = peer_offset;
+    setup_.set_areas(ours, peer_rkey, peer_offset);
   }
-  bool has_setup_areas() const { return own_setup_ != nullptr; }
-  const uint8_t* own_setup_slot(uint32_t slot) const { return own_setup_ + slot * kSetupRecord; }
-  // Writes a 64-byte record into the peer's setup slot, with the link message `op` (wire.h).
+  LinkSetup& setup() { return setup_; }
+  const LinkSetup& setup() const { return setup_; }
+  // Writes a setup record into the peer's slot, with the link message `op` (wire.h).
   Status post_setup_record(const void* record, uint32_t op, uint32_t slot);
-  // The client's slots: one for each open waiting for its answer (at most kSetupSlots). A slot is
-  // freed only by its answer, never by a client that stopped waiting: the server's answer may still
-  // come, into that slot.
-  int take_free_slot();
-  void free_slot(uint32_t slot);
-  struct Awaiting {
-    RdmaStream* stream = nullptr;  // nullptr once its connect gave up (an accept is then aborted)
-    uint32_t index = 0;            // the channel the open is for
-    uint64_t client_nonce = 0;
-    bool used = false;
-  };
-  std::array<Awaiting, kSetupSlots> awaiting{};  // by slot: the client's opens
-  // The server's: opens taken off the link, for its listener (StreamListener::collect).
-  struct Open {
-    uint32_t slot;
-    ChannelOpen request;
-  };
-  std::vector<Open> opens;
-  // Set by the listener that accepted the link's first channel: opens are its to answer. Whoever puts
-  // one on `opens` writes the listener's bell (an eventfd; -1 when none), which the listener clears
-  // here before it closes it.
-  bool serves_opens = false;
-  int opens_bell = -1;
 
   ibv_pd* pd() const { return pd_; }
   uint32_t max_inline() const { return max_inline_; }
@@ -360,12 +335,9 @@ class StreamLink {
   size_t live_channels_ = 0;  // attached and not retired (attached())
   int receives_reserved_ = 0;
   int receives_posted_ = 0;
-  uint8_t* own_setup_ = nullptr;
+  LinkSetup setup_;
   void* setup_owner_ = nullptr;
   ibv_mr* setup_owner_mr_ = nullptr;  // set when the first channel went: freed with the link
-  uint32_t peer_setup_rkey_ = 0;
-  uint64_t peer_setup_offset_ = 0;
-  uint64_t used_slots_ = 0;  // bit s: slot s waits for its answer
   uint64_t mailbox_updates_ = 0;
   rdma_event_channel* cm_channel_ = nullptr;
   rdma_cm_id* id_ = nullptr;

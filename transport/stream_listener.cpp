@@ -110,18 +110,17 @@ StreamListener::~StreamListener() {
 
 void StreamListener::serve_link(const std::shared_ptr<StreamLink>& link) {
   std::lock_guard lock(link->mu());
-  link->serves_opens = true;
+  link->setup().serve_opens();
   if (wake_set_ < 0) return;
   // A completion on the link wakes the set once the queue is armed (take_link_opens arms it); an
   // open another thread took off the link rings the bell.
   if (!watch_readable(wake_set_, link->completion_fd())) return;
-  link->opens_bell = opens_bell_;
+  link->setup().set_bell(opens_bell_);
 }
 
 void StreamListener::drop_link(StreamLink& link) {
   std::lock_guard lock(link.mu());
-  if (link.opens_bell < 0) return;
-  link.opens_bell = -1;
+  if (link.setup().take_bell() < 0) return;
   os().epoll_ctl(wake_set_, EPOLL_CTL_DEL, link.completion_fd(), nullptr);
 }
 
@@ -231,13 +230,13 @@ void StreamListener::take_link_opens() {
   std::vector<std::shared_ptr<StreamLink>> going;  // destroyed after the loop, no link lock held
   for (size_t i = 0; i < links_.size();) {
     std::shared_ptr<StreamLink> link = links_[i];
-    std::vector<StreamLink::Open> opens;
+    std::vector<LinkSetup::Open> opens;
     bool gone = false;
     {
       std::lock_guard lock(link->mu());
       // Every completion taken and the queue armed, so that the next completion wakes the set (fd()).
       LinkProgress::drain(*link, true);
-      opens.swap(link->opens);
+      opens = link->setup().take_opens();
       // The client let the link go (or it failed): once no channel of ours is on it, neither do we.
       gone = (link->disconnected() || link->stopped()) && link->attached() == 0 && opens.empty();
     }
@@ -249,7 +248,7 @@ void StreamListener::take_link_opens() {
       continue;
     }
     ++i;
-    for (const StreamLink::Open& o : opens) {
+    for (const LinkSetup::Open& o : opens) {
       ++counters_.requests;
       Held held{nullptr, {}, std::chrono::steady_clock::now(), link, o.slot, o.request};
       if (!valid_open(o.request)) {

@@ -75,8 +75,7 @@ Status RdmaStream::post_write_to(uint32_t rkey, const void* local, uint32_t leng
   link_->on_channel_send_posted(index_);
   last_send_signalled_ = (wr.send_flags & IBV_SEND_SIGNALED) != 0;
   ++sends_since_keepalive_;
-  if (wr_kind == kWrZeroCopy) ++zcopy_outstanding_;
-  if (wr_kind == kWrCopy || wr_kind == kWrZeroCopy) note_data_posted(flow_->sent() + length, wr_kind == kWrZeroCopy);
+  if (wr_kind == kWrCopy || wr_kind == kWrZeroCopy) ledger_.posted(flow_->sent() + length, wr_kind == kWrZeroCopy);
   return Status::kOk;
 }
 
@@ -198,7 +197,7 @@ Status RdmaStream::handle_completion(const ibv_wc& wc) {
     // our update reached it, and what is left to read here is whole. Anything else is the connection
     // failing: bytes of ours it may not have got.
     bool flushed_tail = wc.status == IBV_WC_WR_FLUSH_ERR && (disconnected_ || (disconnect_seen_ && peer_done()));
-    bool late_signal = StreamLink::work_kind(wc.wr_id) == kWrSignal && flow_->peer_closed() && data_outstanding_ == 0 && !close_owed_;
+    bool late_signal = StreamLink::work_kind(wc.wr_id) == kWrSignal && flow_->peer_closed() && ledger_.in_flight() == 0 && !close_owed_;
     if (!flushed_tail && !late_signal) {
       note_failure(is_send ? "a send failed" : "a receive failed", ibv_wc_status_str(wc.status));
       path_failed_ = true;
@@ -691,7 +690,7 @@ void RdmaStream::want_writable() {
 StreamCounters RdmaStream::counters() const {
   std::unique_lock lock(mu_);
   StreamCounters c = counters_;
-  c.zcopy_in_flight = zcopy_outstanding_;
+  c.zcopy_in_flight = ledger_.zero_copy_in_flight();
   c.end_waiting = close_owed_ ? 1 : 0;
   if (link_->registrations() != nullptr) c.registrations = link_->registrations()->counters();
   return c;

@@ -93,8 +93,9 @@ bool RdmaStream::previous_mirror_needed() const {
   uint64_t moved_at = flow_->moved_at();
   // Bytes before the move may still be read by the adapter (a send not completed, which a
   // retransmission reads again) or needed by a failover's resend (not yet consumed by the peer).
-  uint64_t kept_from = behind(retained_from_, flow_->peer_consumed()) ? flow_->peer_consumed() : retained_from_;
-  return behind(acked_, moved_at) || behind(kept_from, moved_at);
+  uint64_t retained = ledger_.retained_from();
+  uint64_t kept_from = behind(retained, flow_->peer_consumed()) ? flow_->peer_consumed() : retained;
+  return behind(ledger_.acked(), moved_at) || behind(kept_from, moved_at);
 }
 
 void RdmaStream::answer_ring_offer() {

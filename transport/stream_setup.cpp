@@ -126,8 +126,7 @@ Status RdmaStream::start(uint8_t peer_ring_log2, uint32_t peer_rkey, uint8_t pee
   uint64_t theirs = stream_cursor_origin(client_nonce_, server_nonce_, !is_client);
   flow_ = std::make_unique<FlowControl>(FlowConfig{peer_ring_size_, ours, peer_depth, peer_depth, ring_size_, theirs,
                                                    options_.recv_queue_depth, options_.recv_queue_depth});
-  in_flight_.resize(options_.send_queue_depth);
-  acked_ = retained_from_ = ours;
+  ledger_.start(ours, options_.send_queue_depth);
   // A ring that starts small may grow from the first byte (stream_rings.cpp): the first time the peer
   // fills it. Not later (after some bytes of bulk, say): a peer that writes while our application
   // writes too, without reading, fills the ring once and then can write no more, and only a larger
@@ -273,12 +272,10 @@ Status RdmaStream::connect_once(const sockaddr* address, const Pairing& pairing,
 RdmaStream::~RdmaStream() {
   OwnCalls own;  // own_calls.h
   std::unique_lock lock(mu_);  // other channels' threads may be running the link
-  if (open_slot_ >= 0 && link_->awaiting[open_slot_].stream == this) {
-    // A late answer finds no stream (and ends its channel). Also after the link failed before the
-    // answer (the open is then failed, not waiting): an answer already in the completion queue may
-    // still be taken.
-    link_->awaiting[open_slot_].stream = nullptr;
-  }
+  // A late answer finds no stream (and ends its channel). Also after the link failed before the
+  // answer (the open is then failed, not waiting): an answer already in the completion queue may
+  // still be taken.
+  if (open_slot_ >= 0) link_->setup().forget_stream(static_cast<uint32_t>(open_slot_), this);
   if (link_.use_count() > 1 && index_ != kLinkChannel && flow_ && !flow_->release_sent() && !link_->stopped()) {
     // Destroyed without close() or abort() (or before their release could go): to the peer this is
     // what a vanished queue pair was, a reset, never a clean end. An abort if a credit allows (after a
