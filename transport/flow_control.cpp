@@ -263,7 +263,16 @@ bool FlowControl::update_due() const {
   uint64_t new_receives = posted_ - last_update_.posted;
   if (freed_bytes == 0 && new_receives == 0) return false;
   if (wakeup_owed()) return true;  // the peer waits: tell it at once, then wake it
-  return freed_bytes >= ring_size_at(consumed_) / 4 || new_receives >= std::max<uint64_t>(1, config_.our_queue_depth / 4);
+  return freed_bytes >= ring_size_at(consumed_) / 4 || new_receives >= receive_batch(config_.our_queue_depth);
+}
+
+uint64_t FlowControl::receive_batch(uint64_t depth) {
+  // A quarter of the receive queue, and at least two receives: at depth 4 (a link's channels past its
+  // deep ones) a quarter was one, an update for every message. At most the data messages the peer
+  // can have in flight (it keeps two credits back): it must not wait for an update that waits for
+  // its next message (an armed peer is told at once all the same).
+  uint64_t in_flight = depth > 2 ? depth - 2 : 1;
+  return std::max<uint64_t>(1, std::min<uint64_t>(std::max<uint64_t>(2, depth / 4), in_flight));
 }
 
 MailboxUpdate FlowControl::make_update() {

@@ -208,6 +208,8 @@ class FlowControl {
   // the last, or an arm the peer does not know of yet, or the peer is armed and anything was freed;
   // after the peer's end, only a new arm of ours.
   bool update_due() const;
+  // How many reposted receives make an update due by themselves, for a receive queue of `depth`.
+  static uint64_t receive_batch(uint64_t depth);
   MailboxUpdate make_update();  // records it as sent
 
   uint64_t sent() const { return sent_; }

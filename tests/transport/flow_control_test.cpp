@@ -161,6 +161,44 @@ TEST(FlowControl, UpdatesAreBatched) {
   EXPECT_FALSE(f.update_due());
 }
 
+TEST(FlowControl, AReceiveBatchIsAQuarterAtLeastTwoAndNeverMoreThanThePeerCanSend) {
+  EXPECT_EQ(FlowControl::receive_batch(3), 1u);  // the peer has one data message in flight at most
+  EXPECT_EQ(FlowControl::receive_batch(4), 2u);
+  EXPECT_EQ(FlowControl::receive_batch(8), 2u);
+  EXPECT_EQ(FlowControl::receive_batch(16), 4u);
+  EXPECT_EQ(FlowControl::receive_batch(128), 32u);
+}
+
+// Request and response at depth 4 (a link's shallow channels): each side's updates come one for two
+// messages, where a quarter of the queue (one receive) made one for every message; and neither side
+// ever finds itself without credit for its next message.
+TEST(FlowControl, PingPongAtDepthFourUpdatesEveryOtherMessage) {
+  FlowControl a(config(4096, 4, kNearWrap, 12345)), b(config(4096, 4, 12345, kNearWrap));
+  int updates_a = 0, updates_b = 0;
+  // One side's message to the other: sent, arrived, read, its receive reposted, and the update the
+  // receiver's progress then owes (delivered at once, as RC puts it before the reply).
+  auto message = [](FlowControl& from, FlowControl& to, int* updates) {
+    uint64_t n = from.data_room(64);  // less at the ring's end
+    ASSERT_GT(n, 0u) << "no credit for the next message";
+    from.on_data_sent(n);
+    ASSERT_EQ(to.on_data_arrived(n), FlowError::kNone);
+    to.on_app_consumed(n);
+    to.on_reposted(to.receives_to_repost());
+    if (to.update_due()) {
+      ASSERT_EQ(from.on_peer_mailbox(to.make_update()), FlowError::kNone);
+      ++*updates;
+    }
+  };
+  for (int i = 0; i < 100; ++i) {
+    message(a, b, &updates_b);
+    if (HasFatalFailure()) return;
+    message(b, a, &updates_a);
+    if (HasFatalFailure()) return;
+  }
+  EXPECT_EQ(updates_a, 50);
+  EXPECT_EQ(updates_b, 50);
+}
+
 TEST(FlowControl, ArmingNeedsEveryReceiveRepostedAndOneArmAtATime) {
   FlowControl f(config(4096, 4));
   ASSERT_EQ(f.on_data_arrived(10), FlowError::kNone);
