@@ -109,9 +109,9 @@ Status LinkProgress::dispatch_one(StreamLink& link, const ibv_wc& wc, RdmaStream
 }
 
 void LinkProgress::touch_room_waiters(StreamLink& link) {
-  if (link.room_waiters.empty() || !link.send_queue_has_room(1)) return;
+  if (!link.any_waits_for_room() || !link.send_queue_has_room(1)) return;
   std::vector<uint32_t> waiting;
-  link.room_waiters.take(waiting);
+  link.take_room_waiters(waiting);
   for (uint32_t index : waiting) {
     RdmaStream* c = link.channel(index);
     if (c == nullptr || !c->waits_for_send_room_) continue;  // went, or the index is another's now
@@ -122,15 +122,15 @@ void LinkProgress::touch_room_waiters(StreamLink& link) {
 
 void LinkProgress::serve_touched(StreamLink& link, RdmaStream* except) {
   touch_room_waiters(link);
-  if (link.touched.empty()) return;
+  if (!link.any_touched()) return;
   std::vector<uint32_t> due;
-  link.touched.take(due);
+  link.take_touched(due);
   bool any = false;
   for (uint32_t index : due) {
     RdmaStream* c = link.channel(index);
     if (c == nullptr || !c->touched_) continue;  // went, served meanwhile, or the index is another's
     if (c == except) {
-      link.touched.add(index);  // the caller serves itself; still due for whoever serves next
+      link.note_touched(index);  // the caller serves itself; still due for whoever serves next
       continue;
     }
     c->touched_ = false;

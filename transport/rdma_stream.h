@@ -456,13 +456,13 @@ class RdmaStream {
   bool send_queue_has_room(int n) {
     if (link_->send_queue_has_room(n)) return true;
     waits_for_send_room_ = true;
-    link_->room_waiters.add(index_);
+    link_->note_waits_for_room(index_);
     return false;
   }
   // Another thread handed us news: serve() is due, by whoever serves the link's touched channels.
   void touch() {
     touched_ = true;
-    link_->touched.add(index_);
+    link_->note_touched(index_);
   }
   // Polls the completion queue for up to busy_poll_us, then sleeps until something may have changed.
   // `interruptible` (an application's blocking read or write): a signal handler that ran during the

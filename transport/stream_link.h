@@ -149,8 +149,13 @@ class StreamLink {
   }
   // Channels with news another channel's thread handed them (LinkProgress::serve_touched serves these), and
   // channels that left something undone for want of room in the send queue (touch_room_waiters).
-  ChannelQueue touched;
-  ChannelQueue room_waiters;
+  void note_touched(uint32_t channel) { touched_.add(channel); }
+  void note_waits_for_room(uint32_t channel) { room_waiters_.add(channel); }
+  // The channels so noted, in order, each once; taken (`out` holds them, the link none).
+  void take_touched(std::vector<uint32_t>& out) { touched_.take(out); }
+  void take_room_waiters(std::vector<uint32_t>& out) { room_waiters_.take(out); }
+  bool any_touched() const { return !touched_.empty(); }
+  bool any_waits_for_room() const { return !room_waiters_.empty(); }
 
   // The channels: attach gives a channel its index (kFirstChannel for the first). A channel that goes
   // leaves its memory to the link (retire): the peer may write into it until its release arrives.
@@ -320,6 +325,8 @@ class StreamLink {
   bool eager_ = false;
   std::atomic<int> busy_poll_us_{0};
   std::atomic<bool> busy_poll_adaptive_{true};
+  ChannelQueue touched_;
+  ChannelQueue room_waiters_;
   static_assert(kSetupRecord <= kMailboxSlot, "a setup record (wire.h) is sent from a mailbox slot");
   std::vector<RdmaStream*> channels_;  // by index; [kLinkChannel] is always empty
   std::vector<std::optional<Retired>> retired_;  // by index
