@@ -10,16 +10,24 @@
 #    asks to go back to RDMA mid-transfer, which the client, two processes, declines;
 #  - 5025, background rules: the forks interrupt the upgrades.
 # Every tree must arrive identical (SHA-256 of every file), every rsync must succeed, each end must
-# log the upgrades of 5015's two connections before the forks, and no connection may be reset.
+# log the upgrades of 5015's two connections before the forks (and the client their moves back to
+# TCP, where the bulk goes), and no connection may be reset.
 # The bulk stays on TCP: a stream whose two directions are used by two processes is not built
 # (docs/architecture.md, "Back to RDMA", limits). About 25 s.
 set -u
 shim=$1 rules=$2 bg_rules=$3 role=$4
+[ "$role" = a ] && side=server || side=client
 here=$(cd "$(dirname "$0")" && pwd)
 guest=$here/../../../integration/guest
 log=$T2R_WORK/shim-$T2R_HOST.log
 size=8388608
 manifest() { (cd "$1" && find . -type f | sort | xargs sha256sum); }
+# same_tree DIR SUMS WHAT: DIR's files against the manifest SUMS, said for WHAT; 1 when they differ.
+same_tree() {
+  if manifest "$1" | cmp -s - "$2"; then echo "rsync-daemon $side: $3 is identical"; return 0; fi
+  echo "rsync-daemon $side: $3 DIFFERS"
+  return 1
+}
 daemon() {  # PORT RULES
   cat > /tmp/rsyncd-$1.conf <<EOC
 pid file = /tmp/rsyncd-$1.pid
@@ -52,11 +60,7 @@ if [ "$role" = a ]; then
   kill $servers
   status=0
   for port in 5015 5025; do
-    if manifest /tmp/push-$port | cmp -s - "$T2R_WORK/push-source.sum"; then
-      echo "rsync-daemon server: the tree pushed to $port is identical"
-    else
-      echo "rsync-daemon server: the tree pushed to $port DIFFERS"; status=1
-    fi
+    same_tree /tmp/push-$port "$T2R_WORK/push-source.sum" "the tree pushed to $port" || status=1
   done
   upgraded=$(grep -c "5015 -> .*upgraded to rdma" "$log")
   echo "rsync-daemon server: $upgraded connections of 5015 upgraded to rdma, $(resets) resets"
@@ -81,16 +85,15 @@ run "$bg_rules" "rsync://$T2R_PEER:5025/pull/ /tmp/pulled-5025/"
 run "$bg_rules" "/tmp/push-source/ rsync://$T2R_PEER:5025/push/"
 after=$("$guest/rdma-counters")
 for port in 5015 5025; do
-  if manifest /tmp/pulled-$port | cmp -s - "$T2R_WORK/pull-source.sum"; then
-    echo "rsync-daemon client: the tree pulled from $port is identical"
-  else
-    echo "rsync-daemon client: the tree pulled from $port DIFFERS"; status=1
-  fi
+  same_tree /tmp/pulled-$port "$T2R_WORK/pull-source.sum" "the tree pulled from $port" || status=1
 done
 received=$(printf '%s\n%s\n' "$before" "$after" | awk '$1 == "rcvd_pkts" { v[n++] = $2 } END { print v[1] - v[0] }')
 upgraded=$(grep -c ":5015: .*upgraded to rdma" "$log")
-echo "rsync-daemon client: $upgraded connections of 5015 upgraded to rdma, $(resets) resets, rxe received $received packets"
-[ "$upgraded" -ge 2 ] && [ "$(resets)" -eq 0 ] && [ "$received" -gt 0 ] || status=1
+# The path intended for the bulk: back on TCP once the daemon's parent let go of the connection.
+moved=$(grep -c ":5015: .*back on tcp" "$log")
+echo "rsync-daemon client: $upgraded connections of 5015 upgraded to rdma, $moved back on tcp, $(resets) resets," \
+  "rxe received $received packets"
+[ "$upgraded" -ge 2 ] && [ "$moved" -ge 2 ] && [ "$(resets)" -eq 0 ] && [ "$received" -gt 0 ] || status=1
 touch "$T2R_WORK/clients-done"
 grep -v "credentials changed" "$log" | cut -c1-240
 sleep 3  # guest a reads the trees and its log
