@@ -5,9 +5,12 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <memory>
+#include <new>
 #include <vector>
 
 #include "libc/real_calls.h"
+#include "back_to_tcp/read_relay.h"
 #include "rdma_stream.h"
 #include "readiness/epoll_sets.h"
 #include "registry/connection_path.h"
@@ -21,6 +24,7 @@ namespace tcp2rdma::preload {
 
 bool move_back(TrackedSocket* socket, transport::RdmaStream* stream, int fd, const char* why) noexcept {
   SavedErrno keep_errno;
+  RelayPause pause(socket);  // a child's relay takes nothing more: the move adds the rest after its bytes
   // Ours to move (move_streams_back may have begun it), unless the peer's move got there first.
   if (!socket->move_path(Path::kRdma, Path::kMovingBack) && !socket->moving_back()) return socket->back_on_tcp();
   std::vector<uint8_t> unread;
@@ -55,9 +59,15 @@ void move_streams_back(const char* why) noexcept {
   // socket is marked as moving: another thread's call that meets the peer's marker waits for this
   // one to finish the move (held: the socket stays while we work on it, whatever other threads close).
   std::vector<std::pair<int, SocketHold>> moving;
+  std::vector<std::unique_ptr<RelayPause>> pauses;  // a relay stops before our marker goes out
   for_each_tracked_fd([&](int fd, SocketHold& socket) {
     transport::RdmaStream* stream = socket->stream();
     if (stream == nullptr || !socket->follows_fork.load(std::memory_order_relaxed)) return;
+    try {
+      pauses.push_back(std::make_unique<RelayPause>(socket.get()));
+    } catch (const std::bad_alloc&) {
+      return;  // stays on RDMA: a child's copy fails loudly, as after a move the peer did not answer
+    }
     // A dup'd descriptor finds the move begun already; it is kept too, to finish the move through it
     // should the first descriptor be closed meanwhile.
     if (socket->move_path(Path::kRdma, Path::kMovingBack)) {
@@ -78,9 +88,6 @@ void move_streams_back(const char* why) noexcept {
   }
 }
 
-namespace {
-
-// A descriptor of `socket` in this process, or -1 (its last one is being closed).
 int descriptor_of(const TrackedSocket* socket) noexcept {
   int end = fd_table().high_water();
   for (int fd = 0; fd < end; ++fd) {
@@ -88,6 +95,8 @@ int descriptor_of(const TrackedSocket* socket) noexcept {
   }
   return -1;
 }
+
+namespace {
 
 // What is left of a prefix, taken whole for a child.
 HandBack prefix_for_child(TrackedSocket* socket) noexcept {
@@ -106,6 +115,7 @@ HandBack prefix_for_child(TrackedSocket* socket) noexcept {
 
 HandBack move_back_for_child(TrackedSocket* socket, const char* why) noexcept {
   SavedErrno keep_errno;
+  RelayPause pause(socket);  // a child's relay takes nothing more: the move adds the rest after its bytes
   // Another thread of ours may be moving it (the peer's move, a failover): its end is waited for.
   for (int i = 0; i < 1000 && socket->being_moved(); ++i) usleep(10000);
   if (socket->back_on_tcp()) return prefix_for_child(socket);

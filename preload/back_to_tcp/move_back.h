@@ -37,4 +37,8 @@ HandBack move_back_for_child(TrackedSocket* socket, const char* why) noexcept;
 // socket, together (epoll_move_back). Idempotent; not under epoll's lock (it takes it).
 void complete_move_back(TrackedSocket* socket, int fd, bool by_mover = false) noexcept;
 
+// A descriptor of `socket` in this process, or -1 (its last one is being closed, or a relay holds a
+// socket this process closed: back_to_tcp/read_relay.h).
+int descriptor_of(const TrackedSocket* socket) noexcept;
+
 }  // namespace tcp2rdma::preload

@@ -48,15 +48,17 @@ int errno_of(Status s) {
 
 }  // namespace
 
-StreamRef route_for_call(int fd) noexcept { return route_for_call(SocketHold::of(fd), fd); }
+StreamRef route_for_call(int fd, CallUse use) noexcept { return route_for_call(SocketHold::of(fd), fd, use); }
 
-StreamRef route_for_call(SocketHold socket, int fd) noexcept {
+StreamRef route_for_call(SocketHold socket, int fd, CallUse use) noexcept {
   // Held throughout: an upgrade or a switch may take a while, and a close meanwhile must not free
   // the socket.
   if (socket && socket->stream_of_parent()) {
     // A forked child's first use of a connection its parent lent it: the parent hands it over on TCP
-    // (process/fork_service.h), or it fails loudly here.
-    claim_from_parent(socket.get(), fd);
+    // (process/fork_service.h), or relays its bytes for a child that reads, or it fails loudly here.
+    // A read through the relay claims nothing more.
+    bool reading = use == CallUse::kRead;
+    if (!reading || !socket->prefix.relayed()) claim_from_parent(socket.get(), fd, reading);
   }
   if (socket && socket->has_deferred_upgrade()) {
     // An upgrade a fork interrupted: this process uses the connection, and takes the upgrade up (a
@@ -183,7 +185,9 @@ ssize_t send_on_stream(const StreamRef& ref, int fd, const iovec* iov, int iovcn
 
 ssize_t stream_recv(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept {
   return keeping_errno_on_success([&] {
-    if (ref.prefixed()) return prefix_recv(ref.socket(), fd, iov, iovcnt, msg_flags);
+    // A stream whose bytes a relay takes for a child and this process (back_to_tcp/read_relay.h).
+    bool relayed = ref.kind() == StreamRef::Kind::kStream && ref.socket()->prefix.present();
+    if (ref.prefixed() || relayed) return prefix_recv(ref.socket(), fd, iov, iovcnt, msg_flags);
     return ref.session() != nullptr ? session_recv(ref, fd, iov, iovcnt, msg_flags)
                                     : recv_on_stream(ref, fd, iov, iovcnt, msg_flags);
   });

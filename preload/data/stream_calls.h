@@ -28,11 +28,19 @@ class UpgradeSession;
 // not final is done here, in the open: the pending upgrade of a non-blocking connect that has
 // completed since is run (once), a switch under way is waited for (a few round trips). On a settled
 // connection: one table lookup and one look at the path.
-StreamRef route_for_call(int fd) noexcept;
+// `use`: kRead for a call that only reads (read, recv and their variants, FIONREAD, a poll for input
+// only): in a forked child, such a call claims a connection its parent keeps on RDMA for reading only,
+// which the parent may relay (back_to_tcp/read_relay.h); every other call claims it whole.
+enum class CallUse : uint8_t { kAny, kRead };
+// A poll for input only reads.
+inline CallUse use_of(short poll_events) noexcept {
+  return (poll_events & ~(POLLIN | POLLRDNORM | POLLPRI | POLLRDHUP)) == 0 ? CallUse::kRead : CallUse::kAny;
+}
+StreamRef route_for_call(int fd, CallUse use = CallUse::kAny) noexcept;
 // The same for a socket the caller holds already: a call that goes on after a wait (the end of a
 // switch) follows the socket it began on, not whatever fd names by then (another thread may have
 // closed it and the number may be another socket's).
-StreamRef route_for_call(SocketHold socket, int fd) noexcept;
+StreamRef route_for_call(SocketHold socket, int fd, CallUse use = CallUse::kAny) noexcept;
 // Every receive and every send of an application call that is ours (StreamRef::ours()).
 ssize_t stream_recv(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept;
 ssize_t stream_send(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept;
@@ -52,8 +60,9 @@ int stream_readable_bytes(transport::RdmaStream* stream) noexcept;
 // (prefix_calls.cpp).
 ssize_t tcp_after_move(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags,
                        bool receiving) noexcept;
-// A read on a socket back on TCP with a prefix (TcpPrefix::present()): the prefix first; MSG_WAITALL
-// goes on into the kernel for the rest.
+// A read on a socket with a prefix (TcpPrefix::present()): back on TCP, or read through a relay
+// (back_to_tcp/read_relay.h): the prefix first, waiting for a relay's bytes; MSG_WAITALL goes on into
+// the kernel for the rest once the prefix says the kernel's bytes follow.
 ssize_t prefix_recv(TrackedSocket* socket, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept;
 
 // One kernel call on the socket, as the application asked it (recvmsg or sendmsg).

@@ -200,9 +200,16 @@ T2R_INTERPOSE int ioctl(int fd, unsigned long request, ...) {
   va_end(ap);
   // FIONREAD on an upgraded socket: the bytes waiting in its stream, not the (empty) kernel queue.
   if (request == FIONREAD && arg != nullptr) {
-    auto s = tcp2rdma::preload::route_for_call(fd);
-    if (s != nullptr) {
+    auto s = tcp2rdma::preload::route_for_call(fd, tcp2rdma::preload::CallUse::kRead);
+    // A stream whose bytes a relay takes (back_to_tcp/read_relay.h) counts its queue's, as a prefix does.
+    bool relayed = s != nullptr && s.socket()->prefix.present();
+    if (s != nullptr && !relayed) {
       *static_cast<int*>(arg) = tcp2rdma::preload::stream_readable_bytes(s);
+      return 0;
+    }
+    if (relayed) {
+      size_t n = s.socket()->prefix.size();
+      *static_cast<int*>(arg) = n > INT32_MAX ? INT32_MAX : static_cast<int>(n);
       return 0;
     }
     if (s.prefixed()) {

@@ -39,13 +39,13 @@ ssize_t send_one(const tcp2rdma::preload::StreamRef& s, int fd, const void* buf,
 }  // namespace
 
 T2R_INTERPOSE ssize_t read(int fd, void* buf, size_t n) {
-  auto s = route_for_call(fd);
+  auto s = route_for_call(fd, tcp2rdma::preload::CallUse::kRead);
   if (s.ours()) return recv_one(s, fd, buf, n, 0);
   return real().read(fd, buf, n);
 }
 
 T2R_INTERPOSE ssize_t __read_chk(int fd, void* buf, size_t n, size_t buflen) {
-  auto s = route_for_call(fd);
+  auto s = route_for_call(fd, tcp2rdma::preload::CallUse::kRead);
   if (s.ours()) {
     if (n > buflen) buffer_overflow();
     return recv_one(s, fd, buf, n, 0);
@@ -54,19 +54,19 @@ T2R_INTERPOSE ssize_t __read_chk(int fd, void* buf, size_t n, size_t buflen) {
 }
 
 T2R_INTERPOSE ssize_t readv(int fd, const struct iovec* iov, int iovcnt) {
-  auto s = route_for_call(fd);
+  auto s = route_for_call(fd, tcp2rdma::preload::CallUse::kRead);
   if (s.ours()) return stream_recv(s, fd, iov, iovcnt, 0);
   return real().readv(fd, iov, iovcnt);
 }
 
 T2R_INTERPOSE ssize_t recv(int fd, void* buf, size_t n, int flags) {
-  auto s = route_for_call(fd);
+  auto s = route_for_call(fd, tcp2rdma::preload::CallUse::kRead);
   if (s.ours()) return recv_one(s, fd, buf, n, flags);
   return real().recv(fd, buf, n, flags);
 }
 
 T2R_INTERPOSE ssize_t __recv_chk(int fd, void* buf, size_t n, size_t buflen, int flags) {
-  auto s = route_for_call(fd);
+  auto s = route_for_call(fd, tcp2rdma::preload::CallUse::kRead);
   if (s.ours()) {
     if (n > buflen) buffer_overflow();
     return recv_one(s, fd, buf, n, flags);
@@ -76,14 +76,14 @@ T2R_INTERPOSE ssize_t __recv_chk(int fd, void* buf, size_t n, size_t buflen, int
 
 T2R_INTERPOSE ssize_t recvfrom(int fd, void* buf, size_t n, int flags, struct sockaddr* addr, socklen_t* len) {
   // A connected TCP socket reports no source address: *len is left alone, as the kernel does.
-  auto s = route_for_call(fd);
+  auto s = route_for_call(fd, tcp2rdma::preload::CallUse::kRead);
   if (s.ours()) return recv_one(s, fd, buf, n, flags);
   return real().recvfrom(fd, buf, n, flags, addr, len);
 }
 
 T2R_INTERPOSE ssize_t __recvfrom_chk(int fd, void* buf, size_t n, size_t buflen, int flags, struct sockaddr* addr,
                                      socklen_t* len) {
-  auto s = route_for_call(fd);
+  auto s = route_for_call(fd, tcp2rdma::preload::CallUse::kRead);
   if (s.ours()) {
     if (n > buflen) buffer_overflow();
     return recv_one(s, fd, buf, n, flags);
@@ -92,7 +92,7 @@ T2R_INTERPOSE ssize_t __recvfrom_chk(int fd, void* buf, size_t n, size_t buflen,
 }
 
 T2R_INTERPOSE ssize_t recvmsg(int fd, struct msghdr* msg, int flags) {
-  auto s = route_for_call(fd);
+  auto s = route_for_call(fd, tcp2rdma::preload::CallUse::kRead);
   if (s.ours()) {
     msg->msg_namelen = 0;
     msg->msg_controllen = 0;
@@ -103,7 +103,7 @@ T2R_INTERPOSE ssize_t recvmsg(int fd, struct msghdr* msg, int flags) {
 }
 
 T2R_INTERPOSE int recvmmsg(int fd, struct mmsghdr* vec, unsigned int vlen, int flags, struct timespec* timeout) {
-  auto s = route_for_call(fd);
+  auto s = route_for_call(fd, tcp2rdma::preload::CallUse::kRead);
   if (s.ours()) {
     // On a stream socket every message but the first would only split the same bytes: take one.
     if (vlen == 0) return 0;

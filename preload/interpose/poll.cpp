@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <memory>
 #include <vector>
 
 #include "deadline.h"
@@ -27,12 +28,15 @@ namespace {
 
 using tcp2rdma::transport::Deadline;
 
+using tcp2rdma::preload::CallUse;
+using tcp2rdma::preload::use_of;
+
 // Also tells epoll of an epoll set polled here (epoll_sets.h, epoll_note_watched): its readiness must
 // show to poll from then on.
 bool any_upgraded(const pollfd* fds, nfds_t nfds) {
   for (nfds_t i = 0; i < nfds; ++i) {
     tcp2rdma::preload::epoll_note_watched(fds[i].fd);
-    if (auto route = route_for_call(fds[i].fd); route.ours() || route.counted()) return true;
+    if (auto route = route_for_call(fds[i].fd, use_of(fds[i].events)); route.ours() || route.counted()) return true;
   }
   return false;
 }
@@ -47,10 +51,13 @@ int poll_streams_once(pollfd* fds, nfds_t nfds, const timespec* timeout, const s
   // let go on every way out.
   static thread_local std::vector<tcp2rdma::preload::StreamRef> streams;
   static thread_local tcp2rdma::preload::PolledStreams polled;
+  // The bells of relays' queues slept on (back_to_tcp/read_relay.h), held until the call returns.
+  static thread_local std::vector<std::shared_ptr<const int>> bells;
   struct LetGo {
     ~LetGo() {
       polled.clear();  // first: its streams are held by `streams`
       streams.clear();
+      bells.clear();
     }
   } let_go;
   auto deadline = Deadline::in_timespec(timeout);
@@ -59,7 +66,7 @@ int poll_streams_once(pollfd* fds, nfds_t nfds, const timespec* timeout, const s
     streams.resize(nfds);
     shadow.assign(fds, fds + nfds);
     for (nfds_t i = 0; i < nfds; ++i) {
-      streams[i] = route_for_call(fds[i].fd);
+      streams[i] = route_for_call(fds[i].fd, use_of(fds[i].events));
       if (auto* session = streams[i].session()) shadow.push_back({session->wake_fd(), POLLIN, 0});
     }
     // A session without a wake fd (no descriptor to be had) cannot wake us when its connection moves:
@@ -73,8 +80,18 @@ int poll_streams_once(pollfd* fds, nfds_t nfds, const timespec* timeout, const s
     for (;;) {
       int ready = 0;
       polled.next_round();
+      bells.clear();  // each round finds the bells it sleeps on anew
       for (nfds_t i = 0; i < nfds; ++i) {
         if (!ours(i)) continue;
+        tcp2rdma::preload::TcpPrefix& prefix = streams[i].socket()->prefix;
+        if (streams[i].prefixed() && prefix.fed() && (fds[i].events & (POLLIN | POLLRDNORM))) {
+          // A relay's queue (a child's reads through its parent): readable when bytes come.
+          pollfd bell{-1, 0, 0};
+          fds[i].revents = tcp2rdma::preload::relay_poll_input(prefix, fds[i].events, &bell, &bells);
+          ready += fds[i].revents != 0;
+          shadow[i] = bell;
+          continue;
+        }
         if (streams[i].prefixed()) {
           // Readable at once; asked for something else only, the socket itself is slept on.
           fds[i].revents = tcp2rdma::preload::prefixed_poll_events(fds[i].fd, fds[i].events);
@@ -84,7 +101,12 @@ int poll_streams_once(pollfd* fds, nfds_t nfds, const timespec* timeout, const s
         }
         tcp2rdma::transport::Readiness r = polled.look(streams[i], (fds[i].events & (POLLOUT | POLLWRNORM)) != 0);
         bool gone = r.moved;
-        fds[i].revents = tcp2rdma::preload::poll_events_of(r, fds[i].events);
+        // A stream whose bytes a relay takes: input is its queue's, the rest the stream's.
+        bool relayed = prefix.present();
+        pollfd bell{-1, 0, 0};
+        short in = relayed ? tcp2rdma::preload::relay_poll_input(prefix, fds[i].events, &bell, &bells) : 0;
+        short asked = relayed ? static_cast<short>(fds[i].events & ~(POLLIN | POLLRDNORM)) : fds[i].events;
+        fds[i].revents = static_cast<short>(tcp2rdma::preload::poll_events_of(r, asked) | in);
         if (gone) {
           // Back on TCP: the socket is polled from now on.
           tcp2rdma::preload::complete_move_back(streams[i].socket(), fds[i].fd);
@@ -92,8 +114,8 @@ int poll_streams_once(pollfd* fds, nfds_t nfds, const timespec* timeout, const s
           moved = true;
         }
         ready += fds[i].revents != 0;
-        // Not slept on itself: what wakes us for it is the sleeper's (appended below).
-        shadow[i] = {-1, 0, 0};
+        // Not slept on itself: what wakes us for it is the sleeper's (appended below), and a relay's bell.
+        shadow[i] = bell;
       }
       // A stream that could not be subscribed (no descriptor to be had) is looked at again after a
       // short sleep.
@@ -163,7 +185,10 @@ bool any_upgraded_in(int nfds, const fd_set* rd, const fd_set* wr, const fd_set*
                  (ex != nullptr && FD_ISSET(fd, ex));
     if (!asked) continue;
     tcp2rdma::preload::epoll_note_watched(fd);
-    if (auto route = route_for_call(fd); route.ours() || route.counted()) return true;
+    bool writes = wr != nullptr && FD_ISSET(fd, wr);
+    if (auto route = route_for_call(fd, writes ? CallUse::kAny : CallUse::kRead); route.ours() || route.counted()) {
+      return true;
+    }
   }
   return false;
 }

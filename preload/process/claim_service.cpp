@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "back_to_tcp/move_back.h"
+#include "back_to_tcp/read_relay.h"
 #include "keep_forever.h"
 #include "libc/real_calls.h"
 #include "own_descriptors.h"
@@ -42,7 +43,8 @@ Service*& service_slot() {
   return service;
 }
 
-void answer_claim(int channel, uint64_t serial) {
+// `reading`: the call that claims only reads (a read relay may answer it: back_to_tcp/read_relay.h).
+void answer_claim(int channel, uint64_t serial, bool reading) {
   HandBack answer;
   if (!is_lent_to(serial, channel)) {
     answer.outcome = HandBack::Outcome::kGone;  // not this child's to ask for
@@ -63,6 +65,7 @@ void answer_claim(int channel, uint64_t serial) {
         break;
       }
       if (SocketHold socket = SocketHold::live(serial)) {
+        if (reading && start_read_relay(socket.get(), channel, &answer)) break;
         // This process still holds it: the child may ask later whether it let go since. Noted before
         // the move, so that a fork meanwhile counts.
         note_claimed(serial, channel);
@@ -77,7 +80,8 @@ void answer_claim(int channel, uint64_t serial) {
   // other child alive holds it too.
   answer.alone = answer.alone && held_only_by(serial, channel);
   send_answer(channel, serial, answer);
-  note_answered(serial, channel);
+  // A child that reads through a relay holds the connection still: anything else it does claims it again.
+  if (answer.outcome != HandBack::Outcome::kRelayed) note_answered(serial, channel);
 }
 
 // A child asks about a connection it claimed while this process still held it (note_claimed).
@@ -134,9 +138,9 @@ void serve(Service* s) {
     for (size_t i = 1; i < fds.size(); ++i) {
       if (fds[i].revents == 0) continue;
       uint64_t serial = 0;
-      HandBack ignored;
-      switch (receive_message(fds[i].fd, 0, &serial, &ignored)) {
-        case ChannelMessage::kClaim: answer_claim(fds[i].fd, serial); break;
+      HandBack claim;
+      switch (receive_message(fds[i].fd, 0, &serial, &claim)) {
+        case ChannelMessage::kClaim: answer_claim(fds[i].fd, serial, claim.outcome == HandBack::Outcome::kRelayed); break;
         case ChannelMessage::kAsk: answer_ask(fds[i].fd, serial); break;
         case ChannelMessage::kNone: break;
         case ChannelMessage::kAnswer:  // a child answers nothing: the format is broken

@@ -106,7 +106,8 @@ void apply_answer(TrackedSocket* socket, int fd, const TrackedSocket::DeferredUp
       break;
     case HandBack::Outcome::kFailed:
     case HandBack::Outcome::kParents:
-    case HandBack::Outcome::kGone: break;
+    case HandBack::Outcome::kGone:
+    case HandBack::Outcome::kRelayed: break;  // a deferred upgrade's claim is whole: never relayed
   }
   refuse_parents_copy(socket, fd, answer.outcome);  // never a connection with bytes missing
 }

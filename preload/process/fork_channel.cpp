@@ -20,9 +20,11 @@ namespace {
 constexpr uint32_t kMagic = 0x4b524f46;  // "FORK"
 enum : uint8_t { kClaimKind = 1, kAnswerKind = 2, kAskKind = 3 };
 // kSharedPrefix: the memfd is the parent's prefix mapping (TcpPrefix::set_shared), not bare bytes.
-enum : uint8_t { kThenEnd = 1, kWriteShut = 2, kAlone = 4, kSharedPrefix = 8 };
+// kReading, on a claim: the call that claims only reads.
+enum : uint8_t { kThenEnd = 1, kWriteShut = 2, kAlone = 4, kSharedPrefix = 8, kReading = 16 };
 
-// One message: this header, and with an answer that carries bytes, one memfd holding exactly `size`.
+// One message: this header, and with an answer that carries bytes, one memfd holding exactly `size`;
+// with kRelayed, the relay's queue (a memfd) and its eventfd.
 struct Wire {
   uint32_t magic;
   uint8_t kind;
@@ -34,20 +36,22 @@ struct Wire {
 };
 static_assert(sizeof(Wire) == 24);
 
-bool send_wire(int channel, const Wire& wire, int memfd) noexcept {
+bool send_wire(int channel, const Wire& wire, int memfd, int wake = -1) noexcept {
   iovec iov{const_cast<Wire*>(&wire), sizeof wire};
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))] = {};
   if (memfd >= 0) {
+    int fds[2] = {memfd, wake};
+    size_t n = wake >= 0 ? 2 : 1;
     msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
+    msg.msg_controllen = CMSG_SPACE(n * sizeof(int));
     cmsghdr* c = CMSG_FIRSTHDR(&msg);
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &memfd, sizeof memfd);
+    c->cmsg_len = CMSG_LEN(n * sizeof(int));
+    std::memcpy(CMSG_DATA(c), fds, n * sizeof(int));
   }
   for (;;) {
     ssize_t n = real().sendmsg(channel, &msg, MSG_NOSIGNAL);
@@ -99,8 +103,8 @@ bool open_fork_channel(int ends[2]) noexcept {
   return socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ends) == 0;
 }
 
-bool send_claim(int channel, uint64_t serial) noexcept {
-  return send_wire(channel, Wire{kMagic, kClaimKind, 0, 0, 0, serial, 0}, -1);
+bool send_claim(int channel, uint64_t serial, bool reading) noexcept {
+  return send_wire(channel, Wire{kMagic, kClaimKind, 0, static_cast<uint8_t>(reading ? kReading : 0), 0, serial, 0}, -1);
 }
 
 bool send_ask(int channel, uint64_t serial) noexcept {
@@ -114,7 +118,9 @@ bool send_answer(int channel, uint64_t serial, const HandBack& answer) noexcept 
   Wire wire{kMagic, kAnswerKind, static_cast<uint8_t>(answer.outcome), flags, 0, serial, shared ? 0 : answer.bytes.size()};
   int mfd = shared ? *answer.shared_prefix : -1;
   if (!shared && !answer.bytes.empty() && (mfd = bytes_in_memfd(answer.bytes)) < 0) return false;
-  bool sent = send_wire(channel, wire, mfd);
+  bool relayed = answer.outcome == HandBack::Outcome::kRelayed;
+  if (relayed && (!shared || !answer.relay_wake)) return false;
+  bool sent = send_wire(channel, wire, mfd, relayed ? *answer.relay_wake : -1);
   if (!shared && mfd >= 0) real().close(mfd);  // the message holds its own reference until it is read
   return sent;
 }
@@ -131,49 +137,64 @@ ChannelMessage receive_message(int channel, int timeout_ms, uint64_t* serial, Ha
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))] = {};
   msg.msg_control = control;
   msg.msg_controllen = sizeof control;
   ssize_t n;
   while ((n = real().recvmsg(channel, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT)) < 0 && errno == EINTR) {
   }
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return ChannelMessage::kNone;
-  int mfd = -1;
+  int mfd = -1, wake = -1;
   for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int))) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    if (c->cmsg_len == CMSG_LEN(sizeof(int))) std::memcpy(&mfd, CMSG_DATA(c), sizeof mfd);
+    if (c->cmsg_len == CMSG_LEN(2 * sizeof(int))) {
       std::memcpy(&mfd, CMSG_DATA(c), sizeof mfd);
+      std::memcpy(&wake, CMSG_DATA(c) + sizeof(int), sizeof wake);
     }
   }
   auto closed = [&] {
     if (mfd >= 0) real().close(mfd);
+    if (wake >= 0) real().close(wake);
     return ChannelMessage::kClosed;
   };
   if (n != static_cast<ssize_t>(sizeof wire) || wire.magic != kMagic || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
     return closed();
   }
   *serial = wire.serial;
-  if (wire.kind == kClaimKind && mfd < 0) return ChannelMessage::kClaim;
+  if (wire.kind == kClaimKind && mfd < 0) {
+    answer->outcome = (wire.flags & kReading) != 0 ? HandBack::Outcome::kRelayed : HandBack::Outcome::kGone;
+    return ChannelMessage::kClaim;
+  }
   if (wire.kind == kAskKind && mfd < 0) return ChannelMessage::kAsk;
-  if (wire.kind != kAnswerKind || wire.outcome > static_cast<uint8_t>(HandBack::Outcome::kStaysTcp)) return closed();
+  if (wire.kind != kAnswerKind || wire.outcome > static_cast<uint8_t>(HandBack::Outcome::kRelayed)) return closed();
+  bool relayed = wire.outcome == static_cast<uint8_t>(HandBack::Outcome::kRelayed);
+  if (relayed != (wake >= 0)) return closed();
   answer->outcome = static_cast<HandBack::Outcome>(wire.outcome);
   answer->then_end = (wire.flags & kThenEnd) != 0;
   answer->write_shut = (wire.flags & kWriteShut) != 0;
   answer->alone = (wire.flags & kAlone) != 0 && answer->outcome == HandBack::Outcome::kMoved;
   answer->bytes.clear();
   answer->shared_prefix.reset();
+  answer->relay_wake.reset();
   if ((wire.flags & kSharedPrefix) != 0) {
-    if (mfd < 0 || wire.size != 0 || answer->outcome != HandBack::Outcome::kMoved) return closed();
+    bool kind_ok = answer->outcome == HandBack::Outcome::kMoved || relayed;
+    if (mfd < 0 || wire.size != 0 || !kind_ok) return closed();
     {
       transport::OwnDescriptors window;  // kept while the prefix lives: not a number of the application's
-      if ((mfd = window.place(mfd)) < 0) return ChannelMessage::kClosed;
+      mfd = window.place(mfd);
+      if (wake >= 0) wake = window.place(wake);
+      if (mfd < 0 || (relayed && wake < 0)) return closed();
     }
     try {
-      answer->shared_prefix = hold_memfd(mfd);
+      answer->shared_prefix = hold_memfd(std::exchange(mfd, -1));
+      if (relayed) answer->relay_wake = hold_memfd(std::exchange(wake, -1));
     } catch (const std::bad_alloc&) {
       return closed();
     }
     return ChannelMessage::kAnswer;
   }
+  if (relayed) return closed();
   if ((wire.size > 0) != (mfd >= 0)) return closed();
   if (mfd >= 0) {
     bool read = read_memfd(mfd, wire.size, &answer->bytes);

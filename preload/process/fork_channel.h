@@ -16,8 +16,9 @@ namespace tcp2rdma::preload {
 // A pair of connected ends, both close-on-exec, or false (errno) when none can be had.
 bool open_fork_channel(int ends[2]) noexcept;
 
-// The child's claim of the connection `serial`. False when the parent's end is gone.
-bool send_claim(int channel, uint64_t serial) noexcept;
+// The child's claim of the connection `serial`; `reading`: the call that claims only reads (the parent
+// may answer with a read relay: back_to_tcp/read_relay.h). False when the parent's end is gone.
+bool send_claim(int channel, uint64_t serial, bool reading = false) noexcept;
 // The child's question about a connection it claimed while the parent still held it: has the parent
 // let go since (answered kMoved, without bytes, `alone` the verdict)?
 bool send_ask(int channel, uint64_t serial) noexcept;
@@ -26,7 +27,7 @@ bool send_ask(int channel, uint64_t serial) noexcept;
 bool send_answer(int channel, uint64_t serial, const HandBack& answer) noexcept;
 
 // One message from the channel, waiting up to `timeout_ms` (-1: for ever). kClaim, kAsk and kAnswer
-// fill *serial (and *answer); kNone: nothing came in time; kClosed: the other end is gone or broke the
+// fill *serial (and *answer; a claim says in answer->outcome kRelayed that it only reads); kNone: nothing came in time; kClosed: the other end is gone or broke the
 // format (a process of the same program, but the read is checked all the same).
 enum class ChannelMessage : uint8_t { kNone, kClaim, kAsk, kAnswer, kClosed };
 ChannelMessage receive_message(int channel, int timeout_ms, uint64_t* serial, HandBack* answer) noexcept;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "back_to_tcp/move_back.h"
+#include "back_to_tcp/read_relay.h"
 #include "keep_forever.h"
 #include "libc/kept_descriptors.h"
 #include "libc/real_calls.h"
@@ -53,7 +54,10 @@ ParentLine*& parent_slot() {
 
 // The parent's answer about `serial`, under the line's lock: one kept from earlier, or asked for now
 // (`ask`: send_claim or send_ask), waiting up to `wait_ms`.
-HandBack ask_parent(ParentLine* p, uint64_t serial, bool (*ask)(int, uint64_t) = send_claim,
+bool send_full_claim(int channel, uint64_t serial) { return send_claim(channel, serial, false); }
+bool send_read_claim(int channel, uint64_t serial) { return send_claim(channel, serial, true); }
+
+HandBack ask_parent(ParentLine* p, uint64_t serial, bool (*ask)(int, uint64_t) = send_full_claim,
                     int wait_ms = kAnswerWaitMs) {
   HandBack answer;  // kGone unless the parent says otherwise
   if (auto it = p->early.find(serial); it != p->early.end()) {
@@ -93,6 +97,13 @@ HandBack ask_parent(ParentLine* p, uint64_t serial, bool (*ask)(int, uint64_t) =
 
 // The answer, applied to this process's copy of the connection.
 void take_answer(TrackedSocket* socket, int fd, HandBack& answer) {
+  if (answer.outcome == HandBack::Outcome::kRelayed) {
+    // The parent keeps the connection on RDMA and relays the peer's bytes: it stays the parent's here
+    // (stream_of_parent), and this process's reads take from the relay's queue.
+    log_line("%s: reads from the parent's relay at this process's first use (the connection stays on rdma there)",
+             connection_label(socket));
+    return;
+  }
   if (answer.outcome == HandBack::Outcome::kMoved && keep_answer_prefix(answer, &socket->prefix) &&
       socket->move_path(Path::kRdma, Path::kMovingBack)) {
     // Before the path says back on TCP: a connection this process holds alone plans its return there
@@ -204,6 +215,7 @@ void ForkLending::in_child() noexcept {
   // The parent's service, its channels to our siblings and its lendings are not ours.
   forget_parents_service();
   lent_streams_after_fork();
+  forget_read_relays_after_fork();
   ParentLine* grandparent = std::exchange(parent_slot(), new ParentLine);
   if (grandparent->channel >= 0) {  // claimed from before the fork
     release_to_application(grandparent->channel);
@@ -237,13 +249,18 @@ void ForkLending::in_child() noexcept {
 
 // --- The child's claims -----------------------------------------------------------------------------
 
-void claim_from_parent(TrackedSocket* socket, int fd) noexcept {
+void claim_from_parent(TrackedSocket* socket, int fd, bool reading) noexcept {
   SavedErrno keep_errno;
   ParentLine* p = parent_slot();
   std::lock_guard lock(p->mutex);
   if (!socket->stream_of_parent()) return;  // another thread's claim came first
+  if (reading && socket->prefix.relayed()) return;  // another thread's read claim got the relay
   HandBack answer;
-  if (lent_here(p, socket->serial())) answer = ask_parent(p, socket->serial());
+  if (lent_here(p, socket->serial())) answer = ask_parent(p, socket->serial(), reading ? send_read_claim : send_full_claim);
+  if (answer.outcome == HandBack::Outcome::kRelayed && !keep_answer_prefix(answer, &socket->prefix)) {
+    // The relay's queue cannot be mapped here: the connection is claimed whole, as for a write.
+    answer = ask_parent(p, socket->serial());
+  }
   take_answer(socket, fd, answer);
 }
 
@@ -283,6 +300,11 @@ void answer_children_before_leaving(bool (*survives)(const TrackedSocket*)) noex
   for_each_tracked_fd([&](int, SocketHold& socket) {
     if (socket->stream() != nullptr && is_lent(socket->serial())) lent.emplace_back(socket.get());
   });
+  // A relay may hold a connection this process has no descriptor of left, which a child reads.
+  for (SocketHold& relayed : relayed_sockets()) {
+    bool listed = std::any_of(lent.begin(), lent.end(), [&](const SocketHold& s) { return s.get() == relayed.get(); });
+    if (!listed && relayed->stream() != nullptr && is_lent(relayed->serial())) lent.push_back(std::move(relayed));
+  }
   for (SocketHold& socket : lent) {
     if (socket->stream() == nullptr) continue;  // a dup'd descriptor's socket, moved already
     note_handing_back(socket->serial());

@@ -50,7 +50,9 @@ class ForkLending {
 // it and waits for the answer (up to the parent's move, bounded); then the connection is on TCP here
 // after the peer's unread bytes, or, when the parent cannot hand it over, fails loudly (ENOTCONN,
 // EPIPE; reset when the parent let go of it and its move failed).
-void claim_from_parent(TrackedSocket* socket, int fd) noexcept;
+// `reading`: the call only reads; the parent may then keep the connection on RDMA and relay the
+// peer's bytes (back_to_tcp/read_relay.h), and later reads here take from the relay's queue.
+void claim_from_parent(TrackedSocket* socket, int fd, bool reading = false) noexcept;
 // A connection this child claimed while its parent still held it (TrackedSocket::forks,
 // awaits_parents_word), at an attempt to return it to RDMA: asks the parent whether it let go since,
 // forked or spawned none while it still had a descriptor of it, and lent it to no other child (at most

@@ -2,8 +2,11 @@
 
 #include <poll.h>
 
+#include <new>
+
 #include "libc/real_calls.h"
 #include "rdma_stream.h"
+#include "registry/tcp_prefix.h"
 
 namespace tcp2rdma::preload {
 
@@ -30,6 +33,22 @@ short prefixed_poll_events(int fd, short requested) noexcept {
   pollfd p{fd, static_cast<short>(requested & ~(POLLIN | POLLRDNORM)), 0};
   short events = real().poll(&p, 1, 0) > 0 ? p.revents : 0;
   return static_cast<short>(events | (requested & (POLLIN | POLLRDNORM)));
+}
+
+short relay_poll_input(TcpPrefix& queue, short requested, pollfd* bell, std::vector<std::shared_ptr<const int>>* bells) {
+  short in = static_cast<short>(requested & (POLLIN | POLLRDNORM));
+  if (in == 0) return 0;
+  if (queue.readable_or_arm()) return in;
+  if (std::shared_ptr<const int> wake = queue.wake()) {
+    *bell = {*wake, POLLIN, 0};
+    try {
+      bells->push_back(std::move(wake));
+    } catch (const std::bad_alloc&) {
+      *bell = {-1, 0, 0};
+      return in;  // nothing to sleep on: said ready, and a read finds out (EAGAIN, or it waits)
+    }
+  }
+  return 0;
 }
 
 }  // namespace tcp2rdma::preload

@@ -2,6 +2,11 @@
 // has with its prefix. poll, select and epoll report these in place of the idle kernel socket's.
 #pragma once
 
+#include <poll.h>
+
+#include <memory>
+#include <vector>
+
 namespace tcp2rdma::transport {
 class RdmaStream;
 struct Readiness;
@@ -22,5 +27,10 @@ short stream_poll_events(transport::RdmaStream* stream, short requested, bool* m
                          bool watched = false) noexcept;
 // The same for a socket back on TCP with a prefix: readable now, and the kernel's other events.
 short prefixed_poll_events(int fd, short requested) noexcept;
+
+class TcpPrefix;
+// POLLIN of a relay's queue (back_to_tcp/read_relay.h) among `requested`; when it has none, *bell is
+// set to what the call sleeps on for it, whose descriptor `bells` holds for the call.
+short relay_poll_input(TcpPrefix& queue, short requested, pollfd* bell, std::vector<std::shared_ptr<const int>>* bells);
 
 }  // namespace tcp2rdma::preload

@@ -21,6 +21,9 @@
 namespace tcp2rdma::preload {
 
 bool keep_answer_prefix(const HandBack& answer, TcpPrefix* prefix) {
+  if (answer.outcome == HandBack::Outcome::kRelayed) return prefix->adopt_relay(answer.shared_prefix, answer.relay_wake);
+  // The queue of the relay this child reads already: what the move added follows in it.
+  if (answer.shared_prefix && prefix->maps(answer.shared_prefix)) return true;
   if (answer.shared_prefix) return prefix->adopt(answer.shared_prefix);
   return (answer.bytes.empty() && !answer.then_end) || prefix->set(answer.bytes, answer.then_end);
 }
@@ -33,6 +36,7 @@ const char* to_string(HandBack::Outcome outcome) noexcept {
     case HandBack::Outcome::kGone: return "the parent holds it no more";
     case HandBack::Outcome::kResume: return "its upgrade is this process's to take up";
     case HandBack::Outcome::kStaysTcp: return "it stays tcp in both";
+    case HandBack::Outcome::kRelayed: return "the parent relays its bytes";
   }
   return "?";
 }

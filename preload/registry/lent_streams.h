@@ -31,6 +31,10 @@ struct HandBack {
     // A connection whose upgrade was still on TCP at the fork (process/deferred_upgrade.h):
     kResume,   // the parent let go of it: the child takes the upgrade up, with its own RDMA listener
     kStaysTcp, // the parent uses it too: it stays TCP in both, as a shared kernel socket
+    // A claim to read only (back_to_tcp/read_relay.h): the connection stays on RDMA in the parent, whose
+    // relay takes the peer's bytes off the stream into `shared_prefix`, a queue both processes read,
+    // rung by `relay_wake`. Anything but reading claims the connection again.
+    kRelayed,
   };
   Outcome outcome = Outcome::kGone;
   bool then_end = false;    // the peer's sending side had ended on the stream
@@ -45,6 +49,8 @@ struct HandBack {
   // child maps too: parent and child take the peer's unread bytes from one queue, each byte going to
   // whichever reads it first, as from the socket. Closed with the last copy of the answer.
   std::shared_ptr<const int> shared_prefix;
+  // kRelayed: the relay's eventfd, which rings when bytes come into the queue.
+  std::shared_ptr<const int> relay_wake;
 };
 
 // The child's side: the answer's prefix becomes `prefix` (shared, or its bytes copied); false when it

@@ -5,26 +5,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <new>
 
 #include "libc/real_calls.h"
 #include "own_descriptors.h"
+#include "registry/tcp_prefix_shared.h"
 #include "util/robust_mutex.h"
 
 namespace tcp2rdma::preload {
-
-// The mapping: this header, then the bytes (bytes()). Its members are touched only with `mutex`
-// held, except `present`, which says without the lock whether anything is left to report.
-struct TcpPrefix::Shared {
-  pthread_mutex_t mutex;  // process-shared, robust: a reader that died holding it does not stop the others
-  std::atomic<bool> present;
-  bool then_end;
-  size_t size;
-  size_t pos;
-  uint8_t* bytes() { return reinterpret_cast<uint8_t*>(this + 1); }
-};
 
 TcpPrefix::~TcpPrefix() {
   if (Shared* s = shared_.load(std::memory_order_acquire)) munmap(s, mapped_);
@@ -36,11 +27,12 @@ bool TcpPrefix::publish(void* memory, size_t length, const std::vector<uint8_t>&
     munmap(memory, length);
     return false;
   }
-  s->then_end = then_end;
-  s->size = bytes.size();
-  s->pos = 0;
+  s->then = then_end ? Then::kEnd : Then::kKernel;
+  s->capacity = length - sizeof(Shared);
+  s->begin = 0;
+  s->end = bytes.size();
   if (!bytes.empty()) std::memcpy(s->bytes(), bytes.data(), bytes.size());
-  s->present.store(then_end || !bytes.empty(), std::memory_order_release);
+  s->update_present();
   mapped_ = length;
   shared_.store(s, std::memory_order_release);
   return true;
@@ -54,21 +46,22 @@ bool TcpPrefix::replaceable() const noexcept {
 }
 
 bool TcpPrefix::set(const std::vector<uint8_t>& bytes, bool then_end) {
+  if (fed()) return append_and_finish(bytes, then_end);
   if (!replaceable()) return false;
   size_t length = sizeof(Shared) + bytes.size();
   void* memory = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (memory == MAP_FAILED) return false;
   memfd_.store(nullptr);  // an earlier shared queue is not this one
+  wake_.store(nullptr);
   return publish(memory, length, bytes, then_end);
 }
 
-bool TcpPrefix::set_shared(const std::vector<uint8_t>& bytes, bool then_end) {
-  if (!replaceable()) return false;
-  size_t length = sizeof(Shared) + bytes.size();
+bool TcpPrefix::map_memfd(size_t capacity, const char* name, void** memory, size_t* length) {
+  *length = sizeof(Shared) + capacity;
   int memfd = -1;
   {
     transport::OwnDescriptors window;  // not a number of the application's
-    memfd = window.place(static_cast<int>(memfd_create("tcp2rdma-prefix", MFD_CLOEXEC)));
+    memfd = window.place(static_cast<int>(memfd_create(name, MFD_CLOEXEC)));
   }
   if (memfd < 0) return false;
   std::shared_ptr<const int> held;
@@ -78,17 +71,27 @@ bool TcpPrefix::set_shared(const std::vector<uint8_t>& bytes, bool then_end) {
     real().close(memfd);
     return false;
   }
-  void* memory = ftruncate(memfd, static_cast<off_t>(length)) == 0
-                     ? mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0)
-                     : MAP_FAILED;
-  if (memory == MAP_FAILED) return false;
+  *memory = ftruncate(memfd, static_cast<off_t>(*length)) == 0
+                ? mmap(nullptr, *length, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0)
+                : MAP_FAILED;
+  if (*memory == MAP_FAILED) return false;
   memfd_.store(std::move(held));  // before the mapping is published: shareable() finds them together
+  return true;
+}
+
+bool TcpPrefix::set_shared(const std::vector<uint8_t>& bytes, bool then_end) {
+  if (fed()) return append_and_finish(bytes, then_end);
+  if (!replaceable()) return false;
+  void* memory = nullptr;
+  size_t length = 0;
+  if (!map_memfd(bytes.size(), "tcp2rdma-prefix", &memory, &length)) return false;
+  wake_.store(nullptr);
   if (publish(memory, length, bytes, then_end)) return true;
   memfd_.store(nullptr);
   return false;
 }
 
-bool TcpPrefix::adopt(const std::shared_ptr<const int>& held) {
+bool TcpPrefix::adopt_mapping(const std::shared_ptr<const int>& held) {
   if (!replaceable() || !held) return false;
   struct stat st {};
   if (fstat(*held, &st) != 0 || st.st_size < static_cast<off_t>(sizeof(Shared))) return false;
@@ -96,8 +99,8 @@ bool TcpPrefix::adopt(const std::shared_ptr<const int>& held) {
   void* memory = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, *held, 0);
   if (memory == MAP_FAILED) return false;
   auto* s = static_cast<Shared*>(memory);
-  // Made by this module in the process that forked us; its size is checked all the same.
-  if (s->size > length - sizeof(Shared)) {
+  // Made by this module in the process that forked us; its sizes are checked all the same.
+  if (!s->consistent(length)) {
     munmap(memory, length);
     return false;
   }
@@ -107,8 +110,20 @@ bool TcpPrefix::adopt(const std::shared_ptr<const int>& held) {
   return true;
 }
 
+bool TcpPrefix::adopt(const std::shared_ptr<const int>& held) {
+  wake_.store(nullptr);
+  return adopt_mapping(held);
+}
+
 std::shared_ptr<const int> TcpPrefix::shareable() const noexcept {
   return shared_.load(std::memory_order_acquire) != nullptr ? memfd_.load() : nullptr;
+}
+
+bool TcpPrefix::maps(const std::shared_ptr<const int>& held) const noexcept {
+  std::shared_ptr<const int> ours = shareable();
+  if (!ours || !held) return false;
+  struct stat a {}, b {};
+  return fstat(*ours, &a) == 0 && fstat(*held, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
 }
 
 std::shared_ptr<const int> hold_memfd(int fd) {
@@ -127,19 +142,33 @@ size_t TcpPrefix::take(const iovec* iov, int iovcnt, bool peek, bool* at_end) {
   *at_end = false;
   Shared* s = shared_.load(std::memory_order_acquire);
   if (s == nullptr) return 0;
-  RobustLock lock(&s->mutex);
+  bool left;
   size_t copied = 0;
-  for (int i = 0; i < iovcnt && s->pos + copied < s->size; ++i) {
-    size_t n = std::min(iov[i].iov_len, s->size - s->pos - copied);
-    std::memcpy(iov[i].iov_base, s->bytes() + s->pos + copied, n);
-    copied += n;
+  {
+    RobustLock lock(&s->mutex);
+    for (int i = 0; i < iovcnt && s->begin + copied < s->end; ++i) {
+      copied += s->copy_out(s->begin + copied, static_cast<uint8_t*>(iov[i].iov_base),
+                            std::min<uint64_t>(iov[i].iov_len, s->end - s->begin - copied));
+    }
+    if (!peek && copied > 0) {
+      s->begin += copied;
+      s->note_taken();
+    }
+    s->update_present();
+    *at_end = s->begin == s->end && !s->fed && s->then == Then::kEnd;
+    left = s->fed && s->begin != s->end;
   }
-  if (!peek) s->pos += copied;
-  if (s->pos == s->size) {
-    s->present.store(s->then_end, std::memory_order_release);
-    *at_end = s->then_end;
-  }
+  if (left) ring_bell();  // another process (or thread) waiting on the bell takes the rest
   return copied;
+}
+
+int TcpPrefix::take_error() {
+  Shared* s = shared_.load(std::memory_order_acquire);
+  if (s == nullptr) return 0;
+  RobustLock lock(&s->mutex);
+  if (s->begin != s->end || s->fed || s->then != Then::kError) return 0;
+  s->then = Then::kEnd;
+  return s->error;
 }
 
 bool TcpPrefix::take_all(std::vector<uint8_t>* bytes) {
@@ -148,12 +177,14 @@ bool TcpPrefix::take_all(std::vector<uint8_t>* bytes) {
   if (s == nullptr) return true;
   RobustLock lock(&s->mutex);
   try {
-    bytes->assign(s->bytes() + s->pos, s->bytes() + s->size);
+    bytes->resize(s->end - s->begin);
   } catch (const std::bad_alloc&) {
     return false;
   }
-  s->pos = s->size;
-  s->present.store(s->then_end, std::memory_order_release);
+  s->copy_out(s->begin, bytes->data(), bytes->size());
+  s->begin = s->end;
+  s->note_taken();
+  s->update_present();
   return true;
 }
 
@@ -161,12 +192,14 @@ size_t TcpPrefix::size() const {
   Shared* s = shared_.load(std::memory_order_acquire);
   if (s == nullptr) return 0;
   RobustLock lock(&s->mutex);
-  return s->size - s->pos;
+  return s->end - s->begin;
 }
 
 bool TcpPrefix::then_end() const {
   Shared* s = shared_.load(std::memory_order_acquire);
-  return s != nullptr && s->then_end;  // set once, before the mapping is published
+  if (s == nullptr) return false;
+  RobustLock lock(&s->mutex);
+  return s->then == Then::kEnd;
 }
 
 }  // namespace tcp2rdma::preload

@@ -101,6 +101,8 @@ class TrackedSocket {
   void release() noexcept {
     if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
   }
+  // Descriptors and holds (a count that may change at once: for a holder asking whether it is the last).
+  int references() const noexcept { return refs_.load(std::memory_order_acquire); }
   // One more reference unless the last one is gone already (the socket is being destroyed).
   bool try_add_ref() noexcept {
     for (int n = refs_.load(std::memory_order_relaxed); n > 0;) {
