@@ -145,9 +145,10 @@ HandBack move_back_for_child(TrackedSocket* socket, const char* why) noexcept {
   answer.write_shut = fd < 0 && stream->write_was_shut();
   complete_move_back(socket, fd, /*by_mover=*/true);
   auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - started);
+  // Counted from the queue when shared: a relay's queue holds the bytes it took for the child too.
   log_line("%s: back on tcp for %s (%zu bytes of the peer's %s%s; %lld us)", connection_label(socket), why,
-           unread.size(), shared ? "shared with the child" : "for the child", peer_ended ? ", then its end" : "",
-           static_cast<long long>(us.count()));
+           shared ? socket->prefix.size() : unread.size(), shared ? "shared with the child" : "for the child",
+           peer_ended ? ", then its end" : "", static_cast<long long>(us.count()));
   answer.outcome = HandBack::Outcome::kMoved;
   answer.then_end = peer_ended;
   if (shared) {

@@ -130,20 +130,31 @@ bool nobody_reads(Relay* relay) {
   return socket->references() == 1 && !is_lent(socket->serial());
 }
 
-// The thread: feeds the queue until asked to stop, or the stream ends, fails or moves.
-void run(std::shared_ptr<Relay> relay) {
+bool stop_asked(Relay* relay) {
+  std::lock_guard lock(relay->mutex);
+  return relay->stop;
+}
+
+// Sleeps on the stop eventfd up to `ms`; emptied when it rang.
+void sleep_on_stop(Relay* relay, std::vector<pollfd>* fds, int ms) {
+  int rc = real().poll(fds->data(), fds->size(), ms);
+  if (rc > 0 && ((*fds)[0].revents & POLLIN)) {
+    uint64_t asked;
+    (void)!read(relay->stop_fd, &asked, sizeof asked);
+  }
+}
+
+// Feeds the queue until asked to stop, or the stream ends, fails or moves (its last Fed), or nobody
+// can read the connection any more (kOver).
+Fed feed(Relay* relay) {
   PolledStreams polled;
   std::vector<pollfd> sleep;
   Fed last = Fed::kNothing;
-  for (;;) {
-    {
-      std::lock_guard lock(relay->mutex);
-      if (relay->stop) break;
-    }
+  while (!stop_asked(relay)) {
     polled.next_round();
     transport::Readiness ready = polled.look(relay->stream, false);
     if (ready.readable || ready.moved || ready.failed) {
-      last = feed_once(relay.get());
+      last = feed_once(relay);
       if (last == Fed::kBytes) continue;
       if (last == Fed::kFull) {
         relay->hold->prefix.wait_room(kWindow, kIdleLookMs);
@@ -153,31 +164,44 @@ void run(std::shared_ptr<Relay> relay) {
     }
     sleep.assign(1, {relay->stop_fd, POLLIN, 0});
     polled.append_pollfds(&sleep);
-    int rc = real().poll(sleep.data(), sleep.size(), polled.blind() ? 10 : kIdleLookMs);
-    if (sleep[0].revents & POLLIN) {
-      uint64_t asked;
-      (void)!read(relay->stop_fd, &asked, sizeof asked);
-    }
-    if (rc == 0 && nobody_reads(relay.get())) {
+    sleep_on_stop(relay, &sleep, polled.blind() ? 10 : kIdleLookMs);
+    if (nobody_reads(relay)) {
       last = Fed::kOver;
       break;
     }
   }
   polled.clear();
+  return last;
+}
+
+// The stream ended (the queue says how): the relay keeps the socket while anybody may still read the
+// queue, so that this process's last close does not hand an ended stream back (its peer may be gone).
+void hold_while_read(Relay* relay) {
+  std::vector<pollfd> sleep;
+  while (!stop_asked(relay) && !nobody_reads(relay)) {
+    sleep.assign(1, {relay->stop_fd, POLLIN, 0});
+    sleep_on_stop(relay, &sleep, kIdleLookMs);
+  }
+}
+
+// The thread: feeds the queue, then finishes what the way it stopped asks for. A pause (RelayPause)
+// leaves the relay registered, to go on when the pause ends; any other end forgets it.
+void run(std::shared_ptr<Relay> relay) {
+  Fed last = feed(relay.get());
   if (last == Fed::kPeerMoved) after_peer_moved(relay.get());
   if (last == Fed::kPathFailed) after_path_failed(relay.get());
-  bool over = last != Fed::kNothing && last != Fed::kBytes && last != Fed::kFull;
+  if (last == Fed::kOver) hold_while_read(relay.get());
+  bool paused = stop_asked(relay.get());
   {
     std::lock_guard lock(relay->mutex);
     relay->running = false;
     relay->stopped.notify_all();
   }
-  if (over) {
-    TrackedSocket* socket = relay->hold.get();
-    // Bytes of the peer's that nobody will read: the kernel resets such a connection at its close.
-    if (nobody_reads(relay.get()) && socket->prefix.size() > 0 && socket->stream() != nullptr) relay->stream->abort();
-    forget_relay(socket->serial());
-  }
+  if (paused) return;
+  TrackedSocket* socket = relay->hold.get();
+  // Bytes of the peer's that nobody will read: the kernel resets such a connection at its close.
+  if (nobody_reads(relay.get()) && socket->prefix.size() > 0 && socket->stream() != nullptr) relay->stream->abort();
+  forget_relay(socket->serial());
 }
 
 bool start_thread(const std::shared_ptr<Relay>& relay) {

@@ -27,7 +27,10 @@
 //   epoll_echo client-fork ADDR PORT BYTES
 //       writes the first 200000 bytes, waits for their echo to arrive, forks; the parent writes the
 //       rest and ends its sending side, the child reads and checks all of it (docs/architecture.md,
-//       "Back to TCP": the fork moves the connection back to TCP, the server's epoll follows)
+//       "Forks": the child only reads, through its parent's relay, and the connection stays on RDMA)
+//   epoll_echo client-fork-whole ADDR PORT BYTES
+//       the same, but the child first asks SO_ERROR, which claims the connection whole: it moves
+//       back to TCP, and the server's epoll follows it
 //   epoll_echo client-fork-under ADDR PORT BYTES read|epoll
 //       a thread sleeps on the empty connection in read() or epoll_wait() while another forks (the
 //       child exits at once); then the parent writes BYTES and the sleeper reads and checks the echo
@@ -529,7 +532,7 @@ int client_reregister(const char* host, int port, int rounds) {
 // The connection is shared by fork: the first bytes go before it, and their echo waits unread in this
 // process when it forks; then the parent writes the rest and ends its sending side while the child
 // reads and checks every byte that comes back.
-int client_fork(const char* host, int port, uint64_t bytes) {
+int client_fork(const char* host, int port, uint64_t bytes, bool whole) {
   int fd = connect_to(host, port);
   if (fd < 0) return 1;
   const uint64_t head = std::min<uint64_t>(bytes, 200000);
@@ -537,6 +540,9 @@ int client_fork(const char* host, int port, uint64_t bytes) {
   usleep(500000);
   pid_t child = fork();
   if (child == 0) {
+    int error = 0;
+    socklen_t len = sizeof error;
+    if (whole && (getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) != 0 || error != 0)) std::exit(1);
     uint64_t got = 0;
     bool ok = read_pattern(fd, bytes, &got);
     std::printf("child: %llu of %llu bytes came back, %s\n", static_cast<unsigned long long>(got),
@@ -620,7 +626,9 @@ int main(int argc, char** argv) {
   if (argc == 6 && role == "client-fork-under") {
     return client_fork_under_sleeper(argv[2], std::atoi(argv[3]), std::strtoull(argv[4], nullptr, 10), argv[5]);
   }
-  if (argc == 5 && role == "client-fork") return client_fork(argv[2], std::atoi(argv[3]), std::strtoull(argv[4], nullptr, 10));
+  if (argc == 5 && (role == "client-fork" || role == "client-fork-whole")) {
+    return client_fork(argv[2], std::atoi(argv[3]), std::strtoull(argv[4], nullptr, 10), role == "client-fork-whole");
+  }
   if (argc == 5 && role == "client-reregister") return client_reregister(argv[2], std::atoi(argv[3]), std::atoi(argv[4]));
   if (argc == 5 && role == "client-epoll") {
     return client_epoll(argv[2], std::atoi(argv[3]), std::strtoull(argv[4], nullptr, 10));
