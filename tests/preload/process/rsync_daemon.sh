@@ -1,21 +1,26 @@
 #!/bin/sh
-# rsync_daemon.sh SHIM RULES BG_RULES a|b: integration.rsync_daemon.pair. rsync as deployed: `rsync
-# --daemon` in guest A forks a process per connection, which drops to nobody for its module; the
-# client in guest B pulls a tree from it and pushes another to it, both ends under the module. Each
-# side of a transfer that receives forks once more: its child reads the connection and its parent
-# writes it, for the whole transfer (the receiving rsync's generator and receiver).
-#  - 5015, before-return rules: every connection is on RDMA before its first byte, and goes back to
-#    TCP at the forks (the daemon's parent closes its copy; the receiving side's two processes both
-#    use it); the pull is paced (--bwlimit) so that the daemon's child, alone with the connection,
-#    asks to go back to RDMA mid-transfer, which the client, two processes, declines;
-#  - 5025, background rules: the forks interrupt the upgrades.
+# rsync_daemon.sh SHIM RULES BG_RULES SPLIT_RULES a|b: integration.rsync_daemon.pair. rsync as
+# deployed: `rsync --daemon` in guest A forks a process per connection, which drops to nobody for its
+# module; the client in guest B pulls a tree from it and pushes another to it, both ends under the
+# module. Each side of a transfer that receives forks once more: its child (the receiver) only reads
+# the connection and its parent (the generator) only writes it, for the whole transfer.
+#  - 5016, SPLIT_RULES (server-background.yaml: servers upgrade in the background, clients before
+#    connect() returns), the daemon run as nobody (as root it changes credentials for each module,
+#    which moves the connection back to TCP before the client forks: docs/architecture.md,
+#    "Credentials"): the daemon's child takes the upgrade its fork interrupted up, the client's
+#    connect() returns on RDMA, and at the receiving side's fork the connection stays on RDMA in the
+#    generator, which relays the sender's bytes to the receiver (docs/architecture.md, "Forks"): the
+#    bulk crosses rxe both ways (the pull's at the client, the push's at the daemon's child);
+#  - 5015, before-return rules at both ends: every connection is on RDMA before its first byte, and
+#    goes back to TCP when the daemon's parent closes its copy, before the client forks; the pull is
+#    paced (--bwlimit) so that the daemon's child, alone with the connection, asks to go back to RDMA
+#    mid-transfer, which the client, two processes sharing a TCP socket, declines: that bulk stays TCP;
+#  - 5025, background rules: the forks interrupt the upgrades (the client's stays TCP).
 # Every tree must arrive identical (SHA-256 of every file), every rsync must succeed, each end must
-# log the upgrades of 5015's two connections before the forks (and the client their moves back to
-# TCP, where the bulk goes), and no connection may be reset.
-# The bulk stays on TCP: a stream whose two directions are used by two processes is not built
-# (docs/architecture.md, "Back to RDMA", limits). About 25 s.
+# log the upgrades of 5015's and 5016's connections, the relays of 5016's (one at each end), and no
+# connection may be reset. About 30 s.
 set -u
-shim=$1 rules=$2 bg_rules=$3 role=$4
+shim=$1 rules=$2 bg_rules=$3 split_rules=$4 role=$5
 [ "$role" = a ] && side=server || side=client
 here=$(cd "$(dirname "$0")" && pwd)
 guest=$here/../../../integration/guest
@@ -28,23 +33,26 @@ same_tree() {
   echo "rsync-daemon $side: $3 DIFFERS"
   return 1
 }
-daemon() {  # PORT RULES
+daemon() {  # PORT RULES [AS]: run as root, each connection's process changes to nobody for its module;
+  # AS=user: the daemon runs as nobody from the start, and changes no credentials.
+  ids="uid = nobody
+  gid = nogroup"
+  as=
+  if [ "${3:-}" = user ]; then ids=; as="setpriv --reuid=nobody --regid=nogroup --clear-groups"; fi
   cat > /tmp/rsyncd-$1.conf <<EOC
-pid file = /tmp/rsyncd-$1.pid
+pid file = /tmp/rsyncd-$1/pid
 use chroot = no
 [pull]
   path = /tmp/pull-source
-  uid = nobody
-  gid = nogroup
+  $ids
 [push]
   path = /tmp/push-$1
   read only = false
-  uid = nobody
-  gid = nogroup
+  $ids
 EOC
-  mkdir -p /tmp/push-$1 && chown nobody:nogroup /tmp/push-$1
+  mkdir -p /tmp/push-$1 /tmp/rsyncd-$1 && chown nobody:nogroup /tmp/push-$1 /tmp/rsyncd-$1
   env LD_PRELOAD="$shim" TCP2RDMA_RULES="$2" TCP2RDMA_LOG="$log" \
-    rsync --daemon --no-detach --port="$1" --config=/tmp/rsyncd-$1.conf &
+    $as rsync --daemon --no-detach --port="$1" --config=/tmp/rsyncd-$1.conf &
 }
 # A connection the module reset (an upgrade that stayed on TCP may name a reset of its RDMA attempt).
 resets() { grep -i "reset\|the rdma stream failed" "$log" | grep -vc "stays tcp"; }
@@ -54,17 +62,21 @@ if [ "$role" = a ]; then
   manifest /tmp/pull-source > "$T2R_WORK/pull-source.sum"
   daemon 5015 "$rules"; servers=$!
   daemon 5025 "$bg_rules"; servers="$servers $!"
-  until ss -ltn | grep -q ":5015 " && ss -ltn | grep -q ":5025 "; do sleep 0.1; done
+  daemon 5016 "$split_rules" user; servers="$servers $!"
+  until ss -ltn | grep -q ":5015 " && ss -ltn | grep -q ":5025 " && ss -ltn | grep -q ":5016 "; do sleep 0.1; done
   touch "$T2R_WORK/servers-up"
   until [ -f "$T2R_WORK/clients-done" ]; do sleep 0.2; done
   kill $servers
   status=0
-  for port in 5015 5025; do
+  for port in 5015 5025 5016; do
     same_tree /tmp/push-$port "$T2R_WORK/push-source.sum" "the tree pushed to $port" || status=1
   done
   upgraded=$(grep -c "5015 -> .*upgraded to rdma" "$log")
-  echo "rsync-daemon server: $upgraded connections of 5015 upgraded to rdma, $(resets) resets"
-  [ "$upgraded" -ge 2 ] && [ "$(resets)" -eq 0 ] || status=1
+  split=$(grep -c "5016 -> .*upgraded to rdma" "$log")
+  relayed=$(grep -c "5016 -> .*relays the peer's bytes to both" "$log")
+  echo "rsync-daemon server: $upgraded connections of 5015 and $split of 5016 upgraded to rdma," \
+    "$relayed of 5016 relayed to a receiver, $(resets) resets"
+  [ "$upgraded" -ge 2 ] && [ "$split" -ge 2 ] && [ "$relayed" -ge 1 ] && [ "$(resets)" -eq 0 ] || status=1
   grep -v "credentials changed" "$log" | cut -c1-240
   exit $status
 fi
@@ -78,22 +90,36 @@ run() {
   echo "rsync-daemon client: rsync -a $2 took $(( ($(date +%s%N) - began) / 1000000 )) ms"
 }
 status=0
+# The relayed bulk: rxe's packets while 5016's pull and push run (received, then sent, here).
+counter() { "$guest/rdma-counters" | awk -v n="$1" '$1 == n { print $2 }'; }
+received_at=$(counter rcvd_pkts)
+run "$split_rules" "rsync://$T2R_PEER:5016/pull/ /tmp/pulled-5016/"
+pulled_pkts=$(( $(counter rcvd_pkts) - received_at ))
+sent_at=$(counter sent_pkts)
+run "$split_rules" "/tmp/push-source/ rsync://$T2R_PEER:5016/push/"
+pushed_pkts=$(( $(counter sent_pkts) - sent_at ))
 before=$("$guest/rdma-counters")
 run "$rules" "--bwlimit=2000 rsync://$T2R_PEER:5015/pull/ /tmp/pulled-5015/"
 run "$rules" "/tmp/push-source/ rsync://$T2R_PEER:5015/push/"
 run "$bg_rules" "rsync://$T2R_PEER:5025/pull/ /tmp/pulled-5025/"
 run "$bg_rules" "/tmp/push-source/ rsync://$T2R_PEER:5025/push/"
 after=$("$guest/rdma-counters")
-for port in 5015 5025; do
+for port in 5016 5015 5025; do
   same_tree /tmp/pulled-$port "$T2R_WORK/pull-source.sum" "the tree pulled from $port" || status=1
 done
 received=$(printf '%s\n%s\n' "$before" "$after" | awk '$1 == "rcvd_pkts" { v[n++] = $2 } END { print v[1] - v[0] }')
 upgraded=$(grep -c ":5015: .*upgraded to rdma" "$log")
 # The path intended for the bulk: back on TCP once the daemon's parent let go of the connection.
 moved=$(grep -c ":5015: .*back on tcp" "$log")
+split=$(grep -c ":5016: .*upgraded to rdma" "$log")
+relayed=$(grep -c ":5016: .*relays the peer's bytes to both" "$log")
 echo "rsync-daemon client: $upgraded connections of 5015 upgraded to rdma, $moved back on tcp, $(resets) resets," \
-  "rxe received $received packets"
+  "rxe received $received packets; 5016: $split upgraded, $relayed relayed to the receiver, rxe received" \
+  "$pulled_pkts packets in the pull and sent $pushed_pkts in the push (the tree: $((size / 4096)) of 4 KiB)"
 [ "$upgraded" -ge 2 ] && [ "$moved" -ge 2 ] && [ "$(resets)" -eq 0 ] && [ "$received" -gt 0 ] || status=1
+# The bulk on RDMA: at least the tree's size in 4 KiB packets (rxe's MTU is at most 4 KiB).
+[ "$split" -ge 2 ] && [ "$relayed" -ge 1 ] && [ "$pulled_pkts" -ge $((size / 4096)) ] &&
+  [ "$pushed_pkts" -ge $((size / 4096)) ] || status=1
 touch "$T2R_WORK/clients-done"
 grep -v "credentials changed" "$log" | cut -c1-240
 sleep 3  # guest a reads the trees and its log
