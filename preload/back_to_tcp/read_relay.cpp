@@ -18,6 +18,7 @@
 #include "libc/real_calls.h"
 #include "own_descriptors.h"
 #include "rdma_stream.h"
+#include "readiness/epoll_sets.h"
 #include "readiness/polled_streams.h"
 #include "registry/connection_path.h"
 #include "registry/lent_streams.h"
@@ -225,9 +226,11 @@ bool start_thread(const std::shared_ptr<Relay>& relay) {
 bool start_read_relay(TrackedSocket* socket, int channel, HandBack* answer) noexcept {
   SavedErrno keep_errno;
   transport::RdmaStream* stream = socket->stream();
+  // An epoll set of ours waiting for its input would not be woken by bytes the relay takes: both
+  // processes read the connection, and it moves back as for any claim.
   if (stream == nullptr || !socket->path_is(Path::kRdma) || stream->failover_pending() ||
       !socket->follows_fork.load(std::memory_order_relaxed) || !held_only_by(socket->serial(), channel) ||
-      socket->prefix.present() || relay_of(socket->serial()) != nullptr) {
+      socket->prefix.present() || relay_of(socket->serial()) != nullptr || epoll_watches_input(stream)) {
     return false;
   }
   std::shared_ptr<Relay> relay;
@@ -301,6 +304,12 @@ RelayPause::~RelayPause() {
     socket->prefix.finish(TcpPrefix::Then::kKernel);
     forget_relay(serial_);
   }
+}
+
+bool moved_back_for_epoll(TrackedSocket* socket, int fd, int op, const epoll_event* event) noexcept {
+  if (op == EPOLL_CTL_DEL || event == nullptr || !(event->events & EPOLLIN) || !relay_of(socket->serial())) return false;
+  transport::RdmaStream* stream = socket->stream();
+  return stream != nullptr && move_back(socket, stream, fd, "its input is waited for in epoll while a child reads it");
 }
 
 std::vector<SocketHold> relayed_sockets() noexcept {

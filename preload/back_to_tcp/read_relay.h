@@ -10,6 +10,8 @@
 // peer sent after the relay's last byte follows it in the same queue.
 #pragma once
 
+#include <sys/epoll.h>
+
 #include <vector>
 
 #include "registry/tracked_socket.h"
@@ -36,6 +38,12 @@ class RelayPause {
  private:
   uint64_t serial_ = 0;  // 0: no relay was running
 };
+
+// epoll_ctl of this process (the parent) asks for the input of a connection a relay feeds to a child:
+// the set would wait on the stream, whose bytes the relay takes. The connection moves back to TCP
+// first (the queue's bytes, then the kernel's, as after any claim), and true says the registration
+// is the kernel socket's now.
+bool moved_back_for_epoll(TrackedSocket* socket, int fd, int op, const epoll_event* event) noexcept;
 
 // The sockets a relay holds (some this process may have closed every descriptor of, while a child
 // still reads them): at exit and exec they are handed to the children as lent connections are.

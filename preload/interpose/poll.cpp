@@ -11,6 +11,7 @@
 
 #include "deadline.h"
 #include "back_to_tcp/move_back.h"
+#include "back_to_tcp/read_relay.h"
 #include "data/stream_calls.h"
 #include "libc/interposed.h"
 #include "listener/prefork_listeners.h"
@@ -26,10 +27,9 @@ using tcp2rdma::preload::route_for_call;
 
 namespace {
 
-using tcp2rdma::transport::Deadline;
-
 using tcp2rdma::preload::CallUse;
 using tcp2rdma::preload::use_of;
+using tcp2rdma::transport::Deadline;
 
 // Also tells epoll of an epoll set polled here (epoll_sets.h, epoll_note_watched): its readiness must
 // show to poll from then on.
@@ -185,10 +185,8 @@ bool any_upgraded_in(int nfds, const fd_set* rd, const fd_set* wr, const fd_set*
                  (ex != nullptr && FD_ISSET(fd, ex));
     if (!asked) continue;
     tcp2rdma::preload::epoll_note_watched(fd);
-    bool writes = wr != nullptr && FD_ISSET(fd, wr);
-    if (auto route = route_for_call(fd, writes ? CallUse::kAny : CallUse::kRead); route.ours() || route.counted()) {
-      return true;
-    }
+    CallUse use = wr != nullptr && FD_ISSET(fd, wr) ? CallUse::kAny : CallUse::kRead;
+    if (auto route = route_for_call(fd, use); route.ours() || route.counted()) return true;
   }
   return false;
 }
@@ -291,7 +289,9 @@ T2R_INTERPOSE int epoll_ctl(int epfd, int op, int fd, struct epoll_event* event)
     // It moved meanwhile: waits for the switch to end (the socket this call began on).
     ref = route_for_call(tcp2rdma::preload::SocketHold(ref.socket()), fd);
   }
-  if (ref != nullptr) return tcp2rdma::preload::epoll_ctl_upgraded(epfd, op, fd, event);
+  // A stream a child reads through this process's relay moves back to TCP for a wait on its input.
+  bool moved = ref != nullptr && tcp2rdma::preload::moved_back_for_epoll(ref.socket(), fd, op, event);
+  if (ref != nullptr && !moved) return tcp2rdma::preload::epoll_ctl_upgraded(epfd, op, fd, event);
   if (op != EPOLL_CTL_DEL) tcp2rdma::preload::epoll_note_watched(fd);  // an epoll set inside another
   int rc = real().epoll_ctl(epfd, op, fd, event);
   if (rc == 0) tcp2rdma::preload::epoll_note_registration(epfd, op, fd, event);

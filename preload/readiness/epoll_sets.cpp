@@ -1,5 +1,6 @@
 #include "readiness/epoll_sets.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <mutex>
@@ -63,8 +64,7 @@ Entry* live_locked(const void* data) {
   return find_locked(e->epfd, e->fd) == e ? e : nullptr;
 }
 
-// Whether e is still registered (another thread may have deleted it, or reused it for another
-// registration: then it is that one).
+// Whether e is still registered (another thread may have deleted or reused it: then it is that one).
 bool alive_locked(const Entry* e) { return live_locked(e) != nullptr; }
 
 void retire_locked(Entry* e) {
@@ -292,6 +292,13 @@ bool epoll_move_back(TrackedSocket* socket, int fd, bool by_mover) noexcept {
   if (!mark_connection_back_on_tcp(socket, fd, by_mover)) return false;
   move_back_locked(socket);
   return true;
+}
+
+bool epoll_watches_input(const void* stream) noexcept {
+  if (g_count.load(std::memory_order_acquire) == 0) return false;
+  std::lock_guard lock(g_mutex);
+  auto [it, end] = g_by_stream.equal_range(stream);
+  return std::any_of(it, end, [](const auto& by_stream) { return (by_stream.second->events & EPOLLIN) != 0; });
 }
 
 void epoll_forget_fd(int fd) noexcept {

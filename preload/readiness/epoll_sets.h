@@ -75,6 +75,10 @@ void epoll_note_set_made(int epfd) noexcept;
 void epoll_note_watched(int fd) noexcept;
 void epoll_note_set_gone(int fd) noexcept;
 
+// Whether an epoll set of this process waits for the stream's input (a registration with EPOLLIN):
+// a read relay would leave it unwoken (back_to_tcp/read_relay.h).
+bool epoll_watches_input(const void* stream) noexcept;
+
 // fd was closed: forget its registrations (the kernel forgets the socket's).
 void epoll_forget_fd(int fd) noexcept;
 // epfd was closed.

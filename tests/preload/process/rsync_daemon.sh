@@ -18,14 +18,14 @@
 #  - 5025, background rules: the forks interrupt the upgrades (the client's stays TCP).
 # Every tree must arrive identical (SHA-256 of every file), every rsync must succeed, each end must
 # log the upgrades of 5015's and 5016's connections, the relays of 5016's (one at each end), and no
-# connection may be reset. About 30 s.
+# connection may be reset. About 24 s.
 set -u
 shim=$1 rules=$2 bg_rules=$3 split_rules=$4 role=$5
 [ "$role" = a ] && side=server || side=client
 here=$(cd "$(dirname "$0")" && pwd)
 guest=$here/../../../integration/guest
 log=$T2R_WORK/shim-$T2R_HOST.log
-size=8388608
+size=4194304
 manifest() { (cd "$1" && find . -type f | sort | xargs sha256sum); }
 # same_tree DIR SUMS WHAT: DIR's files against the manifest SUMS, said for WHAT; 1 when they differ.
 same_tree() {
