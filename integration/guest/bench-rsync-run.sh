@@ -46,7 +46,7 @@ transfer() {  # PORT WHAT ARGS...
 for round in $(seq "$rounds"); do
   for port in 5098 5016; do
     transfer $port pull "rsync://$T2R_PEER:$port/pull/" /tmp/pulled/
-    transfer $port push /tmp/push-source/ "rsync://$T2R_PEER:$port/push/"
+    transfer $port push /tmp/push-source/ "rsync://$T2R_PEER:$port/push/round-$round/"  # a new tree each time
   done
 done
 touch "$T2R_WORK/clients-done"
