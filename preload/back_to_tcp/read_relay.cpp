@@ -285,6 +285,7 @@ RelayPause::RelayPause(TrackedSocket* socket) noexcept {
   relay->stop = true;
   uint64_t one = 1;
   (void)!write(relay->stop_fd, &one, sizeof one);
+  socket->prefix.wake_feeder();  // a relay waiting for room in the queue
   relay->stopped.wait(lock, [&] { return !relay->running; });
 }
 

@@ -84,9 +84,9 @@ int poll_streams_once(pollfd* fds, nfds_t nfds, const timespec* timeout, const s
       for (nfds_t i = 0; i < nfds; ++i) {
         if (!ours(i)) continue;
         tcp2rdma::preload::TcpPrefix& prefix = streams[i].socket()->prefix;
+        pollfd bell{-1, 0, 0};  // a relay's, when its queue is slept on (back_to_tcp/read_relay.h)
         if (streams[i].prefixed() && prefix.fed() && (fds[i].events & (POLLIN | POLLRDNORM))) {
           // A relay's queue (a child's reads through its parent): readable when bytes come.
-          pollfd bell{-1, 0, 0};
           fds[i].revents = tcp2rdma::preload::relay_poll_input(prefix, fds[i].events, &bell, &bells);
           ready += fds[i].revents != 0;
           shadow[i] = bell;
@@ -103,7 +103,6 @@ int poll_streams_once(pollfd* fds, nfds_t nfds, const timespec* timeout, const s
         bool gone = r.moved;
         // A stream whose bytes a relay takes: input is its queue's, the rest the stream's.
         bool relayed = prefix.present();
-        pollfd bell{-1, 0, 0};
         short in = relayed ? tcp2rdma::preload::relay_poll_input(prefix, fds[i].events, &bell, &bells) : 0;
         short asked = relayed ? static_cast<short>(fds[i].events & ~(POLLIN | POLLRDNORM)) : fds[i].events;
         fds[i].revents = static_cast<short>(tcp2rdma::preload::poll_events_of(r, asked) | in);
@@ -117,17 +116,18 @@ int poll_streams_once(pollfd* fds, nfds_t nfds, const timespec* timeout, const s
         // Not slept on itself: what wakes us for it is the sleeper's (appended below), and a relay's bell.
         shadow[i] = bell;
       }
-      // A stream that could not be subscribed (no descriptor to be had) is looked at again after a
-      // short sleep.
+      // A stream that could not be subscribed (no descriptor to be had) is looked at after a short sleep.
       blind |= polled.blind();
       shadow.resize(sessions_end);
       polled.append_pollfds(&shadow);
       if (moved && ready == 0) break;
       timespec left = ready == 0 ? deadline.left_timespec() : timespec{0, 0};
-      bool forever = ready == 0 && deadline.never_ends() && !blind;
+      bool forever = ready == 0 && deadline.never_ends() && !blind && bells.empty();
       constexpr timespec kSlice{0, tcp2rdma::preload::UpgradeSession::kBlindSleepMs * 1000000L};
       if (blind && ready == 0 && (deadline.never_ends() || left.tv_sec > 0 || left.tv_nsec > kSlice.tv_nsec)) {
         left = kSlice;
+      } else if (!bells.empty() && ready == 0 && (deadline.never_ends() || left.tv_sec > 0)) {
+        left = {1, 0};  // a relay's feeder is looked at each second (relay_poll_input)
       }
       int rc = real().ppoll(shadow.data(), shadow.size(), forever ? nullptr : &left, sigmask);
       if (rc < 0) return -1;
@@ -138,7 +138,7 @@ int poll_streams_once(pollfd* fds, nfds_t nfds, const timespec* timeout, const s
       }
       for (size_t i = nfds; i < sessions_end; ++i) moved |= shadow[i].revents != 0;
       if (ready > 0) return ready;
-      if (deadline.passed() || (rc == 0 && !blind)) return 0;  // timed out
+      if (deadline.passed() || (rc == 0 && !blind && bells.empty())) return 0;  // timed out
       if (moved || blind) break;
       // Only what stands for the streams fired: look at them again.
       for (nfds_t i = 0; i < nfds; ++i) shadow[i] = ours(i) ? shadow[i] : fds[i];

@@ -2,6 +2,7 @@
 
 #include <poll.h>
 
+#include <cerrno>
 #include <new>
 
 #include "libc/real_calls.h"
@@ -39,6 +40,11 @@ short relay_poll_input(TcpPrefix& queue, short requested, pollfd* bell, std::vec
   short in = static_cast<short>(requested & (POLLIN | POLLRDNORM));
   if (in == 0) return 0;
   if (queue.readable_or_arm()) return in;
+  // A feeder killed by a signal never rings again (one that exits or execs ends the feeding first).
+  if (queue.feeder_gone()) {
+    queue.finish(TcpPrefix::Then::kError, ECONNRESET);
+    return in;
+  }
   if (std::shared_ptr<const int> wake = queue.wake()) {
     *bell = {*wake, POLLIN, 0};
     try {

@@ -96,6 +96,8 @@ class TcpPrefix {
   void finish(Then then, int error = 0);
   // Waits up to `timeout_ms` while `window` bytes or more are queued, for a reader to take some.
   void wait_room(size_t window, int timeout_ms);
+  // Ends a wait_room at once (the relay is asked to stop).
+  void wake_feeder();
   // Held around each read from the stream and its commit, and by set() on a fed queue: the bytes a
   // failover adds come after every byte the relay took off the stream.
   std::mutex& feed_lock() noexcept { return feed_mutex_; }

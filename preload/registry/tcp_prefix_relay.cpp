@@ -190,4 +190,8 @@ void TcpPrefix::wait_room(size_t window, int timeout_ms) {
   s->feeder_waits.store(0, std::memory_order_seq_cst);
 }
 
+void TcpPrefix::wake_feeder() {
+  if (Shared* s = shared_.load(std::memory_order_acquire)) s->note_taken();
+}
+
 }  // namespace tcp2rdma::preload
