@@ -146,6 +146,7 @@ size_t TcpPrefix::take(const iovec* iov, int iovcnt, bool peek, bool* at_end) {
   size_t copied = 0;
   {
     RobustLock lock(&s->mutex);
+    s->check(mapped_);
     for (int i = 0; i < iovcnt && s->begin + copied < s->end; ++i) {
       copied += s->copy_out(s->begin + copied, static_cast<uint8_t*>(iov[i].iov_base),
                             std::min<uint64_t>(iov[i].iov_len, s->end - s->begin - copied));
@@ -166,6 +167,7 @@ int TcpPrefix::take_error() {
   Shared* s = shared_.load(std::memory_order_acquire);
   if (s == nullptr) return 0;
   RobustLock lock(&s->mutex);
+  s->check(mapped_);
   if (s->begin != s->end || s->fed || s->then != Then::kError) return 0;
   s->then = Then::kEnd;
   return s->error;
@@ -176,6 +178,7 @@ bool TcpPrefix::take_all(std::vector<uint8_t>* bytes) {
   Shared* s = shared_.load(std::memory_order_acquire);
   if (s == nullptr) return true;
   RobustLock lock(&s->mutex);
+  s->check(mapped_);
   try {
     bytes->resize(s->end - s->begin);
   } catch (const std::bad_alloc&) {
@@ -192,6 +195,7 @@ size_t TcpPrefix::size() const {
   Shared* s = shared_.load(std::memory_order_acquire);
   if (s == nullptr) return 0;
   RobustLock lock(&s->mutex);
+  s->check(mapped_);
   return s->end - s->begin;
 }
 
@@ -199,6 +203,7 @@ bool TcpPrefix::then_end() const {
   Shared* s = shared_.load(std::memory_order_acquire);
   if (s == nullptr) return false;
   RobustLock lock(&s->mutex);
+  s->check(mapped_);
   return s->then == Then::kEnd;
 }
 

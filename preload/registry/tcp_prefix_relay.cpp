@@ -67,6 +67,7 @@ bool TcpPrefix::fed() const noexcept {
   Shared* s = shared_.load(std::memory_order_acquire);
   if (s == nullptr || !s->relay) return false;
   RobustLock lock(&s->mutex);
+  s->check(mapped_);
   return s->fed;
 }
 
@@ -74,6 +75,7 @@ bool TcpPrefix::readable() const noexcept {
   Shared* s = shared_.load(std::memory_order_acquire);
   if (s == nullptr) return false;
   RobustLock lock(&s->mutex);
+  s->check(mapped_);
   return s->begin != s->end || !s->fed;
 }
 
@@ -114,6 +116,7 @@ int TcpPrefix::feed_space(iovec out[2], size_t window) {
   uint64_t begin, end;
   {
     RobustLock lock(&s->mutex);
+    s->check(mapped_);
     if (!s->fed) return 0;
     begin = s->begin;
     end = s->end;
@@ -136,6 +139,7 @@ void TcpPrefix::commit(size_t n) {
   if (s == nullptr || n == 0) return;
   {
     RobustLock lock(&s->mutex);
+    s->check(mapped_);
     s->end += n;
     s->update_present();
   }
@@ -147,6 +151,7 @@ void TcpPrefix::finish(Then then, int error) {
   if (s == nullptr) return;
   {
     RobustLock lock(&s->mutex);
+    s->check(mapped_);
     if (!s->fed) return;
     s->fed = false;
     s->then = then;
@@ -161,6 +166,7 @@ bool TcpPrefix::append_and_finish(const std::vector<uint8_t>& bytes, bool then_e
   Shared* s = shared_.load(std::memory_order_acquire);
   {
     RobustLock lock(&s->mutex);
+    s->check(mapped_);
     if (!s->fed || bytes.size() > s->capacity - (s->end - s->begin)) return false;
     s->copy_in(bytes.data(), bytes.size());
     s->fed = false;
@@ -181,6 +187,7 @@ void TcpPrefix::wait_room(size_t window, int timeout_ms) {
   bool room;
   {
     RobustLock lock(&s->mutex);
+    s->check(mapped_);
     room = !s->fed || s->end - s->begin < std::min<uint64_t>(window, s->capacity);
   }
   if (!room) {

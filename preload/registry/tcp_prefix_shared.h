@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -62,6 +63,16 @@ struct TcpPrefix::Shared {
   bool consistent(size_t length) const {
     return capacity <= length - sizeof(Shared) && begin <= end && end - begin <= capacity &&
            (capacity > 0 || end == 0) && static_cast<uint8_t>(then) <= static_cast<uint8_t>(Then::kError);
+  }
+  // With the lock held, before the counts are used: counts that no longer fit this process's mapping
+  // of `length` (another process broke them) are read as a reset, never as bytes.
+  void check(size_t length) {
+    if (consistent(length)) return;
+    begin = end = 0;
+    fed = false;
+    then = Then::kError;
+    error = ECONNRESET;
+    update_present();
   }
 };
 
