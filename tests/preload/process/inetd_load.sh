@@ -19,6 +19,8 @@ shim=$1 rules=$2 bg_rules=$3 count=$4 role=$5
 here=$(cd "$(dirname "$0")" && pwd)
 guest=$here/../../../integration/guest
 log=$T2R_WORK/shim-$T2R_HOST.log
+# Timestamps in the log: a connection that stalls is told apart by when its last line came.
+export TCP2RDMA_LOG_TIME=1
 if [ "$role" = a ]; then
   touch "$log" && chmod 666 "$log"
   printf '5026 stream tcp nowait root /bin/cat cat\n5027 stream tcp nowait nobody /bin/cat cat\n' > /tmp/inetd-bg.conf

@@ -14,33 +14,41 @@ from concurrent.futures import ThreadPoolExecutor
 def one(peer, port, size, index, pace_ms):
     data = random.Random(index).randbytes(size)  # no repeating pattern: a shift shows
     with socket.create_connection((peer, port), timeout=60) as s:
-        sent = 0
-        got = []
-        view = memoryview(data)
-        # Write and read in turn: an echo of a large write would fill both directions' buffers.
-        s.setblocking(True)
-        while sent < len(data):
-            sent += s.send(view[sent:sent + 65536])
-            s.settimeout(0)
-            try:
-                while True:
-                    piece = s.recv(65536)
-                    if not piece:
-                        break
-                    got.append(piece)
-            except (BlockingIOError, socket.timeout):
-                pass
-            s.settimeout(60)
-            if pace_ms and sent < len(data):
-                time.sleep(pace_ms / 1000.0)
-        s.shutdown(socket.SHUT_WR)
-        while True:
-            piece = s.recv(65536)
-            if not piece:
-                break
-            got.append(piece)
-    echoed = b"".join(got)
+        try:
+            echoed = exchange(s, data, pace_ms)
+        except OSError as e:  # the local port names the connection in the module's logs
+            raise OSError("%s (local port %d)" % (e, s.getsockname()[1])) from e
     return hashlib.sha256(echoed).digest() == hashlib.sha256(data).digest(), len(echoed)
+
+
+def exchange(s, data, pace_ms):
+    """Writes data (64 KiB at a time, pace_ms apart), shuts the sending side down, returns the echo."""
+    sent = 0
+    got = []
+    view = memoryview(data)
+    # Write and read in turn: an echo of a large write would fill both directions' buffers.
+    s.setblocking(True)
+    while sent < len(data):
+        sent += s.send(view[sent:sent + 65536])
+        s.settimeout(0)
+        try:
+            while True:
+                piece = s.recv(65536)
+                if not piece:
+                    break
+                got.append(piece)
+        except (BlockingIOError, socket.timeout):
+            pass
+        s.settimeout(60)
+        if pace_ms and sent < len(data):
+            time.sleep(pace_ms / 1000.0)
+    s.shutdown(socket.SHUT_WR)
+    while True:
+        piece = s.recv(65536)
+        if not piece:
+            break
+        got.append(piece)
+    return b"".join(got)
 
 
 def main():
