@@ -142,7 +142,6 @@ size_t TcpPrefix::take(const iovec* iov, int iovcnt, bool peek, bool* at_end) {
   *at_end = false;
   Shared* s = shared_.load(std::memory_order_acquire);
   if (s == nullptr) return 0;
-  bool left;
   size_t copied = 0;
   {
     RobustLock lock(&s->mutex);
@@ -157,9 +156,9 @@ size_t TcpPrefix::take(const iovec* iov, int iovcnt, bool peek, bool* at_end) {
     }
     s->update_present();
     *at_end = s->begin == s->end && !s->fed && s->then == Then::kEnd;
-    left = s->fed && s->begin != s->end;
   }
-  if (left) ring_bell();  // another process (or thread) waiting on the bell takes the rest
+  // No ring for the bytes left: the bell is emptied only by a reader that found the queue empty
+  // (readable_or_arm), so it still stands for them, and every waiter it woke looks again.
   return copied;
 }
 

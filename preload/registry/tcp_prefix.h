@@ -76,8 +76,7 @@ class TcpPrefix {
   bool relayed() const noexcept;
   // Whether a relay still adds bytes: a reader that finds none waits rather than reading the kernel.
   bool fed() const noexcept;
-  // Bytes to read, or the last word (end, error, the kernel's turn): poll's POLLIN. Rings the bell
-  // again for other waiters when bytes are left.
+  // Bytes to read, or the last word (end, error, the kernel's turn): poll's POLLIN.
   bool readable() const noexcept;
   // A reader that found nothing: waits up to `timeout_ms` (-1: for ever) for the relay's bell, after
   // making sure nothing came meanwhile. 1: rung (or something came); 0: timed out; -1: poll's error
