@@ -189,8 +189,11 @@ class RdmaStream {
   Status move_to_tcp(std::vector<uint8_t>* unread, bool* peer_ended);
   // Sends our "to TCP" now (credits permitting; else at the next progress) without waiting for the
   // peer's: a process that moves many connections starts them all, so that their peers answer
-  // together, then finishes each with move_to_tcp.
-  void start_move_to_tcp();
+  // together, then finishes each with move_to_tcp. `returning`: the marker tells the peer that this
+  // side will wait for the connection's return to RDMA at once (wire.h, kEndToTcpReturning).
+  void start_move_to_tcp(bool returning = false);
+  // The peer's "to TCP" said that its side waits for the connection's return at once.
+  bool peer_returns_at_once() const;
   // Both directions went back to TCP and nothing is left to read on the stream: it carries nothing
   // more, and the connection is its TCP socket's again.
   bool moved() const;
@@ -607,6 +610,8 @@ class RdmaStream {
   bool close_owed_ = false;  // our close is still to be posted (no receive credit when asked)
   bool move_owed_ = false;  // our "to TCP" is to be sent (we move, or the peer did)
   bool move_sent_ = false;  // our "to TCP" is sent: our bytes go on on TCP
+  bool move_returns_ = false;  // our "to TCP" says that this side asks to return at once
+  bool peer_returns_ = false;  // the peer's said so
   TcpTuple tuple_{};
   uint64_t client_nonce_ = 0;
   uint64_t server_nonce_ = 0;

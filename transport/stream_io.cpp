@@ -461,12 +461,18 @@ void RdmaStream::send_release() {
 
 namespace tcp2rdma::transport {
 
-void RdmaStream::start_move_to_tcp() {
+void RdmaStream::start_move_to_tcp(bool returning) {
   OwnCalls own;  // own_calls.h
   std::lock_guard lock(mu_);
   if (move_sent_ || failed()) return;
   move_owed_ = true;
+  move_returns_ = move_returns_ || returning;
   progress();
+}
+
+bool RdmaStream::peer_returns_at_once() const {
+  std::lock_guard lock(mu_);
+  return peer_returns_;
 }
 
 Status RdmaStream::move_to_tcp(std::vector<uint8_t>* unread, bool* peer_ended) {

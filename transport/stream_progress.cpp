@@ -248,7 +248,8 @@ Status RdmaStream::handle_completion(const ibv_wc& wc) {
         send_release();  // at once, whatever our application does (else at the next serve)
         return Status::kOk;
       }
-      if (imm_arg(imm) == kEndToTcp) {
+      if (imm_arg(imm) == kEndToTcp || imm_arg(imm) == kEndToTcpReturning) {
+        peer_returns_ = imm_arg(imm) == kEndToTcpReturning;
         e = flow_->on_move_arrived();
         move_owed_ = !move_sent_;  // answered at once, the application's calls or not
         break;
@@ -403,7 +404,7 @@ bool RdmaStream::post_owed_end(uint32_t which, bool credit) {
 }
 
 void RdmaStream::send_move_marker() {
-  if (!post_owed_end(kEndToTcp, flow_->may_send_move())) return;
+  if (!post_owed_end(move_returns_ ? kEndToTcpReturning : kEndToTcp, flow_->may_send_move())) return;
   flow_->on_move_sent();
   move_owed_ = false;
   move_sent_ = true;

@@ -9,8 +9,9 @@ namespace tcp2rdma::transport {
 
 inline constexpr uint16_t kSetupMagic = 0x7452;  // "Rt"
 // 4: the mailbox carries ring moves; 5: a channel's open carries the client's first bytes on the
-// stream (docs/links.md, "Short-lived connections") and setup records are 96 bytes.
-inline constexpr uint8_t kProtocolVersion = 5;
+// stream (docs/links.md, "Short-lived connections") and setup records are 96 bytes; 6: a "to TCP"
+// may say that the mover's side asks to go back to RDMA at once (kEndToTcpReturning).
+inline constexpr uint8_t kProtocolVersion = 6;
 
 // The TCP connection a stream belongs to, as its client sees it. IPv4 addresses sit in the first four
 // bytes of the 16 and the rest is zero.
@@ -134,7 +135,8 @@ inline constexpr size_t kMailboxSize = sizeof(MailboxRecord);
 // low 16 bits, a check that costs nothing. A wakeup's argument is the low 16 bits of the arm count it
 // answers (one arm is outstanding at a time). An end's: 0 close, 1 abort, 2 "to TCP" (the sender's
 // bytes go on on the TCP connection from here; docs/protocol.md, "Back to TCP"), 3 release, 4 an
-// abort that asks again.
+// abort that asks again, 5 "to TCP" from a side whose process will wait for the connection's return to
+// RDMA at once (docs/architecture.md, "Back to RDMA").
 enum class MessageType : uint32_t { kData = 0, kWakeup = 1, kArm = 2, kEnd = 3 };
 inline constexpr uint32_t kEndClose = 0;
 inline constexpr uint32_t kEndAbort = 1;
@@ -144,6 +146,9 @@ inline constexpr uint32_t kEndRelease = 3;  // the sender writes nothing more in
 // forked before the switch, and the upgrade went on with the connection to the process that uses it
 // next, whose listener a new request reaches (docs/protocol.md, "End of a stream").
 inline constexpr uint32_t kEndAskAgain = 4;
+// "to TCP", and the cause of the move is gone as soon as it is done (a change of credentials, a parent
+// letting go of a connection one child holds): the peer may ask for the return at its next call.
+inline constexpr uint32_t kEndToTcpReturning = 5;
 inline constexpr uint32_t kImmArgBits = 16;
 inline constexpr uint32_t kImmArgMask = (uint32_t{1} << kImmArgBits) - 1;
 inline constexpr uint32_t kChannelBits = 14;

@@ -52,7 +52,7 @@ bool move_back(TrackedSocket* socket, transport::RdmaStream* stream, int fd, con
   return s == transport::Status::kOk;
 }
 
-void move_streams_back(const char* why) noexcept {
+void move_streams_back(const char* why, bool returning) noexcept {
   SavedErrno keep_errno;
   // Every marker first, then each move's end: the peers answer together, and a process with many
   // connections waits about one round trip, not one per connection. From the first step on, the
@@ -71,7 +71,7 @@ void move_streams_back(const char* why) noexcept {
     // A dup'd descriptor finds the move begun already; it is kept too, to finish the move through it
     // should the first descriptor be closed meanwhile.
     if (socket->move_path(Path::kRdma, Path::kMovingBack)) {
-      stream->start_move_to_tcp();
+      stream->start_move_to_tcp(returning);
     } else if (!socket->moving_back()) {
       return;
     }
@@ -81,7 +81,9 @@ void move_streams_back(const char* why) noexcept {
     // A dup'd descriptor finds its socket back on TCP already (stream() is null).
     transport::RdmaStream* stream = socket->stream();
     if (stream != nullptr && fd_table().find(fd) == socket.get()) {
-      move_back(socket.get(), stream, fd, why);
+      if (move_back(socket.get(), stream, fd, why) && returning) {
+        socket->returns.hurry(std::chrono::steady_clock::now());
+      }
     } else {
       socket->move_path(Path::kMovingBack, Path::kRdma);
     }

@@ -19,7 +19,9 @@ class TrackedSocket;
 // Before fork (why: "fork") or exec ("exec"): every connection of this process on RDMA whose rule
 // says on_fork: tcp goes back to TCP. One that cannot (the peer does not answer in the stream's
 // timeout) stays on RDMA in this process, and a child's copy fails loudly as with on_fork: parent.
-void move_streams_back(const char* why) noexcept;
+// `returning` (a change of credentials: this process goes on using every connection alone): each
+// marker says so, and each return is due at this process's next call (return_plan.h, hurry).
+void move_streams_back(const char* why, bool returning = false) noexcept;
 
 // One connection (fd names it, stream is its socket's): true when it is back on TCP.
 bool move_back(TrackedSocket* socket, transport::RdmaStream* stream, int fd, const char* why) noexcept;

@@ -34,7 +34,9 @@ class CredentialChange {
   explicit CredentialChange(const char* call) noexcept : call_(call) {
     tcp2rdma::preload::close_fork_gate();  // no upgrade session starts until the change is done
     tcp2rdma::preload::settle_all_sessions();
-    tcp2rdma::preload::move_streams_back("a change of credentials");
+    // The process goes on using them, alone: each goes back to RDMA at its next call, under the new
+    // credentials, and each peer learns so from the marker (docs/architecture.md, "Back to RDMA").
+    tcp2rdma::preload::move_streams_back("a change of credentials", /*returning=*/true);
     tcp2rdma::preload::drop_listeners_for_credentials();
     tcp2rdma::transport::let_go_of_idle_links();
   }

@@ -96,6 +96,7 @@ void apply_answer(TrackedSocket* socket, int fd, const TrackedSocket::DeferredUp
           socket->forks.keep_return_listener(record.listener);
           socket->returns.remember(record.decision);
           socket->returns.arm(std::chrono::steady_clock::now());
+          socket->returns.hurry(std::chrono::steady_clock::now());  // this process is its user now
         }
         socket->move_path(Path::kTcp, Path::kBackOnTcp);
         if (answer.write_shut) real().shutdown(fd, SHUT_WR);

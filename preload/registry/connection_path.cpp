@@ -26,7 +26,12 @@ bool mark_connection_back_on_tcp(TrackedSocket* socket, int fd, bool by_mover) n
   // back on TCP: from then on every kernel call on it is counted, so a return never starts under a
   // call that began uncounted (TrackedSocket::begin_tcp_call). One passed to another process never.
   if (!socket->back_on_tcp() && socket->returns.remembered() && !socket->forks.passed()) {
-    socket->returns.arm(std::chrono::steady_clock::now());
+    auto now = std::chrono::steady_clock::now();
+    socket->returns.arm(now);
+    // The peer's marker said that its side waits for the return at once (it changed credentials, or
+    // a child it lent the connection to holds it alone): the attempt is due at this process's next call.
+    transport::RdmaStream* moved = socket->own_stream();
+    if (!by_mover && moved != nullptr && moved->peer_returns_at_once()) socket->returns.hurry(now);
   }
   // Exactly one call makes it so: the mover's, or (when no thread of ours moves it) the first to see
   // the peer's move.

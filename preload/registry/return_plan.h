@@ -2,7 +2,9 @@
 // A connection that was on RDMA and is back on TCP (its path failed, or a move back) upgrades again in
 // the background at a call of the process that uses it, once a backoff has passed: 1 s after the move,
 // then twice as long after each attempt that failed (the path still down, the peer not ready), at
-// most 64 s, as the refusal memory waits for a server (upgrade/refusals.h). The plan is what the
+// most 64 s, as the refusal memory waits for a server (upgrade/refusals.h). A move whose cause is gone
+// as soon as it is done (a change of credentials, a parent letting go of a connection one child holds;
+// at the peer, its marker says so) makes the first attempt due at once: hurry(). The plan is what the
 // application's calls look at: one load while none is due.
 #pragma once
 
@@ -27,19 +29,31 @@ class ReturnPlan {
   // The connection went back to TCP: an attempt is due kFirstWait from `now`, by the remembered rule.
   // Its epoll registrations are kept for the attempt from now on (armed()).
   void arm(Clock::time_point now) noexcept {
+    prompt_.store(false, std::memory_order_relaxed);
     wait_ms_.store(static_cast<uint32_t>(kFirstWait.count()), std::memory_order_relaxed);
     armed_.store(true, std::memory_order_release);
     due_ns_.store(ns(now + kFirstWait), std::memory_order_release);
   }
+  // The cause of the move is gone already: the next attempt is due at once, and is a prompt one
+  // (take_due); one that fails plans the next kFirstWait later, as after arm(). Nothing when no return
+  // is planned.
+  void hurry(Clock::time_point now) noexcept {
+    if (!armed()) return;
+    wait_ms_.store(static_cast<uint32_t>(kFirstWait.count() / 2), std::memory_order_relaxed);
+    prompt_.store(true, std::memory_order_relaxed);
+    due_ns_.store(ns(now), std::memory_order_release);
+  }
   // Whether the connection may still go back to RDMA (an attempt due, or under way).
   bool armed() const noexcept { return armed_.load(std::memory_order_acquire); }
-  // The one caller that finds an attempt due at `now` gets true (and the rule in *decision); the
-  // attempt is then under way until failed() or done().
-  bool take_due(Clock::time_point now, config::Decision* decision) noexcept {
+  // The one caller that finds an attempt due at `now` gets true (and the rule in *decision, and in
+  // *prompt whether hurry() made it due); the attempt is then under way until failed() or done().
+  bool take_due(Clock::time_point now, config::Decision* decision, bool* prompt = nullptr) noexcept {
     int64_t due = due_ns_.load(std::memory_order_acquire);
     if (due == 0 || due > ns(now)) return false;
     if (!due_ns_.compare_exchange_strong(due, 0, std::memory_order_acq_rel)) return false;
     *decision = decision_;
+    bool hurried = prompt_.exchange(false, std::memory_order_relaxed);
+    if (prompt != nullptr) *prompt = hurried;
     return true;
   }
   // The attempt came to nothing, or could not start yet: the next after the current wait, doubled
@@ -66,6 +80,7 @@ class ReturnPlan {
   std::atomic<int64_t> due_ns_{0};  // 0: none due
   std::atomic<uint32_t> wait_ms_{0};
   std::atomic<bool> armed_{false};
+  std::atomic<bool> prompt_{false};  // the attempt due is hurry()'s
   config::Decision decision_{};  // written before due_ns_ (release), read after it (acquire)
 };
 

@@ -19,6 +19,7 @@
 #include "registry/connection_stats.h"
 #include "registry/lent_streams.h"
 #include "registry/socket_holders.h"
+#include "registry/upgrade_session.h"
 #include "upgrade/background.h"
 #include "util/log.h"
 #include "tuple_address.h"
@@ -124,12 +125,28 @@ bool held_here_alone(TrackedSocket* socket, int fd, Clock::time_point now) {
   return false;
 }
 
+// A client whose rule upgrades before connect() returns waits for its prompt return as its connect()
+// waited for the first upgrade: the server's side asks to return at once (its marker said so), so the
+// connection is on RDMA again before the application goes on, and a fork that follows (rsync's client
+// forks its receiver right after the daemon's child changed credentials) finds it there. The wait ends
+// with the upgrade's own timeout at the latest; the attempt then goes on beside the application.
+void wait_if_before_return(TrackedSocket* socket, const config::Decision& decision) {
+  if (decision.options->upgrade == config::UpgradeMode::kBackground) return;
+  UpgradeSession* session = socket->session();
+  if (session == nullptr) return;
+  if (!session->wait_over_for(std::chrono::microseconds(decision.options->upgrade_timeout_us))) {
+    log_line("%s: the return is not over within the upgrade timeout; it goes on beside the application",
+             session->label());
+  }
+}
+
 }  // namespace
 
 void try_return(TrackedSocket* socket, int fd, LearnAlone learn_alone) noexcept {
   auto now = Clock::now();
   config::Decision decision{};
-  if (!socket->returns.take_due(now, &decision)) return;
+  bool prompt = false;
+  if (!socket->returns.take_due(now, &decision, &prompt)) return;
   SavedErrno keep_errno;
   // A forked child that claimed it while its parent still held it: the parent may have let go since.
   // Asked at the attempts 1, 3, 7 and 15 s after the claim; then never again.
@@ -191,7 +208,9 @@ void try_return(TrackedSocket* socket, int fd, LearnAlone learn_alone) noexcept 
   }
   if (!upgrade_beside(fd, role, listener.get(), decision, SessionStart::kReturn)) {
     socket->returns.failed(now, /*double_wait=*/false);
+    return;
   }
+  if (prompt && role == config::Role::kClient) wait_if_before_return(socket, decision);
 }
 
 void conclude_return(TrackedSocket* socket, const UpgradeOutcome& outcome, const transport::RdmaStream* stream,

@@ -92,5 +92,31 @@ TEST(ReturnPlan, DoneStopsItAndTheNextFallStartsAtTheFirstWait) {
   EXPECT_TRUE(plan.take_due(now + ReturnPlan::kFirstWait, &taken));
 }
 
+TEST(ReturnPlan, HurryMakesTheAttemptDueAtOnceAndPromptOnlyOnce) {
+  ReturnPlan plan;
+  plan.remember(kDecision);
+  config::Decision taken{};
+  bool prompt = false;
+  auto now = Clock::now();
+  plan.hurry(now);  // nothing planned: nothing to hurry
+  EXPECT_FALSE(plan.take_due(now + milliseconds(1000000), &taken, &prompt));
+  plan.arm(now);
+  plan.hurry(now);  // the cause of the move is gone already
+  ASSERT_TRUE(plan.take_due(now, &taken, &prompt));
+  EXPECT_TRUE(prompt);
+  // A prompt attempt that fails plans the next after the first wait, and that one is not prompt.
+  plan.failed(now);
+  EXPECT_EQ(plan.wait_ms(), static_cast<uint32_t>(ReturnPlan::kFirstWait.count()));
+  EXPECT_FALSE(plan.take_due(now + ReturnPlan::kFirstWait - milliseconds(1), &taken, &prompt));
+  ASSERT_TRUE(plan.take_due(now + ReturnPlan::kFirstWait, &taken, &prompt));
+  EXPECT_FALSE(prompt);
+  // A later fall starts as arm() says, prompt no more.
+  plan.done();
+  plan.hurry(now);
+  plan.arm(now);
+  ASSERT_TRUE(plan.take_due(now + ReturnPlan::kFirstWait, &taken, &prompt));
+  EXPECT_FALSE(prompt);
+}
+
 }  // namespace
 }  // namespace tcp2rdma::preload
