@@ -47,6 +47,9 @@ bool FlowControl::may_send_wakeup() const {
   if (!wakeup_owed() || release_sent_ || credits() < 1) return false;
   // Ring space freed since the peer looked: what a writer blocked on our ring waits for.
   if (last_update_.consumed != peer_seen_consumed_) return true;
+  // A larger ring offered in the update already out: room too, and a mailbox write wakes nobody (the
+  // writer would sleep on its offer while our application, waiting to write, reads nothing).
+  if (offer_open_ && !answer_known_ && last_update_.ring_gen == offer_gen_) return true;
   // Receives: news only when they let the peer send data again and what it had seen did not. Any
   // reposted receive is not: the arm's own, reposted, gives back only what the arm took, and
   // answering it would make a peer blocked on our ring arm again at once; two writers blocked on

@@ -171,13 +171,20 @@ class FlowControl {
   // The peer has written all the room we advertised: it is faster than our application's reading.
   bool window_full() const { return produced_ - last_update_.consumed >= ring_size_; }
   // Our ring holds nothing our application has read: no update of ours could give the peer room.
-  bool ring_full() const { return produced_ - consumed_ >= ring_size_; }
+  // The peer cannot write a byte more: unread bytes fill the ring it writes into (the offered one
+  // once it adopted it, however many bytes are still in the old one).
+  bool ring_full() const {
+    bool moved = offer_open_ && answer_known_ && !declined_;
+    return produced_ - consumed_ >= (moved ? offered_size_ : ring_size_);
+  }
   uint64_t offer_ring(uint64_t size);  // returns the offer's generation
   uint64_t our_ring_size() const { return ring_size_; }
   uint64_t our_ring_gen() const { return ring_gen_; }
   uint64_t offered_ring_size() const { return offered_size_; }
   uint64_t offered_ring_gen() const { return offer_gen_; }
   bool ring_offered() const { return offer_open_; }
+  // Offered, and the peer's answer not read yet: a larger ring may be on its way.
+  bool ring_offer_unanswered() const { return offer_open_ && !answer_known_; }
   // The peer's answer is not known yet although it may have been given: our mailbox must be read
   // before a data message is counted (its bytes may already be in the offered ring).
   bool ring_answer_awaited() const { return offer_open_ && last_update_.ring_gen == offer_gen_ && !answer_known_; }

@@ -11,7 +11,8 @@
 // then: while the application reads, its reading makes the room, and a copy more would only cost.
 //
 // Not unbounded (spill_limit, 4 MiB by default): past it a stream waits as kernel TCP does once its
-// buffers are full. A larger ring on its way is waited for instead (it makes room without a copy);
+// buffers are full. A larger ring on its way is waited for instead (it makes room without a copy)
+// until the peer answers: an adopted one that fills is spilled as the old one (oldest bytes first);
 // a reader in a call of ours is left its bytes (it is about to take them, and must take them in
 // order: it may be between the prefix and the ring).
 #include <algorithm>
@@ -23,7 +24,9 @@ namespace tcp2rdma::transport {
 
 void RdmaStream::spill_when_stuck() {
   if (!flow_ || failed() || failover_due() || reader_busy_ || peer_done() || options_.spill_limit == 0) return;
-  if (offered_ring_.memory != nullptr) return;
+  // A larger ring on its way makes the room; one the peer adopted already is the ring that is full,
+  // and its old ring empties only as bytes are consumed, which the spill does.
+  if (flow_->ring_offer_unanswered()) return;
   uint64_t unread = flow_->readable();
   // Full: the peer cannot write a byte more (it blocks only then: receives are reposted as they
   // arrive, and ring space we consumed is advertised at once to a peer that armed). Not merely armed

@@ -73,6 +73,44 @@ TEST(RingMove, AnAdoptedRingTakesTheBytesFromTheMovePointOn) {
   EXPECT_TRUE(p.r.may_offer_ring());
 }
 
+// A writer that waits for room sleeps until a message of ours completes at its end; a mailbox write
+// completes nothing there. The offer of a larger ring is the room it waits for, so the reader wakes it
+// after the update that carries the offer. Without the wakeup both slept for good when the reader's
+// application waited to write too (it reads nothing while the offer is on its way, and no spill is
+// made then): integration.inetd_load.pair, an echo stalled 60 s after its switch, once in ten runs.
+TEST(RingMove, AnOfferToAWriterThatWaitsForRoomWakesIt) {
+  Pair p;
+  // W fills R's ring; R's application reads nothing.
+  while (uint64_t n = p.w.data_room(100000)) {
+    p.w.on_data_sent(n);
+    ASSERT_EQ(p.r.on_data_arrived(n), FlowError::kNone);
+  }
+  p.r.on_reposted(p.r.receives_to_repost());
+  // W waits for room, armed: its update, then its arm message.
+  ASSERT_TRUE(p.w.may_arm());
+  p.w.arm();
+  p.w_to_r();
+  p.w.on_arm_sent();
+  ASSERT_EQ(p.r.on_arm_arrived(), FlowError::kNone);
+  p.r.on_reposted(p.r.receives_to_repost());
+  ASSERT_TRUE(p.r.wakeup_owed());
+  if (p.r.update_due()) p.r_to_w();  // the reposted receives: no room, no news for W
+  EXPECT_FALSE(p.r.may_send_wakeup());
+  // R offers a larger ring: once the update that carries it is out, W is woken to read it.
+  p.r.offer_ring(16384);
+  EXPECT_FALSE(p.r.may_send_wakeup()) << "a wakeup before the offer's update would find no news";
+  ASSERT_TRUE(p.r.update_due());
+  p.r_to_w();
+  EXPECT_TRUE(p.r.may_send_wakeup());
+  p.r.on_wakeup_sent();
+  ASSERT_EQ(p.w.on_wakeup_arrived(p.w.arm_count() & FlowControl::kWakeupCountMask), FlowError::kNone);
+  ASSERT_TRUE(p.w.ring_offer_pending());
+  p.w.adopt_ring_offer();
+  ASSERT_TRUE(p.w.update_due());
+  p.w_to_r();
+  EXPECT_GT(p.w.data_room(100000), 0u);  // room in the new ring: W writes on
+}
+
 TEST(RingMove, ADeclinedOfferLeavesTheRingAsItWas) {
   Pair p;
   p.r.offer_ring(16384);
