@@ -1,13 +1,14 @@
 #!/bin/sh
-# bench-bgsave-run.sh SHIM RULES ROLE ROUNDS: the guests' half of integration/bench-redis-bgsave.sh.
+# bench-bgsave-run.sh SHIM RULES ROLE ROUNDS [EVERY]: the guests' half of integration/bench-redis-bgsave.sh.
 # server (A): two redis servers with their built-in snapshot settings (no `save` argument), 6390
-# under the module and 6391 without it, and a BGSAVE to each every 2 s (redis-cli over loopback,
-# without the module) until the client is done. client (B): for each round, redis-benchmark -c 50
+# under the module and 6391 without it, and a BGSAVE to each every EVERY s (default 2; 0: none, the
+# run that tells a fork's pause from the rest) through redis-cli over loopback, without the module,
+# until the client is done. client (B): for each round, redis-benchmark -c 50
 # -n 40000 -t set,get against 6391 without the module (tcp), then against 6390 under it (rdma).
 # Prints the throughput and latency summaries, the forks, and what both shims' logs say of the
 # connections (on RDMA, moved back to TCP, failed). The guests step together through files in $T2R_WORK.
 set -u
-shim=$1 rules=$2 role=$3 rounds=$4
+shim=$1 rules=$2 role=$3 rounds=$4 every=${5:-2}
 ln -sf /usr/bin/redis-check-rdb /tmp/redis-server
 count() { grep -c "$1" "$2" 2>/dev/null || true; }
 if [ "$role" = server ]; then
@@ -19,9 +20,13 @@ if [ "$role" = server ]; then
   sh "$here/wait-listening.sh" "$T2R_WORK/redis-rdma.log" "Ready to accept" && sh "$here/wait-listening.sh" "$T2R_WORK/redis-tcp.log" "Ready to accept" || exit 1
   touch "$T2R_WORK/ready"
   until [ -e "$T2R_WORK/done" ]; do
-    redis-cli -h 127.0.0.1 -p 6390 BGSAVE > /dev/null 2>&1
-    redis-cli -h 127.0.0.1 -p 6391 BGSAVE > /dev/null 2>&1
-    sleep 2
+    if [ "$every" -gt 0 ]; then
+      redis-cli -h 127.0.0.1 -p 6390 BGSAVE > /dev/null 2>&1
+      redis-cli -h 127.0.0.1 -p 6391 BGSAVE > /dev/null 2>&1
+      sleep "$every"
+    else
+      sleep 0.2
+    fi
   done
   echo "result forks rdma=$(count 'Background saving started' "$T2R_WORK/redis-rdma.log") tcp=$(count 'Background saving started' "$T2R_WORK/redis-tcp.log")"
   echo "result server on_rdma=$(count 'upgraded to rdma' "$T2R_WORK/shim-server.log") back_on_tcp=$(count 'back on tcp' "$T2R_WORK/shim-server.log") failed=$(count 'failed\|reset' "$T2R_WORK/shim-server.log") stays_tcp=$(count 'stays tcp' "$T2R_WORK/shim-server.log") (the BGSAVE connections, without the module, stay TCP)"

@@ -116,6 +116,29 @@ void mark_listeners_to_hand_on() noexcept {
   });
 }
 
+namespace {
+
+// A listener this process accepts on and holds the RDMA listener's port of.
+bool accepts_and_holds_port(const ListenerState* l) {
+  unsigned here = fork_generation();
+  return l->accept_generation.load() == here && l->rdma_listener != nullptr && l->listener_generation == here &&
+         l->own_rdma_port == 0;
+}
+
+}  // namespace
+
+void prepare_listeners_for_spawn() noexcept {
+  for_each_listener([](int, TrackedSocket*, ListenerState* l) {
+    if (accepts_and_holds_port(l)) make_directory(l, /*keeps_listener=*/true);
+  });
+}
+
+void serve_listeners_after_spawn() noexcept {
+  for_each_listener([](int fd, TrackedSocket*, ListenerState* l) {
+    if (accepts_and_holds_port(l)) start_directory_service(fd, l);
+  });
+}
+
 void hand_on_marked_listeners(bool forked) noexcept {
   for_each_listener([forked](int fd, TrackedSocket*, ListenerState* l) {
     if (!l->drop_after_fork.exchange(false)) {

@@ -18,6 +18,12 @@ void mark_listeners_to_hand_on() noexcept;
 // After fork, in the parent (or after a failed fork): drops the marked RDMA listeners (or unmarks);
 // a parent that keeps a listener's port starts answering for its children.
 void hand_on_marked_listeners(bool forked) noexcept;
+// Around posix_spawn that hands a server connection to the new program (process/spawn_guard.h): the
+// directory of each listener this process accepts on with an RDMA listener here (once), so that the
+// new program can have the return of the connection's client sent to a port of its own; after the
+// spawn, this process answers for it as a forking server answers for its children.
+void prepare_listeners_for_spawn() noexcept;
+void serve_listeners_after_spawn() noexcept;
 // Before a change of this process's credentials (interpose/credentials.cpp): every RDMA listener of
 // this process is destroyed while its rdma_cm descriptor still answers, and made again, under the new
 // credentials, at the next accept or epoll registration (claim_rdma_listener), as a pre-fork worker's.

@@ -269,7 +269,7 @@ bool ReturnHandOn::add(TrackedSocket* socket, int target) noexcept {
     int memfd = directory_memfd_of(listener.get());
     copy = memfd >= 0 ? inheritable_copy(memfd) : -1;
     if (copy < 0) {
-      log_line("fd %d: stays on tcp in the program this process execs (no listener directory to hand on)", target);
+      log_line("fd %d: stays on tcp in the new program (no listener directory to hand on)", target);
       return false;
     }
   }

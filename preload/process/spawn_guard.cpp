@@ -7,6 +7,7 @@
 
 #include "back_to_tcp/move_back.h"
 #include "libc/real_calls.h"
+#include "listener/prefork_listeners.h"
 #include "process/deferred_upgrade.h"
 #include "process/fork_service.h"
 #include "registry/fd_table.h"
@@ -53,7 +54,7 @@ void forget_spawn_actions(const posix_spawn_file_actions_t* actions) noexcept {
 }
 
 SpawnGuard::SpawnGuard(const posix_spawn_file_actions_t* actions, char* const* envp)
-    : prefixes_(envp) {
+    : prefixes_(envp), returns_(prefixes_.module_follows()) {
   SavedErrno keep_errno;
   note_forking();  // the new program may hold any of this process's connections from now on
   settle_all_sessions();
@@ -72,7 +73,13 @@ SpawnGuard::SpawnGuard(const posix_spawn_file_actions_t* actions, char* const* e
 }
 
 void SpawnGuard::hand_on_dup2_targets(const posix_spawn_file_actions_t* actions) {
-  for (const Dup2& d : dup2s_of(actions)) {
+  std::vector<Dup2> handed = dup2s_of(actions);
+  // A server connection's return in the new program needs its listener's directory (exec_returns.h).
+  if (!handed.empty()) {
+    prepare_listeners_for_spawn();
+    serves_listeners_ = true;
+  }
+  for (const Dup2& d : handed) {
     SocketHold socket = SocketHold::of(d.fd);
     if (!socket) continue;
     if (transport::RdmaStream* stream = socket->stream()) {
@@ -89,11 +96,14 @@ void SpawnGuard::hand_on_dup2_targets(const posix_spawn_file_actions_t* actions)
       error_ = ENOTSUP;
       return;
     }
+    // Its return to RDMA goes along: the new program's, once no other process holds the connection.
+    (void)returns_.add(socket.get(), d.newfd);
   }
 }
 
 SpawnGuard::~SpawnGuard() {
   SavedErrno keep_errno;
+  if (serves_listeners_) serve_listeners_after_spawn();
   for (int fd : marked_) {
     int flags = real().fcntl(fd, F_GETFD);
     if (flags >= 0) real().fcntl(fd, F_SETFD, flags & ~FD_CLOEXEC);

@@ -3,9 +3,10 @@
 // along; given the idle TCP socket underneath, the program would read nothing and its writes would
 // never arrive. So:
 //  - a connection the spawn's file actions hand to the new program (posix_spawn_file_actions_adddup2,
-//    inetd style) goes back to TCP first (rule on_fork: tcp), with its prefix handed on as at exec
-//    (exec_guard.h); if it cannot (on_fork: parent, a peer that does not answer, a new environment
-//    without the module), posix_spawn fails with ENOTSUP and says why in the log;
+//    inetd style) goes back to TCP first (rule on_fork: tcp), with its prefix and its return to RDMA
+//    handed on as at exec (exec_guard.h, exec_returns.h: it returns in the new program once this
+//    process let go of it); if it cannot go back (on_fork: parent, a peer that does not answer, a new
+//    environment without the module), posix_spawn fails with ENOTSUP and says why in the log;
 //  - every other descriptor of a connection on RDMA that lacks FD_CLOEXEC gets it for the duration of
 //    the call (the new program does not have it at all: EBADF, loud), and gets it back afterwards;
 //    this process's connection goes on on RDMA unaffected. (system() and popen() start helpers that
@@ -32,12 +33,14 @@ class SpawnGuard {
   // What posix_spawn is to fail with instead of starting the program (0: start it).
   int error() const noexcept { return error_; }
   // The environment to start the program with.
-  char* const* envp() noexcept { return prefixes_.envp(); }
+  char* const* envp() noexcept { return returns_.envp(prefixes_.envp()); }
 
  private:
   void hand_on_dup2_targets(const posix_spawn_file_actions_t* actions);
   PrefixHandOn prefixes_;
+  ReturnHandOn returns_;
   std::vector<int> marked_;  // the descriptors given FD_CLOEXEC here
+  bool serves_listeners_ = false;  // a connection was handed on: answer for the new program's returns
   int error_ = 0;
 };
 

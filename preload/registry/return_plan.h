@@ -34,11 +34,16 @@ class ReturnPlan {
     armed_.store(true, std::memory_order_release);
     due_ns_.store(ns(now + kFirstWait), std::memory_order_release);
   }
+  // At most this many prompt attempts a connection in kPromptWindow: a process that changes its
+  // credentials around each request (seteuid back and forth) would otherwise move back and return at
+  // every one; past them its returns wait kFirstWait as any.
+  static constexpr uint32_t kPromptsAWindow = 3;
+  static constexpr std::chrono::milliseconds kPromptWindow{10000};
   // The cause of the move is gone already: the next attempt is due at once, and is a prompt one
   // (take_due); one that fails plans the next kFirstWait later, as after arm(). Nothing when no return
-  // is planned.
+  // is planned, or when the connection had its prompt attempts of the window already.
   void hurry(Clock::time_point now) noexcept {
-    if (!armed()) return;
+    if (!armed() || !prompt_allowed(now)) return;
     wait_ms_.store(static_cast<uint32_t>(kFirstWait.count() / 2), std::memory_order_relaxed);
     prompt_.store(true, std::memory_order_relaxed);
     due_ns_.store(ns(now), std::memory_order_release);
@@ -74,6 +79,14 @@ class ReturnPlan {
   }
 
  private:
+  bool prompt_allowed(Clock::time_point now) noexcept {
+    int64_t since = window_ns_.load(std::memory_order_relaxed);
+    if (since == 0 || ns(now) - since >= std::chrono::nanoseconds(kPromptWindow).count()) {
+      window_ns_.store(ns(now), std::memory_order_relaxed);
+      prompts_.store(0, std::memory_order_relaxed);
+    }
+    return prompts_.fetch_add(1, std::memory_order_relaxed) < kPromptsAWindow;
+  }
   static int64_t ns(Clock::time_point t) noexcept {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
   }
@@ -81,6 +94,8 @@ class ReturnPlan {
   std::atomic<uint32_t> wait_ms_{0};
   std::atomic<bool> armed_{false};
   std::atomic<bool> prompt_{false};  // the attempt due is hurry()'s
+  std::atomic<int64_t> window_ns_{0};  // when the window of prompt attempts began
+  std::atomic<uint32_t> prompts_{0};   // hurries in it
   config::Decision decision_{};  // written before due_ns_ (release), read after it (acquire)
 };
 

@@ -5,7 +5,7 @@
 #     second attempt, and the check says the peer answered;
 #  2. the peer answers nothing (A takes its link down, so what B sends is lost; no netem, which would
 #     say "cut on purpose"): taken for a stalled wire, said, run once more, then status 95.
-# TCP2RDMA_VM_WIRE_CHECK_S=5 instead of 15 keeps it short.
+# TCP2RDMA_VM_WIRE_CHECK_S=5 instead of 15 and one retry (TCP2RDMA_VM_STALL_RETRIES=1) keep it short.
 set -uo pipefail
 vm=$1
 work=$(mktemp -d /var/tmp/tcp2rdma-dead-wire.XXXXXX)
@@ -21,7 +21,7 @@ grep -q 'wire-check: 10.77.0.1 answered after' <<<"$out" || fail "working wire: 
 [ ! -e "$work/alive/attempt-1" ] || fail "working wire: the test ran twice"
 grep -q 'the virtual wire' <<<"$out" && fail "working wire: a stall was said"
 
-out=$(TCP2RDMA_VM_WIRE_CHECK_S=5 "$vm" pair --timeout 120 --work "$work/dead" \
+out=$(TCP2RDMA_VM_STALL_RETRIES=1 TCP2RDMA_VM_WIRE_CHECK_S=5 "$vm" pair --timeout 120 --work "$work/dead" \
   'ip link set eth0 down && sleep 100 && echo this must never end' \
   'sleep 1 && false' 2>&1)
 status=$?

@@ -5,14 +5,11 @@ stay the parent's to read too (the child reads none); once the child is gone the
 connection alone, and it goes back to RDMA there (docs/architecture.md, "Forks", "Back to RDMA").
 """
 import os
-import socket
 import sys
 
-listener = socket.socket()
-listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-listener.bind(("0.0.0.0", int(sys.argv[1])))
-listener.listen(4)
-print("listening", file=sys.stderr, flush=True)
+from test_listener import listening
+
+listener = listening(int(sys.argv[1]))
 conn, _ = listener.accept()
 pid = os.fork()
 if pid == 0:

@@ -12,6 +12,8 @@ import socket
 import sys
 import time
 
+from test_listener import listening
+
 
 def worker(channel, count):
     for i in range(count):
@@ -41,11 +43,7 @@ def main():
         worker(worker_end, count)
         os._exit(0)
     worker_end.close()
-    listener = socket.socket()
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(("0.0.0.0", port))
-    listener.listen(16)
-    print("listening", file=sys.stderr, flush=True)
+    listener = listening(port, 16)
     for i in range(count):
         conn, _ = listener.accept()
         if i == count - 1:

@@ -118,5 +118,33 @@ TEST(ReturnPlan, HurryMakesTheAttemptDueAtOnceAndPromptOnlyOnce) {
   EXPECT_FALSE(prompt);
 }
 
+TEST(ReturnPlan, OnlyAFewPromptAttemptsAWindow) {
+  ReturnPlan plan;
+  plan.remember(kDecision);
+  config::Decision taken{};
+  bool prompt = false;
+  auto now = Clock::now();
+  // A process that moves back and returns again and again (credentials changed around each request).
+  for (uint32_t i = 0; i < ReturnPlan::kPromptsAWindow; ++i) {
+    plan.arm(now);
+    plan.hurry(now);
+    ASSERT_TRUE(plan.take_due(now, &taken, &prompt)) << i;
+    EXPECT_TRUE(prompt);
+    plan.done();
+  }
+  plan.arm(now);
+  plan.hurry(now);
+  EXPECT_FALSE(plan.take_due(now, &taken, &prompt)) << "past the window's prompt attempts: as after arm()";
+  ASSERT_TRUE(plan.take_due(now + ReturnPlan::kFirstWait, &taken, &prompt));
+  EXPECT_FALSE(prompt);
+  plan.done();
+  // A new window, a prompt attempt again.
+  auto later = now + ReturnPlan::kPromptWindow;
+  plan.arm(later);
+  plan.hurry(later);
+  ASSERT_TRUE(plan.take_due(later, &taken, &prompt));
+  EXPECT_TRUE(prompt);
+}
+
 }  // namespace
 }  // namespace tcp2rdma::preload
