@@ -209,7 +209,7 @@ void StreamLink::on_channel_send_completed(uint32_t index) {
 
 void StreamLink::free_region(Region& region) {
   if (region.mr != nullptr) ibv_dereg_mr(region.mr);
-  std::free(region.memory);
+  free_pages(region.memory);
   region = Region{};
 }
 
@@ -426,7 +426,7 @@ StreamLink::~StreamLink() {
   destroy_queue_pair();
   if (setup_owner_mr_ != nullptr) {
     ibv_dereg_mr(setup_owner_mr_);
-    std::free(setup_owner_);
+    free_pages(setup_owner_);
   }
   for (std::optional<Retired>& r : retired_) {
     if (r.has_value()) release(*r);
@@ -443,7 +443,7 @@ StreamLink::~StreamLink() {
   for (int fd : {epoll_fd_, kick_fd_}) {
     if (fd >= 0) os().close(fd);
   }
-  std::free(mailbox_out_);
+  free_pages(mailbox_out_);
 }
 
 }  // namespace tcp2rdma::transport

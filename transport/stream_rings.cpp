@@ -32,7 +32,7 @@ StreamLink::Region registered(ibv_pd* pd, uint64_t size, bool ring) {
   r.mr = ring ? ibv_reg_mr_iova(pd, r.memory, size, 0, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE)
               : ibv_reg_mr(pd, r.memory, size, 0);
   if (r.mr == nullptr) {
-    std::free(r.memory);
+    free_pages(r.memory);
     r.memory = nullptr;
   }
   return r;

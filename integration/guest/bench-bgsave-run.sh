@@ -28,7 +28,10 @@ if [ "$role" = server ]; then
       sleep 0.2
     fi
   done
-  echo "result forks rdma=$(count 'Background saving started' "$T2R_WORK/redis-rdma.log") tcp=$(count 'Background saving started' "$T2R_WORK/redis-tcp.log")"
+  # redis's own measure of its last fork (INFO stats: latest_fork_usec), under the module and without.
+  fork_us() { redis-cli -h 127.0.0.1 -p "$1" INFO stats | tr -d '\r' | sed -n 's/^latest_fork_usec://p'; }
+  echo "result forks rdma=$(count 'Background saving started' "$T2R_WORK/redis-rdma.log") tcp=$(count 'Background saving started' "$T2R_WORK/redis-tcp.log")" \
+    "latest_fork_usec rdma=$(fork_us 6390) tcp=$(fork_us 6391)"
   echo "result server on_rdma=$(count 'upgraded to rdma' "$T2R_WORK/shim-server.log") back_on_tcp=$(count 'back on tcp' "$T2R_WORK/shim-server.log") failed=$(count 'failed\|reset' "$T2R_WORK/shim-server.log") stays_tcp=$(count 'stays tcp' "$T2R_WORK/shim-server.log") (the BGSAVE connections, without the module, stay TCP)"
   pkill -TERM -x redis-server
   wait
