@@ -146,8 +146,8 @@ inline constexpr uint32_t kEndRelease = 3;  // the sender writes nothing more in
 // forked before the switch, and the upgrade went on with the connection to the process that uses it
 // next, whose listener a new request reaches (docs/protocol.md, "End of a stream").
 inline constexpr uint32_t kEndAskAgain = 4;
-// "to TCP", and the cause of the move is gone as soon as it is done (a change of credentials, a parent
-// letting go of a connection one child holds): the peer may ask for the return at its next call.
+// "to TCP", and the cause of the move is gone as soon as it is done (a change of credentials: the
+// process goes on using the connection): the peer may ask for the return at its next call.
 inline constexpr uint32_t kEndToTcpReturning = 5;
 inline constexpr uint32_t kImmArgBits = 16;
 inline constexpr uint32_t kImmArgMask = (uint32_t{1} << kImmArgBits) - 1;

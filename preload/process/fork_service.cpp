@@ -116,8 +116,8 @@ void take_answer(TrackedSocket* socket, int fd, HandBack& answer) {
       socket->returns.arm(std::chrono::steady_clock::now());
     }
     complete_move_back(socket, fd, /*by_mover=*/true);
-    // This process is the connection's user from now on: its return is due at once, as the peer's,
-    // whose marker from the parent said so.
+    // This process is the connection's user from now on: its side of the return (a server's wait for
+    // the client's request) is due at once.
     if (answer.alone) socket->returns.hurry(std::chrono::steady_clock::now());
     if (answer.write_shut) real().shutdown(fd, SHUT_WR);
     log_line("%s: back on tcp from the parent at this process's first use (%zu bytes of the peer's to read first%s%s)",

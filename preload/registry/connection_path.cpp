@@ -28,8 +28,8 @@ bool mark_connection_back_on_tcp(TrackedSocket* socket, int fd, bool by_mover) n
   if (!socket->back_on_tcp() && socket->returns.remembered() && !socket->forks.passed()) {
     auto now = std::chrono::steady_clock::now();
     socket->returns.arm(now);
-    // The peer's marker said that its side waits for the return at once (it changed credentials, or
-    // a child it lent the connection to holds it alone): the attempt is due at this process's next call.
+    // The peer's marker said that its side waits for the return at once (it changed credentials): the
+    // attempt is due at this process's next call.
     transport::RdmaStream* moved = socket->own_stream();
     if (!by_mover && moved != nullptr && moved->peer_returns_at_once()) socket->returns.hurry(now);
   }

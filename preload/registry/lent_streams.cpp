@@ -77,13 +77,6 @@ Registry*& registry_slot() {
   return registry;
 }
 
-bool lent_to_one_child(uint64_t serial) {
-  Registry* r = registry_slot();
-  std::lock_guard lock(r->mutex);
-  auto it = r->by_serial.find(serial);
-  return it != r->by_serial.end() && it->second.holders.size() == 1;
-}
-
 void erase_if_unheld(Registry* r, std::unordered_map<uint64_t, Lent>::iterator it) {
   if (!it->second.holders.empty()) return;
   r->by_serial.erase(it);
@@ -277,9 +270,8 @@ void hand_back(transport::RdmaStream* stream, uint64_t serial) noexcept {
   std::vector<uint8_t> unread;
   bool peer_ended = false;
   HandBack answer;
-  // One child holds it: that child is its user from now on, and asks to go back to RDMA at its first
-  // call; the marker tells the peer to ask at once too (docs/architecture.md, "Back to RDMA").
-  stream->start_move_to_tcp(/*returning=*/lent_to_one_child(serial));
+  // A plain "to TCP": the child that holds it may never wait for a return (it execs a program without
+  // the module, as plain inetd's does), and a peer told to return at once would wait for nothing.
   transport::Status s = stream->move_to_tcp(&unread, &peer_ended);
   if (s == transport::Status::kOk) {
     answer.outcome = HandBack::Outcome::kMoved;

@@ -3,8 +3,9 @@
 // the background at a call of the process that uses it, once a backoff has passed: 1 s after the move,
 // then twice as long after each attempt that failed (the path still down, the peer not ready), at
 // most 64 s, as the refusal memory waits for a server (upgrade/refusals.h). A move whose cause is gone
-// as soon as it is done (a change of credentials, a parent letting go of a connection one child holds;
-// at the peer, its marker says so) makes the first attempt due at once: hurry(). The plan is what the
+// as soon as it is done (a change of credentials, a forked child that learns it holds the connection
+// alone; at the peer, the mover's marker says so) makes the first attempt due at once: hurry(). The
+// plan is what the
 // application's calls look at: one load while none is due.
 #pragma once
 
