@@ -25,7 +25,11 @@ inline uint8_t* allocate_pages(size_t bytes) {
   void* p = std::aligned_alloc(kPageSize, whole);
   if (p == nullptr) return nullptr;
   std::memset(p, 0, whole);
+#ifndef __SANITIZE_ADDRESS__
+  // Not under AddressSanitizer: its LeakSanitizer reads every heap block at a forked child's exit,
+  // and a page left out of the child is a fault there.
   (void)madvise(p, whole, MADV_DONTFORK);
+#endif
   return static_cast<uint8_t*>(p);
 }
 
