@@ -93,12 +93,12 @@ uint64_t FlowControl::offer_ring(uint64_t size) {
 }
 
 uint64_t FlowControl::ring_size_at(uint64_t cursor) const {
-  bool moved = offer_open_ && answer_known_ && !declined_;
+  bool moved = ring_adopted();
   return moved && !behind(cursor, peer_moved_at_) ? offered_size_ : ring_size_;
 }
 
 RingSpan FlowControl::span_at(uint64_t cursor) const {
-  bool moved = offer_open_ && answer_known_ && !declined_;
+  bool moved = ring_adopted();
   bool in_new = moved && !behind(cursor, peer_moved_at_);
   uint64_t size = in_new ? offered_size_ : ring_size_;
   uint64_t offset = cursor & (size - 1);
@@ -108,7 +108,7 @@ RingSpan FlowControl::span_at(uint64_t cursor) const {
 }
 
 bool FlowControl::ring_retirable() const {
-  return offer_open_ && answer_known_ && !declined_ && !behind(consumed_, peer_moved_at_);
+  return ring_adopted() && !behind(consumed_, peer_moved_at_);
 }
 
 void FlowControl::on_old_ring_retired() {
@@ -200,7 +200,7 @@ FlowError FlowControl::on_data_arrived(uint64_t bytes) {
   if (bytes == 0) return FlowError::kEmptyData;
   // A peer that moved rings wrote everything before its move point into the old ring and nothing
   // after it: no message straddles the point.
-  bool moved = offer_open_ && answer_known_ && !declined_;
+  bool moved = ring_adopted();
   if (moved && behind(produced_, peer_moved_at_) && bytes > peer_moved_at_ - produced_) return FlowError::kAcrossRingMove;
   // The peer may use only the space we advertised: our consumed cursor as of our last update, in the
   // ring its bytes go to (after a move to a smaller ring, possibly none yet).

@@ -173,10 +173,7 @@ class FlowControl {
   // Our ring holds nothing our application has read: no update of ours could give the peer room.
   // The peer cannot write a byte more: unread bytes fill the ring it writes into (the offered one
   // once it adopted it, however many bytes are still in the old one).
-  bool ring_full() const {
-    bool moved = offer_open_ && answer_known_ && !declined_;
-    return produced_ - consumed_ >= (moved ? offered_size_ : ring_size_);
-  }
+  bool ring_full() const { return produced_ - consumed_ >= (ring_adopted() ? offered_size_ : ring_size_); }
   uint64_t offer_ring(uint64_t size);  // returns the offer's generation
   uint64_t our_ring_size() const { return ring_size_; }
   uint64_t our_ring_gen() const { return ring_gen_; }
@@ -189,6 +186,8 @@ class FlowControl {
   // before a data message is counted (its bytes may already be in the offered ring).
   bool ring_answer_awaited() const { return offer_open_ && last_update_.ring_gen == offer_gen_ && !answer_known_; }
   bool ring_declined() const { return offer_open_ && answer_known_ && declined_; }
+  // Offered and adopted: the peer's bytes from its move on go into the offered ring.
+  bool ring_adopted() const { return offer_open_ && answer_known_ && !declined_; }
   bool ring_retirable() const;
   // The declined offer is over (the transport freed its ring), or the old ring is retired.
   void on_offer_declined_done();

@@ -95,8 +95,9 @@ void apply_answer(TrackedSocket* socket, int fd, const TrackedSocket::DeferredUp
           socket->forks.note_alone();
           socket->forks.keep_return_listener(record.listener);
           socket->returns.remember(record.decision);
-          socket->returns.arm(std::chrono::steady_clock::now());
-          socket->returns.hurry(std::chrono::steady_clock::now());  // this process is its user now
+          auto now = std::chrono::steady_clock::now();
+          socket->returns.arm(now);
+          socket->returns.hurry(now);  // this process is its user now: its side of the return at once
         }
         socket->move_path(Path::kTcp, Path::kBackOnTcp);
         if (answer.write_shut) real().shutdown(fd, SHUT_WR);

@@ -5,8 +5,7 @@
 // most 64 s, as the refusal memory waits for a server (upgrade/refusals.h). A move whose cause is gone
 // as soon as it is done (a change of credentials, a forked child that learns it holds the connection
 // alone; at the peer, the mover's marker says so) makes the first attempt due at once: hurry(). The
-// plan is what the
-// application's calls look at: one load while none is due.
+// plan is what the application's calls look at: one load while none is due.
 #pragma once
 
 #include <algorithm>
