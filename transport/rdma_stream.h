@@ -32,6 +32,8 @@
 
 namespace tcp2rdma::transport {
 
+class ByteSource;  // byte_source.h
+
 struct StreamOptions {
   uint32_t ring_size_log2 = 20;     // 1 MiB receive ring (10..29)
   // The ring starts at this size and grows to ring_size_log2 once the peer's bytes fill it, as the
@@ -272,8 +274,12 @@ class RdmaStream {
   // `take_link_events`: take the link's events first (its connection events, kicks and completion
   // event: three system calls that find nothing most of the time). A caller that watches the link
   // through a LinkWatch passes false: its watch's set is readable while any of them waits, and its
-  // take() takes them.
-  Readiness readiness(bool want_writable = true, bool take_link_events = true);
+  // take() takes them. `only_fired`: a poll or select call that sleeps on the link's descriptors
+  // takes from them only what its sleeps saw fire (note_link_fired): a descriptor left with an event
+  // stays readable and fires its next sleep at once.
+  Readiness readiness(bool want_writable = true, bool take_link_events = true, bool only_fired = false);
+  // A poller's sleep saw the link's completion channel (or its connection events) readable.
+  void note_link_fired(bool completions, bool cm);
   // A caller that looked without wanting to write and now does (a second poll entry for the same
   // descriptor): asks the peer to say when room comes back, if there is none now.
   void want_writable();
@@ -435,7 +441,8 @@ class RdmaStream {
   void serve_others();  // serve() for every other channel handed a completion, and its pollers told
   // The immediate of a message to the peer's end of this channel.
   uint32_t imm(MessageType type, uint32_t arg) const { return encode_imm(type, peer_index_, arg); }
-  void drain_channels();
+  // only_fired: readiness()'s.
+  void drain_channels(bool only_fired = false);
   // After the link's completion event was taken: arms the queue again, taking what came before the
   // arming to its channels.
   void rearm_link();
@@ -515,9 +522,10 @@ class RdmaStream {
   bool peer_done() const { return flow_->peer_closed() || flow_->peer_moved(); }  // a started stream's
 
   // Data path (stream_io.cpp), with mu_ held.
-  Status write_piece(const uint8_t* src, size_t len, int flags, size_t* done, std::unique_lock<std::mutex>& lock);
+  // One zero-copy piece of the caller's, or a run of pieces sent by copy (byte_source.h).
+  Status write_piece(ByteSource& src, int flags, size_t* done, std::unique_lock<std::mutex>& lock);
   Status write_zero_copy(const uint8_t* src, size_t len, int flags, size_t* done, std::unique_lock<std::mutex>& lock);
-  Status write_copy(const uint8_t* src, size_t len, int flags, size_t* done, std::unique_lock<std::mutex>& lock);
+  Status write_copy(ByteSource& src, int flags, size_t* done, std::unique_lock<std::mutex>& lock);
   size_t copy_out(const iovec* iov, int iovcnt, size_t skip, bool consume);
   size_t copy_prefix(const iovec* iov, int iovcnt, bool consume);
   size_t prefix_left() const { return prefix_.size() - prefix_pos_; }

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <utility>
 
+#include "byte_source.h"
 #include "own_calls.h"
 #include "rdma_stream.h"
 
@@ -29,11 +30,23 @@ Status RdmaStream::write(const iovec* iov, int iovcnt, int flags, size_t* done, 
   }
   writer_busy_ = true;
   Status s = Status::kOk;
-  for (int i = 0; i < iovcnt && s == Status::kOk; ++i) {
-    size_t piece = 0;
-    s = write_piece(static_cast<const uint8_t*>(iov[i].iov_base), iov[i].iov_len, flags, &piece, lock);
-    *done += piece;
-    if (piece < iov[i].iov_len) break;
+  // A piece large enough for a zero-copy write goes alone; the pieces between such ones go by copy
+  // together, gathered into as few messages as the room allows (byte_source.h).
+  auto zero_copy = [&](const iovec& piece) {
+    return link_->registrations() != nullptr && zero_copy_part(piece.iov_len, options_) > 0;
+  };
+  for (int i = 0; i < iovcnt && s == Status::kOk;) {
+    int end = i + 1;
+    if (!zero_copy(iov[i])) {
+      while (end < iovcnt && !zero_copy(iov[end])) ++end;
+    }
+    ByteSource run(iov + i, end - i);
+    const size_t wanted = run.left();
+    size_t taken = 0;
+    s = write_piece(run, flags, &taken, lock);
+    *done += taken;
+    if (taken < wanted) break;
+    i = end;
   }
   writer_busy_ = false;
   cv_.notify_all();
@@ -42,8 +55,8 @@ Status RdmaStream::write(const iovec* iov, int iovcnt, int flags, size_t* done, 
   return *done > 0 ? Status::kOk : outward(s);
 }
 
-Status RdmaStream::write_piece(const uint8_t* src, size_t len, int flags, size_t* done,
-                               std::unique_lock<std::mutex>& lock) {
+Status RdmaStream::write_piece(ByteSource& src, int flags, size_t* done, std::unique_lock<std::mutex>& lock) {
+  const size_t len = src.left();
   if (move_sent_) return Status::kMovedToTcp;  // before any failure: the stream no longer matters
   if (write_shut_) return Status::kShutDown;
   if (failed()) return failure_;
@@ -56,16 +69,17 @@ Status RdmaStream::write_piece(const uint8_t* src, size_t len, int flags, size_t
   // After the peer's end (rare): has it left too? Its disconnect shows only on the channels.
   if (flow_->peer_closed() && !disconnect_seen_) drain_channels();
   if (take_write_after_peer_left(len, done)) return Status::kOk;
-  if (size_t head = zero_copy_part(len, options_); link_->registrations() != nullptr && head > 0) {
-    Status s = write_zero_copy(src, head, flags, done, lock);
+  if (size_t head = zero_copy_part(len, options_); link_->registrations() != nullptr && head > 0 && src.one_piece()) {
+    Status s = write_zero_copy(src.here(), head, flags, done, lock);
     if (s == Status::kMemoryLock || s == Status::kResources) {
       // The buffer could not be registered (RLIMIT_MEMLOCK, say): the same bytes go by copy instead.
       ++counters_.zcopy_fallbacks;
     } else if (s != Status::kOk || *done < head) {
       return s;
     }
+    src.skip(*done);
   }
-  return write_copy(src + *done, len - *done, flags, done, lock);
+  return write_copy(src, flags, done, lock);
 }
 
 bool RdmaStream::take_write_after_peer_left(size_t len, size_t* done) {
@@ -84,15 +98,13 @@ int RdmaStream::take_error() {
   return std::exchange(error_pending_, false) ? EPIPE : 0;
 }
 
-Status RdmaStream::write_copy(const uint8_t* src, size_t len, int flags, size_t* done,
-                              std::unique_lock<std::mutex>& lock) {
-  size_t left = len;
-  while (left > 0) {
+Status RdmaStream::write_copy(ByteSource& src, int flags, size_t* done, std::unique_lock<std::mutex>& lock) {
+  while (src.left() > 0) {
     if (Status s = progress(); s != Status::kOk) return s;
     if (move_sent_) return Status::kMovedToTcp;  // the rest goes on TCP, after our marker
     if (write_shut_) return Status::kShutDown;    // another thread shut our side down meanwhile
     if (disconnect_seen_) return Status::kReset;  // the peer has gone: nothing more can arrive there
-    uint64_t room = std::min(flow_->data_room(left), kMaxMessage);
+    uint64_t room = std::min(flow_->data_room(src.left()), kMaxMessage);
     if (room == 0 || !send_queue_has_room(1)) {
       if (room == 0) {
         ++counters_.credit_stalls;
@@ -111,25 +123,23 @@ Status RdmaStream::write_copy(const uint8_t* src, size_t len, int flags, size_t*
     uint64_t offset = flow_->peer_ring_offset();
     uint32_t data_imm = imm(MessageType::kData, static_cast<uint32_t>(room));
     Mirror mirror = current_mirror();  // of the ring we write into now (stream_rings.cpp)
+    // The bytes go into the bounce mirror of the peer's ring, gathered from the caller's pieces: it
+    // may have to send them again on TCP if the path fails (stream_failover.cpp), and this region is
+    // free again once the peer has consumed them, which is after our write of them completed.
+    src.copy_to(mirror.base + offset, room);
     Status s;
     if (room <= link_->max_inline() && room <= options_.inline_threshold) {
-      // Small: the adapter copies it into the work request now. The bounce mirror gets it too (at
-      // most 128 bytes): it may have to be sent again on TCP if the path fails (stream_failover.cpp).
-      std::memcpy(mirror.base + offset, src, room);
-      s = post_write(src, static_cast<uint32_t>(room), 0, offset, data_imm, true, IBV_SEND_INLINE, kWrCopy);
+      // Small: the adapter copies it into the work request now.
+      s = post_write(mirror.base + offset, static_cast<uint32_t>(room), 0, offset, data_imm, true, IBV_SEND_INLINE,
+                     kWrCopy);
       ++counters_.inline_messages;
     } else {
-      // The bounce buffer mirrors the peer's ring: this region is free again once the peer has
-      // consumed these bytes, which is after our write of them completed.
-      std::memcpy(mirror.base + offset, src, room);
       s = post_write(mirror.base + offset, static_cast<uint32_t>(room), mirror.mr->lkey, offset, data_imm, true, 0,
                      kWrCopy);
     }
     if (s != Status::kOk) return s;
     flow_->on_data_sent(room);
     counters_.bytes_sent += room;
-    src += room;
-    left -= room;
     *done += room;
   }
   return Status::kOk;

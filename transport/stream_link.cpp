@@ -373,8 +373,7 @@ bool StreamLink::take_channel_events() {
   // Read only after a kick: kick() writes before it sets the flag, so a read never misses a kick
   // whose flag it took (one whose flag comes a moment later is read by the next take; the sleeper it
   // wakes meanwhile finds its event and looks again).
-  eventfd_t kicks = 0;
-  if (kicked_.exchange(false, std::memory_order_acq_rel)) (void)eventfd_read(kick_fd_, &kicks);
+  take_kicks();
   // Not armed since the last event was taken: none can be there, and the read would only say so.
   if (!event_due_) return false;
   ibv_cq* cq = nullptr;
@@ -387,6 +386,11 @@ bool StreamLink::take_channel_events() {
   cq_armed_ = false;
   event_due_ = false;
   return true;
+}
+
+void StreamLink::take_kicks() {
+  eventfd_t kicks = 0;
+  if (kicked_.exchange(false, std::memory_order_acq_rel)) (void)eventfd_read(kick_fd_, &kicks);
 }
 
 int StreamLink::sleep(int ms) {

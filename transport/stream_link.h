@@ -288,9 +288,21 @@ class StreamLink {
   // it never will (a connection error, a rejection, a disconnect).
   bool established() const { return established_; }
   bool setup_failed() const { return setup_failed_; }
+  // A poll or select call's sleep saw the completion channel or the connection events readable
+  // (StreamSleeper): its next look takes them. A look that saw nothing leaves them, since the read
+  // (and librdmacm's command write) would only find nothing: two system calls a look for the
+  // threads of one link that poll their own connections (memcslap's eight). Set without the lock;
+  // taken, under it, before the events are, so that a later event's mark is never lost.
+  void note_fired(bool completions, bool cm) {
+    if (completions) completions_fired_.store(true, std::memory_order_release);
+    if (cm) cm_fired_.store(true, std::memory_order_release);
+  }
+  bool take_completions_fired() { return completions_fired_.exchange(false, std::memory_order_acq_rel); }
+  bool take_cm_fired() { return cm_fired_.exchange(false, std::memory_order_acq_rel); }
   // Takes the completion channel's events (and acknowledges them) and the kicks; the channel is
   // disarmed if there were any. Returns whether there were completion events.
   bool take_channel_events();
+  void take_kicks();  // the kicks alone (take_channel_events' first step)
 
   // The channels' threads sleep on the link's set (completions, connection events, kicks); the
   // application's pollers watch each channel's own (channel_readiness.h), so that neither takes the
@@ -373,6 +385,8 @@ class StreamLink {
   // Set after a kick's write, taken before its read: a take without a kick since makes no call.
   std::atomic<bool> kicked_{false};
   std::atomic<bool> cm_watched_{false};  // read without the lock by a poller's watch (link_watch.h)
+  std::atomic<bool> completions_fired_{true};  // note_fired
+  std::atomic<bool> cm_fired_{true};
   bool disconnected_ = false;
   bool established_ = false;
   bool setup_failed_ = false;

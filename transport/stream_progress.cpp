@@ -294,11 +294,17 @@ void RdmaStream::on_cm_news(const StreamLink::CmNews& news) {
   touch();
 }
 
-void RdmaStream::drain_channels() {
+void RdmaStream::drain_channels(bool only_fired) {
   // Connection events are looked at here, after a sleep and in readiness(), not on every progress:
   // that would cost a system call per message. A side that only busy-polls still learns of a dead
   // peer: its sends fail, and its busy polling is bounded, after which it sleeps here.
-  handle_cm_events();
+  // (A link whose connection events are not its own yet was not slept on for them: taken as before.)
+  if (!only_fired || !link_->cm_watched() || link_->take_cm_fired()) handle_cm_events();
+  // The kicks are taken either way (take_channel_events): a kick's flag costs no call.
+  if (only_fired && !link_->take_completions_fired()) {
+    link_->take_kicks();
+    return;
+  }
   if (!link_->take_channel_events()) return;
   // The event is taken and the queue no longer armed, yet the pollers of every channel of the link
   // sleep on that event, each having armed the queue before it slept: whoever takes the event arms
@@ -625,17 +631,19 @@ void RdmaStream::wake_pollers() {
   readiness_.look_again();
 }
 
+void RdmaStream::note_link_fired(bool completions, bool cm) { link_->note_fired(completions, cm); }
+
 void RdmaStream::link_descriptors(int* completions, int* cm_events) const {
   std::lock_guard lock(mu_);
   *completions = link_->completion_fd();
   *cm_events = link_->cm_watched() ? link_->cm_fd() : -1;
 }
 
-Readiness RdmaStream::readiness(bool want_writable, bool take_link_events) {
+Readiness RdmaStream::readiness(bool want_writable, bool take_link_events, bool only_fired) {
   OwnCalls own;  // own_calls.h
   std::unique_lock lock(mu_);
   polled_ = true;
-  if (take_link_events) drain_channels();
+  if (take_link_events) drain_channels(only_fired);
   Readiness r;
   for (;;) {
     progress();

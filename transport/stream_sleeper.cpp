@@ -12,8 +12,10 @@ bool StreamSleeper::add(RdmaStream& stream) {
   int fds[2] = {-1, -1};
   stream.link_descriptors(&fds[0], &fds[1]);
   try {
-    for (int fd : fds) {
-      if (fd >= 0 && std::find(link_fds_.begin(), link_fds_.end(), fd) == link_fds_.end()) link_fds_.push_back(fd);
+    for (int i = 0; i < 2; ++i) {
+      int fd = fds[i];
+      bool known = std::any_of(link_fds_.begin(), link_fds_.end(), [fd](const LinkFd& l) { return l.fd == fd; });
+      if (fd >= 0 && !known) link_fds_.push_back({fd, &stream, i == 1});
     }
     streams_.push_back(&stream);
   } catch (const std::bad_alloc&) {
@@ -42,7 +44,14 @@ void StreamSleeper::take_news() { news_.take(&taken_); }
 
 void StreamSleeper::append_pollfds(std::vector<pollfd>* out) const {
   if (news_.fd() >= 0) out->push_back({news_.fd(), POLLIN, 0});
-  for (int fd : link_fds_) out->push_back({fd, POLLIN, 0});
+  for (const LinkFd& l : link_fds_) out->push_back({l.fd, POLLIN, 0});
+}
+
+void StreamSleeper::note_fired(const pollfd* slept) const {
+  if (news_.fd() >= 0) ++slept;
+  for (size_t i = 0; i < link_fds_.size(); ++i) {
+    if (slept[i].revents != 0) link_fds_[i].stream->note_link_fired(!link_fds_[i].cm, link_fds_[i].cm);
+  }
 }
 
 }  // namespace tcp2rdma::transport

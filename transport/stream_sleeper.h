@@ -37,11 +37,20 @@ class StreamSleeper {
   void take_news();
   // What to sleep on, appended to *out: the list's eventfd and each link's descriptors, once.
   void append_pollfds(std::vector<pollfd>* out) const;
+  // After the sleep: `slept` is what append_pollfds appended, with the kernel's revents. Each link
+  // whose descriptor fired is told (RdmaStream::note_link_fired), so that the next round's looks
+  // take its events, and only then (RdmaStream::readiness, only_fired).
+  void note_fired(const pollfd* slept) const;
 
  private:
   NewsList news_;
   std::vector<RdmaStream*> streams_;
-  std::vector<int> link_fds_;  // each distinct
+  struct LinkFd {
+    int fd;
+    RdmaStream* stream;  // a stream of the link, held by the caller until clear()
+    bool cm;             // the connection events' (else the completion channel's)
+  };
+  std::vector<LinkFd> link_fds_;  // each distinct
   std::vector<void*> taken_;   // scratch
 };
 

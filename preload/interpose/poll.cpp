@@ -131,6 +131,7 @@ int poll_streams_once(pollfd* fds, nfds_t nfds, const timespec* timeout, const s
       }
       int rc = real().ppoll(shadow.data(), shadow.size(), forever ? nullptr : &left, sigmask);
       if (rc < 0) return -1;
+      if (rc > 0) polled.note_fired(shadow.data() + sessions_end);
       for (nfds_t i = 0; i < nfds; ++i) {
         if (ours(i)) continue;
         fds[i].revents = shadow[i].revents;
@@ -226,7 +227,6 @@ T2R_INTERPOSE int __ppoll_chk(struct pollfd* fds, nfds_t nfds, const struct time
 }
 
 #pragma GCC diagnostic pop
-
 T2R_INTERPOSE int select(int nfds, fd_set* rd, fd_set* wr, fd_set* ex, struct timeval* timeout) {
   if (any_upgraded_in(nfds, rd, wr, ex)) {
     timespec t{};

@@ -17,7 +17,7 @@ void PolledStreams::next_round() {
 transport::Readiness PolledStreams::look(transport::RdmaStream* stream, bool want_writable) {
   Polled& p = find_or_add(stream);
   if (!p.looked) {
-    p.readiness = stream->readiness(want_writable);
+    p.readiness = stream->readiness(want_writable, true, p.subscribed);
     p.looked = true;
     p.for_writing = want_writable;
   } else if (want_writable && !p.for_writing) {
@@ -36,8 +36,9 @@ PolledStreams::Polled& PolledStreams::find_or_add(transport::RdmaStream* stream)
     return polled_[it->second];
   }
   // Subscribed before its first look (news from then on wakes the call).
-  blind_ |= !sleeper_.add(*stream);
-  polled_.push_back({stream, {}, false, false});
+  bool subscribed = sleeper_.add(*stream);
+  blind_ |= !subscribed;
+  polled_.push_back({stream, {}, false, false, subscribed});
   if (polled_.size() > kSearched) {
     if (index_.empty()) {
       for (size_t i = 0; i < polled_.size(); ++i) index_.emplace(polled_[i].stream, i);

@@ -36,6 +36,9 @@ class PolledStreams {
   transport::Readiness look(transport::RdmaStream* stream, bool want_writable);
   // What the call sleeps on between rounds, appended to *out.
   void append_pollfds(std::vector<pollfd>* out) const { sleeper_.append_pollfds(out); }
+  // After the sleep, with what append_pollfds appended (the kernel's revents in it): the next
+  // round's looks take the events of the link descriptors that fired, and only those.
+  void note_fired(const pollfd* slept) const { sleeper_.note_fired(slept); }
   // A stream could not be subscribed (no descriptor or memory): the call sleeps in short slices.
   bool blind() const { return blind_; }
 
@@ -45,6 +48,7 @@ class PolledStreams {
     transport::Readiness readiness;
     bool looked;
     bool for_writing;  // the look asked for room (or a later entry of the round did)
+    bool subscribed;   // its link's descriptors are slept on: a look takes only what fired there
   };
   // A few streams are searched in place; a large poll set gets an index.
   static constexpr size_t kSearched = 8;

@@ -111,6 +111,38 @@ TEST(StreamApi, PeekLeavesTheBytesAndWaitAllFillsEveryBuffer) {
   EXPECT_EQ(later.get(), Status::kOk);
 }
 
+TEST(StreamApi, AWritevOfSmallPiecesIsOneMessageAndALargePieceBetweenThemGoesZeroCopy) {
+  StreamOptions o = small_options();
+  o.zcopy_threshold = 16 * 1024;
+  Pair p = connect_pair(7646, o);
+  ASSERT_TRUE(p.client && p.server);
+  // A reply's header, an empty piece, its body and trailer: one inline message, as one write would be.
+  std::string head = "VALUE key 0 5\r\n", body = "hello", tail = "\r\nEND\r\n";
+  iovec reply[] = {{head.data(), head.size()}, {nullptr, 0}, {body.data(), body.size()}, {tail.data(), tail.size()}};
+  const uint64_t inline_before = p.client->counters().inline_messages;
+  size_t done = 0;
+  ASSERT_EQ(p.client->write(reply, 4, 0, &done), Status::kOk);
+  EXPECT_EQ(done, head.size() + body.size() + tail.size());
+  EXPECT_EQ(p.client->counters().inline_messages - inline_before, 1u);
+  Status st;
+  EXPECT_EQ(read_text(*p.server, done, kWaitAll, &st), head + body + tail);
+  // Small pieces around one large enough for a zero-copy write: copied, written from the caller's
+  // buffer, copied; every byte in order.
+  std::string a(700, 'a'), big(20000, 'b'), c(300, 'c');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>('A' + i % 26);
+  iovec mixed[] = {{a.data(), a.size()}, {big.data(), big.size()}, {c.data(), c.size()}};
+  const uint64_t zcopy_before = p.client->counters().zcopy_bytes;
+  auto reader = std::async(std::launch::async, [&] {
+    Status rst;
+    return read_text(*p.server, a.size() + big.size() + c.size(), kWaitAll, &rst);
+  });
+  done = 0;
+  ASSERT_EQ(p.client->write(mixed, 3, 0, &done), Status::kOk);
+  EXPECT_EQ(done, a.size() + big.size() + c.size());
+  EXPECT_EQ(reader.get(), a + big + c);
+  EXPECT_EQ(p.client->counters().zcopy_bytes - zcopy_before, big.size());
+}
+
 TEST(StreamApi, ShutdownIsAnEndForThePeerWhileTheOtherDirectionGoesOn) {
   Pair p = connect_pair(7603);
   ASSERT_TRUE(p.client && p.server);
