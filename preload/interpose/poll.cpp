@@ -310,7 +310,7 @@ T2R_INTERPOSE int epoll_ctl(int epfd, int op, int fd, struct epoll_event* event)
 
 T2R_INTERPOSE int epoll_wait(int epfd, struct epoll_event* events, int maxevents, int timeout) {
   int result = 0;
-  tcp2rdma::preload::EpollWaiter waiter;
+  tcp2rdma::preload::EpollWaiter waiter(epfd);
   if (tcp2rdma::preload::epoll_wait_upgraded(epfd, events, maxevents, timeout, real_epoll_wait, nullptr, waiter,
                                              &result)) {
     return result;
@@ -322,7 +322,7 @@ T2R_INTERPOSE int epoll_wait(int epfd, struct epoll_event* events, int maxevents
 T2R_INTERPOSE int epoll_pwait(int epfd, struct epoll_event* events, int maxevents, int timeout,
                               const sigset_t* sigmask) {
   int result = 0;
-  tcp2rdma::preload::EpollWaiter waiter;
+  tcp2rdma::preload::EpollWaiter waiter(epfd);
   if (tcp2rdma::preload::epoll_wait_upgraded(epfd, events, maxevents, timeout, real_epoll_pwait, sigmask, waiter,
                                              &result)) {
     return result;
@@ -339,7 +339,7 @@ T2R_INTERPOSE int epoll_pwait2(int epfd, struct epoll_event* events, int maxeven
     return -1;
   }
   int result = 0;
-  tcp2rdma::preload::EpollWaiter waiter;
+  tcp2rdma::preload::EpollWaiter waiter(epfd);
   if (tcp2rdma::preload::epoll_wait_upgraded(epfd, events, maxevents, timeout_ms_of(timeout), real_epoll_pwait,
                                              sigmask, waiter, &result)) {
     return result;

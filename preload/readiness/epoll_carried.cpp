@@ -11,7 +11,7 @@
 // and a poller of the set's descriptor (an epoll set inside another, poll or select on it), which must
 // find it readable. So a set carries only when this process made it (epoll_create here: a set
 // inherited through exec is not known), no poller was ever seen watching it, no other thread of ours
-// sleeps in it, and no thread of the process may sleep in the kernel's wait alone (EpollWaiter,
+// sleeps in it, and no thread of the process may sleep in the kernel's wait on it alone (EpollWaiter,
 // epoll_sets.h: a ready registration added to its set must wake it).
 #include <sys/epoll.h>
 
@@ -56,8 +56,19 @@ class FdBits {
 FdBits g_sets_made;  // epoll sets made here, by number
 FdBits g_watched;  // of those, the ones a poller was seen watching
 
-// Threads that may be in the kernel's wait on a set without the module's path (EpollWaiter).
+// Threads that may be in the kernel's wait on a set without the module's path (EpollWaiter): all of
+// them, and by set, in buckets of set numbers (two sets that share a bucket each count the other's
+// waiters: the safe side). A server's accepting thread waits alone on its listener's set, and its
+// workers' sets carry all the same.
 std::atomic<int> g_lone_waiters{0};
+constexpr int kLoneBuckets = 256;
+std::atomic<int> g_lone_by_set[kLoneBuckets];
+std::atomic<int>& lone_bucket(int epfd) { return g_lone_by_set[static_cast<unsigned>(epfd) % kLoneBuckets]; }
+// A waiter counts itself before it looks at the registrations, a registering thread looks at the
+// count after adding its own: one of the two sees the other. Both sides change the count (the
+// reader adds 0): one of the two read-modify-writes comes first, and the later one sees it and what
+// its thread did before.
+bool lone_waiter_on(int epfd) { return lone_bucket(epfd).fetch_add(0, std::memory_order_seq_cst) > 0; }
 
 struct SetWaits {
   std::vector<Entry*> carried;  // reported level-triggered entries, looked at again by the next wait
@@ -98,11 +109,7 @@ void report_carried_locked(int epfd, EpollReport& report) {
 
 // The set's carried list, when the set may carry (see the top of the file); else null.
 SetWaits* carrying_locked(int epfd) {
-  if (!g_sets_made.test(epfd) || g_watched.test(epfd)) return nullptr;
-  // A waiter counts itself before it looks at the registrations, we look at the count after adding
-  // ours: one of the two sees the other. Both sides change the count (ours adds 0): one of the two
-  // read-modify-writes comes first, and the later one sees it and what its thread did before.
-  if (g_lone_waiters.fetch_add(0, std::memory_order_seq_cst) > 0) return nullptr;
+  if (!g_sets_made.test(epfd) || g_watched.test(epfd) || lone_waiter_on(epfd)) return nullptr;
   SetWaits* w = waits_of_locked(epfd);
   return w != nullptr && w->sleepers == 0 ? w : nullptr;
 }
@@ -132,7 +139,7 @@ void prime(Entry& e) {
 }
 
 bool may_sleep_unarmed(int epfd) {
-  return !g_sets_made.test(epfd) || g_watched.test(epfd) || g_lone_waiters.fetch_add(0, std::memory_order_seq_cst) > 0;
+  return !g_sets_made.test(epfd) || g_watched.test(epfd) || lone_waiter_on(epfd);
 }
 
 bool has_sleepers_locked(int epfd) {
@@ -168,14 +175,18 @@ void forget_carried_locked(int epfd) {
 
 using namespace epoll_detail;
 
-EpollWaiter::EpollWaiter() noexcept {
+EpollWaiter::EpollWaiter(int epfd) noexcept : epfd_(epfd) {
   if (transport::OwnCalls::active()) return;
   g_lone_waiters.fetch_add(1, std::memory_order_seq_cst);
+  lone_bucket(epfd_).fetch_add(1, std::memory_order_seq_cst);
   counted_ = true;
 }
 
 void EpollWaiter::leave() noexcept {
-  if (counted_) g_lone_waiters.fetch_sub(1, std::memory_order_release);
+  if (counted_) {
+    lone_bucket(epfd_).fetch_sub(1, std::memory_order_release);
+    g_lone_waiters.fetch_sub(1, std::memory_order_release);
+  }
   counted_ = false;
 }
 

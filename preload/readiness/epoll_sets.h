@@ -16,20 +16,22 @@ class TrackedSocket;
 // epoll_ctl for an upgraded fd (its stream is not null). Returns the result epoll_ctl returns.
 int epoll_ctl_upgraded(int epfd, int op, int fd, epoll_event* event) noexcept;
 
-// A thread in an epoll wait, counted from before it looks whether the set is the module's until it
-// is back from the kernel's wait, unless the module's path takes the wait (leave()). While any thread
-// may sleep in the kernel's wait alone, no report is carried to a set's next wait in the module's
-// state (epoll_carried.cpp): a ready registration added meanwhile must wake it, as the kernel's
-// would. The transport's own waits are not counted (own_calls.h).
+// A thread in an epoll wait on epfd, counted from before it looks whether the set is the module's
+// until it is back from the kernel's wait, unless the module's path takes the wait (leave()). While a
+// thread may sleep in the kernel's wait on a set alone, no report is carried to that set's next wait
+// in the module's state (epoll_carried.cpp): a ready registration added meanwhile must wake it, as
+// the kernel's would; and no take is lazy (epoll_entries.h). The transport's own waits are not counted
+// (own_calls.h).
 class EpollWaiter {
  public:
-  EpollWaiter() noexcept;
+  explicit EpollWaiter(int epfd) noexcept;
   ~EpollWaiter() { leave(); }
   EpollWaiter(const EpollWaiter&) = delete;
   EpollWaiter& operator=(const EpollWaiter&) = delete;
   void leave() noexcept;
 
  private:
+  int epfd_;
   bool counted_ = false;
 };
 
