@@ -6,7 +6,11 @@
 // device or the peer may need (on emulated Soft-RoCE, the spinning guest's own adapter work). So the
 // budget halves after each spin that ran out, down to none, and comes back when a sleep shows that
 // messages come fast: one woken with news of ours within a quarter of the rule's time sets the budget
-// to twice that wait. Both need nothing but a clock read around a spin or a sleep.
+// to twice that wait. Both need nothing but a clock read around a spin or a sleep. A spin so started
+// again that shrinks back to none without catching anything makes the next start wait for twice as
+// many quick wakeups (1, 3, 7, ... up to 1023; a catch forgets them): the threads of one server that
+// share a link wake each other quickly with their news, yet a spin of theirs found the next message
+// no sooner than a sleep (memcached's four workers: two sched_yield a request, no request gained).
 #pragma once
 
 #include <algorithm>
@@ -31,21 +35,43 @@ class SpinBudget {
   }
   // The spin caught news after `elapsed`, or ran out.
   void caught() {
-    if (adaptive_) us_ = std::min(max_us_, std::max(us_, kLeastUs) * 2);
+    if (!adaptive_) return;
+    us_ = std::min(max_us_, std::max(us_, kLeastUs) * 2);
+    misses_ = 0;
+    skips_ = 0;
+    trial_ = false;
   }
   void ran_out() {
-    if (adaptive_) us_ = us_ / 2 < kLeastUs ? 0 : us_ / 2;
+    if (!adaptive_) return;
+    us_ = us_ / 2 < kLeastUs ? 0 : us_ / 2;
+    if (us_ == 0 && trial_) {
+      // Started again by a quick wakeup, and back to none without a catch.
+      trial_ = false;
+      misses_ = std::min(misses_ + 1, kMostMisses);
+      skips_ = (1 << misses_) - 1;
+    }
   }
   // A sleep began (after a spin or none), and ended with news of ours (or not).
   void sleeping() { slept_at_ = Clock::now(); }
   void woke(bool with_news) {
     if (!adaptive_ || !with_news || us_ > 0) return;
     auto waited = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - slept_at_).count();
-    if (waited * 4 <= max_us_) us_ = std::max(static_cast<int>(waited) * 2, kLeastUs);
+    if (waited * 4 > max_us_) return;
+    if (skips_ > 0) {
+      --skips_;
+      return;
+    }
+    us_ = std::max(static_cast<int>(waited) * 2, kLeastUs);
+    trial_ = true;
   }
 
  private:
+  static constexpr int kMostMisses = 10;
+
   int us_ = -1;
+  int misses_ = 0;     // spins started again by a quick wakeup that came to nothing, in a row
+  int skips_ = 0;      // quick wakeups still to let pass before the next start
+  bool trial_ = false; // the spin now was started again by a quick wakeup
   int max_us_ = 0;
   bool adaptive_ = false;
   Clock::time_point slept_at_{};

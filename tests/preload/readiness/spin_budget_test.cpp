@@ -64,5 +64,40 @@ TEST(SpinBudget, AQuickWakeupStartsTheSpinAgainASlowOneDoesNot) {
   EXPECT_EQ(slow.next_us(1000, true), 0);
 }
 
+// A spin that quick wakeups start again and that never catches (threads of one link waking each other
+// with news) starts again ever more rarely; a catch makes it start at the next quick wakeup again.
+TEST(SpinBudget, AStartThatComesToNothingMakesTheNextWaitForTwiceAsManyQuickWakeups) {
+  SpinBudget b;
+  b.next_us(100000, true);
+  for (int i = 0; i < 20; ++i) b.ran_out();
+  ASSERT_EQ(b.next_us(100000, true), 0);
+  // Quick wakeups until the spin starts; then it runs out down to none. Returns the wakeups it took.
+  auto start_and_miss = [&b] {
+    int wakeups = 0;
+    for (;;) {
+      b.sleeping();
+      b.woke(true);
+      ++wakeups;
+      if (b.next_us(100000, true) > 0) break;
+    }
+    for (int i = 0; i < 20 && b.next_us(100000, true) > 0; ++i) b.ran_out();
+    return wakeups;
+  };
+  EXPECT_EQ(start_and_miss(), 1);
+  EXPECT_EQ(start_and_miss(), 2);
+  EXPECT_EQ(start_and_miss(), 4);
+  EXPECT_EQ(start_and_miss(), 8);
+  for (int i = 0; i < 10; ++i) start_and_miss();
+  EXPECT_EQ(start_and_miss(), 1024);  // at most 1023 let pass
+  // A catch: the next quick wakeup starts it.
+  b.sleeping();
+  for (int i = 0; i < 1024; ++i) b.woke(true);
+  ASSERT_GT(b.next_us(100000, true), 0);
+  b.caught();
+  for (int i = 0; i < 20; ++i) b.ran_out();
+  ASSERT_EQ(b.next_us(100000, true), 0);
+  EXPECT_EQ(start_and_miss(), 1);
+}
+
 }  // namespace
 }  // namespace tcp2rdma::preload
