@@ -10,9 +10,10 @@
 # load runs without the module against the TCP port and under it against the RDMA port.
 # Prints every run's line, then a table: for each load the rate's min/median/max over the rounds on
 # each path, the ratio of the medians (RDMA / TCP), and the medians of p50 and p99 (microseconds); a
-# stall shows as a spread. BENCH_CALLS=1 adds, after the rounds, the client's system calls a
-# request (strace -f -c of one more run of redis GET -c 8, memcslap get, wrk and sockperf's
-# ping-pong on each path; setup included); both ends' of redis, setup left out, are bench-syscalls.sh's.
+# stall shows as a spread. BENCH_CALLS=1 adds, after the rounds, both ends' system calls a request
+# (perf trace -s of one more run of redis GET -c 8, memcslap get, wrk and sockperf's ping-pong on each
+# path, the client's with its setup, the server's processes' during the run:
+# guest/bench-calls-server.sh); redis's with the setup left out are bench-syscalls.sh's.
 # Figures with date, commit and machine go to docs/benchmarks.md.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -33,6 +34,7 @@ sockperf-tcp 'env -u LD_PRELOAD sockperf sr --tcp -i 10.77.0.1 -p 5022' 'Warmup 
 nginx 'nginx -e stderr -c $root/integration/nginx/bench.conf' 'start worker process' \
 ib-send-lat 'env -u LD_PRELOAD sh -c \"echo ib up; while :; do ib_send_lat -d rxe0 -p 5402 -s 64 -n 2000 > /dev/null 2>&1; sleep 0.2; done\"' 'ib up'"
 before="ln -sf /usr/bin/redis-check-rdb /tmp/redis-server && mkdir -p /tmp/www && head -c 1000 /dev/urandom > /tmp/www/small && touch \$T2R_WORK/shim-a.log && chmod 666 \$T2R_WORK/shim-a.log"
+[ "${BENCH_CALLS:-0}" = 1 ] && before="$before && (sh $root/integration/guest/bench-calls-server.sh &)"
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 status=0

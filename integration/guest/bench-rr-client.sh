@@ -78,23 +78,40 @@ sockperf_run() { # ROUND MODE PORT pp|ul
   emit "$1" "sockperf-$4-64B" "$2" "$rate" "$p50" "$p99"
 }
 
-# calls TEST MODE REQUESTS-PATTERN CMD...: CMD once more under `strace -f -c` (BENCH_CALLS=1), and a
-# "calls" line: the client's system calls (every thread, setup and teardown included) over the
-# requests its output reports (REQUESTS-PATTERN: an awk program that prints that count).
+# calls TEST MODE PORT REQUESTS-PATTERN CMD...: CMD once more under `perf trace -s` (BENCH_CALLS=1: the
+# kernel counts every thread's calls while the program runs at speed; `strace -f` stops a thread at
+# each call, which lengthens every lock's hold: memcslap's eight threads showed 5.8 futex calls a
+# request under it against 0.3 under perf), and two "calls" lines, the client's system calls (every
+# thread, setup and teardown included) and the server's (every process listening on PORT, during
+# the run: bench-calls-server.sh in the server guest), over the requests the client's output reports
+# (REQUESTS-PATTERN: an awk program that prints that count).
 calls() {
-  t=$1 mode=$2 pattern=$3
-  shift 3
-  out=$(under "$mode" strace -f -c -o /tmp/bench-rr-strace "$@" 2>&1)
+  t=$1 mode=$2 port=$3 pattern=$4
+  shift 4
+  ask=$T2R_WORK/calls-$t-$mode
+  rm -f "$ask.server" "$ask.traced" "$ask.done" "$ask.written"
+  echo "$port" > "$ask.port"
+  i=0; until [ -e "$ask.traced" ] || [ $i -ge 100 ]; do sleep 0.1; i=$((i + 1)); done
+  out=$(under "$mode" perf trace -s -o /tmp/bench-rr-calls "$@" 2>&1)
+  touch "$ask.done"
+  i=0; until [ -e "$ask.written" ] || [ $i -ge 100 ]; do sleep 0.1; i=$((i + 1)); done
   requests=$(echo "$out" | awk "$pattern")
-  awk -v t="$t" -v m="$mode" -v n="${requests:-0}" '
-    $NF == "total" { total = $4 }
-    NR > 2 && $1 ~ /^[0-9.]+$/ && $NF != "total" { calls[$NF] = $4 }
+  calls_line "$t" "$mode" client "${requests:-0}" /tmp/bench-rr-calls
+  calls_line "$t" "$mode" server "${requests:-0}" "$ask.server"
+}
+
+# calls_line TEST MODE SIDE REQUESTS SUMMARY: perf trace's summary (one table per thread) as a
+# "calls" line: calls a request, and the four commonest.
+calls_line() {
+  [ -s "$5" ] || { echo "calls test=$1 mode=$2 side=$3 per_request=- (not counted)"; return; }
+  awk -v t="$1" -v m="$2" -v side="$3" -v n="$4" '
+    $1 ~ /^[a-z_0-9]+$/ && $2 ~ /^[0-9]+$/ && NF >= 8 { calls[$1] += $2; total += $2 }
     END {
-      if (n + 0 == 0) { print "calls test=" t " mode=" m " per_request=- (no requests counted)"; exit }
+      if (n + 0 == 0) { print "calls test=" t " mode=" m " side=" side " per_request=- (no requests counted)"; exit }
       top = ""; for (k = 0; k < 4; ++k) { best = ""; for (s in calls) if (best == "" || calls[s] + 0 > calls[best] + 0) best = s
         if (best == "") break; top = top sprintf(" %s %.2f", best, calls[best] / n); delete calls[best] }
-      printf "calls test=%s mode=%s requests=%d per_request=%.2f:%s\n", t, m, n, total / n, top
-    }' /tmp/bench-rr-strace
+      printf "calls test=%s mode=%s side=%s requests=%d per_request=%.2f:%s\n", t, m, side, n, total / n, top
+    }' "$5"
 }
 
 for r in $(seq "${ROUNDS:-3}"); do
@@ -117,14 +134,16 @@ for r in $(seq "${ROUNDS:-3}"); do
   emit "$r" "sockperf-pp-64B" ib_send_lat "-" "$lat" "-"
 done
 if [ "${BENCH_CALLS:-0}" = 1 ]; then
+  mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing
   for mode in tcp rdma; do
     port=5020; [ $mode = rdma ] && port=5010
-    calls redis-get-c8 $mode '/GET/ { n = 10000 } END { print n }' redis-benchmark -h "$peer" -p $port -c 8 -n 10000 -t get -P 1 --csv
+    calls redis-get-c8 $mode $port '/GET/ { n = 10000 } END { print n }' redis-benchmark -h "$peer" -p $port -c 8 -n 10000 -t get -P 1 --csv
     port=5021; [ $mode = rdma ] && port=5011
-    calls memcslap-get-c8 $mode '/Time to get/ { for (i = 1; i <= NF; ++i) if ($i == "keys") print $(i - 1) }' memcslap --servers="$peer:$port" --concurrency=8 --execute-number=1000 --test=get
+    calls memcslap-get-c8 $mode $port '/Time to get/ { for (i = 1; i <= NF; ++i) if ($i == "keys") print $(i - 1) }' memcslap --servers="$peer:$port" --concurrency=8 --execute-number=1000 --test=get
     port=5029; [ $mode = rdma ] && port=5019
-    calls nginx-wrk-c32 $mode '/requests in/ { print $1 }' wrk -t2 -c32 -d5s "http://$peer:$port/small"
+    calls nginx-wrk-c32 $mode $port '/requests in/ { print $1 }' wrk -t2 -c32 -d5s "http://$peer:$port/small"
     port=5022; [ $mode = rdma ] && port=5012
-    calls sockperf-pp-64B $mode '!n && match($0, /ReceivedMessages=[0-9]+/) { n = substr($0, RSTART + 17, RLENGTH - 17) } END { print n + 0 }' sockperf pp --tcp -i "$peer" -p $port -t 5 -m 64
+    calls sockperf-pp-64B $mode $port '!n && match($0, /ReceivedMessages=[0-9]+/) { n = substr($0, RSTART + 17, RLENGTH - 17) } END { print n + 0 }' sockperf pp --tcp -i "$peer" -p $port -t 5 -m 64
   done
 fi
+touch "$T2R_WORK/calls-over"
