@@ -72,6 +72,12 @@ bool NewsList::take(std::vector<void*>* tags) {
   return whole;
 }
 
+bool NewsList::end_take() {
+  std::lock_guard lock(mu_);
+  taker_ = std::thread::id{};
+  return !tags_.empty() || lost_;
+}
+
 NewsList::~NewsList() {
   if (fd_ >= 0) os().close(fd_);
 }

@@ -37,6 +37,9 @@ class NewsList {
   // taker's look is pushed again. Returns false when a push found no memory: the taker must look at
   // every channel it holds.
   bool take(std::vector<void*>* tags);
+  // Ends begin_take() without a take: whether the list holds news now (the taker's own pushes wrote
+  // no eventfd, and others' found the list not quiet: the taker must look again before it sleeps).
+  bool end_take();
 
  private:
   std::mutex mu_;  // a leaf lock

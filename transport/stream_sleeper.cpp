@@ -42,6 +42,11 @@ void StreamSleeper::clear() {
 
 void StreamSleeper::take_news() { news_.take(&taken_); }
 
+void StreamSleeper::take_news_for_looks() {
+  news_.take(&taken_);
+  news_.begin_take();
+}
+
 void StreamSleeper::append_pollfds(std::vector<pollfd>* out) const {
   if (news_.fd() >= 0) out->push_back({news_.fd(), POLLIN, 0});
   for (const LinkFd& l : link_fds_) out->push_back({l.fd, POLLIN, 0});

@@ -35,6 +35,13 @@ class StreamSleeper {
   void clear();
   // Before a round of looks.
   void take_news();
+  // The same, for a caller that ends the looks with end_looks() before it sleeps: the news its own
+  // looks push (a link's completions handed out by its thread) writes no eventfd, where it cost a
+  // write and, after a sleep that returned at once, a read.
+  void take_news_for_looks();
+  // After the looks: true when news came meanwhile (its own, or another thread's while the list
+  // held it): look again instead of sleeping.
+  bool end_looks() { return news_.end_take(); }
   // What to sleep on, appended to *out: the list's eventfd and each link's descriptors, once.
   void append_pollfds(std::vector<pollfd>* out) const;
   // After the sleep: `slept` is what append_pollfds appended, with the kernel's revents. Each link

@@ -14,6 +14,11 @@ void PolledStreams::next_round() {
   for (Polled& p : polled_) p.looked = false;
 }
 
+void PolledStreams::next_round_for_looks() {
+  sleeper_.take_news_for_looks();
+  for (Polled& p : polled_) p.looked = false;
+}
+
 transport::Readiness PolledStreams::look(transport::RdmaStream* stream, bool want_writable) {
   Polled& p = find_or_add(stream);
   if (!p.looked) {

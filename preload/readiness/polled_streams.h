@@ -30,6 +30,10 @@ class PolledStreams {
   void clear();
   // Before each round of looks (the sleeper's news taken first: stream_sleeper.h).
   void next_round();
+  // A round whose caller ends it with end_round() before it sleeps (stream_sleeper.h,
+  // take_news_for_looks): true when news came during the looks, to look again instead.
+  void next_round_for_looks();
+  bool end_round() { return sleeper_.end_looks(); }
   // The stream's readiness in this round: looked at on its first entry, the same for the others.
   // `want_writable`: this entry asks for POLLOUT (only then is the peer asked to say when room comes
   // back: RdmaStream::readiness).

@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <thread>
 #include <vector>
 
 #include "channel_readiness.h"
@@ -58,6 +59,29 @@ TEST(NewsList, EachTagIsListedOnceUntilTakenAndTheEventfdSaysWhetherAnyIs) {
   ASSERT_EQ(tags.size(), 1u);
   ASSERT_TRUE(list.take(&tags));
   EXPECT_TRUE(tags.empty());
+}
+
+// A poll call's round (stream_sleeper.h, take_news_for_looks): its own looks' news writes no eventfd,
+// another thread's news while the list holds some writes none either, and end_take() says there is
+// news to look at; once it ended, a push wakes the sleeper again.
+TEST(NewsList, ALooksOwnNewsWritesNoEventfdAndEndTakeSaysItIsThere) {
+  NewsList list;
+  ASSERT_TRUE(list.make());
+  int a = 0, b = 0;
+  std::vector<void*> tags;
+  list.take(&tags);
+  list.begin_take();
+  list.push(&a);
+  EXPECT_FALSE(readable(list.fd()));
+  std::thread([&] { list.push(&b); }).join();  // the list was not quiet: no write either
+  EXPECT_FALSE(readable(list.fd()));
+  EXPECT_TRUE(list.end_take());
+  EXPECT_TRUE(list.take(&tags));
+  EXPECT_EQ(tags, (std::vector<void*>{&a, &b}));
+  list.begin_take();
+  EXPECT_FALSE(list.end_take());  // nothing came: the caller may sleep
+  list.push(&a);                  // after the round, the thread's own push wakes its next sleep
+  EXPECT_TRUE(readable(list.fd()));
 }
 
 TEST(NewsList, NewsPushedBeforeTheEventfdIsMadeMakesItReadable) {
