@@ -121,13 +121,15 @@ int spin_rule_locked(int epfd, bool* adaptive) {
 // arrives within the spin costs no arming, no event and no sleep. g_mutex held, and let go between
 // polls so that other threads' epoll_ctl and waits get in. Returns -1 when the kernel's set gave
 // nothing (the report may hold entries of ours), else the kernel's result, its events written at
-// events[report.count()...] for the caller to translate (errno set when negative).
+// events[report.count()...] for the caller to translate (errno set when negative); *polls_made, the
+// polls it took.
 int spin_locked(int epfd, int spin_us, EpollReport& report, epoll_event* events, int maxevents, RealEpollWait wait,
-                const void* context) {
+                const void* context, unsigned* polls_made) {
   static thread_local std::vector<void*> news;
   static thread_local std::vector<Entry*> looks;
   auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
   for (unsigned polls = 1;; ++polls) {
+    *polls_made = polls;
     looks.clear();
     if (const std::vector<Record*>* mine = records_of_set_locked(epfd)) {
       for (size_t i = 0; i < mine->size(); ++i) {
@@ -242,12 +244,13 @@ bool epoll_wait_upgraded(int epfd, epoll_event* events, int maxevents, int timeo
       int spin_us = budget.next_us(rule_us, adaptive);
       if (wait_ms > 0) spin_us = std::min(spin_us, wait_ms * 1000);  // never past the caller's timeout
       if (spin_us >= SpinBudget::kLeastUs) {
-        rc = spin_locked(epfd, spin_us, report, events, maxevents, wait, context);
+        unsigned polls = 0;
+        rc = spin_locked(epfd, spin_us, report, events, maxevents, wait, context, &polls);
         wait_errno = errno;
         waited = rc != -1;
         if (!waited) rc = 0;
         if (report.count() > 0 || report.any_gone() || rc > 0) {
-          budget.caught();
+          budget.caught(static_cast<int>(polls));
           kernel_ms = 0;
         } else {
           budget.ran_out();

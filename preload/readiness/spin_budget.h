@@ -33,9 +33,16 @@ class SpinBudget {
     if (us_ < 0) us_ = max_us;  // a thread's first wait starts with the whole budget
     return std::min(us_, max_us);
   }
-  // The spin caught news after `elapsed`, or ran out.
-  void caught() {
+  // The spin caught news after `polls` polls, or ran out. A catch that took more polls than a sleep
+  // costs calls (the arming, the sleep and the event's read: kPollsWorthACatch) cost more than it
+  // saved where each poll yields the CPU (Soft-RoCE: a sched_yield a poll): it counts as running out.
+  // A NIC's reply comes within a few polls.
+  void caught(int polls = 1) {
     if (!adaptive_) return;
+    if (polls > kPollsWorthACatch) {
+      ran_out();
+      return;
+    }
     us_ = std::min(max_us_, std::max(us_, kLeastUs) * 2);
     misses_ = 0;
     skips_ = 0;
@@ -67,6 +74,7 @@ class SpinBudget {
 
  private:
   static constexpr int kMostMisses = 10;
+  static constexpr int kPollsWorthACatch = 3;
 
   int us_ = -1;
   int misses_ = 0;     // spins started again by a quick wakeup that came to nothing, in a row

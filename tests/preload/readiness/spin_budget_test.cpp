@@ -99,5 +99,15 @@ TEST(SpinBudget, AStartThatComesToNothingMakesTheNextWaitForTwiceAsManyQuickWake
   EXPECT_EQ(start_and_miss(), 1);
 }
 
+// A catch that took more polls than a sleep costs calls shrinks the spin as one that ran out does.
+TEST(SpinBudget, ALateCatchShrinksTheSpin) {
+  SpinBudget b;
+  EXPECT_EQ(b.next_us(1000, true), 1000);
+  b.caught(10);
+  EXPECT_EQ(b.next_us(1000, true), 500);
+  b.caught(1);
+  EXPECT_EQ(b.next_us(1000, true), 1000);
+}
+
 }  // namespace
 }  // namespace tcp2rdma::preload
