@@ -38,7 +38,10 @@ Status LinkSetup::keep_open(uint32_t slot) {
   opens_.push_back(open);
   // The listener's engine may sleep: it answers the open once it sees it. eventfd_write is libc's
   // own call, never the module's wrapper (own_calls.h).
-  if (bell_ >= 0) (void)eventfd_write(bell_, 1);
+  if (bell_ >= 0) {
+    (void)eventfd_write(bell_, 1);
+    if (rung_ != nullptr) rung_->store(true, std::memory_order_release);  // after the write (take_link_opens)
+  }
   return Status::kOk;
 }
 

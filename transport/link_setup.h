@@ -8,6 +8,8 @@
 // that say one arrived (link_messages.cpp). Used with the link's lock held, as everything of a link.
 #pragma once
 
+#include <atomic>
+
 #include <array>
 #include <cstdint>
 #include <optional>
@@ -58,9 +60,13 @@ class LinkSetup {
   void forget_stream(uint32_t slot, const RdmaStream* stream);
 
   // The server's side. A listener that accepted the link's first channel answers the opens that come
-  // on it, and rings `bell` (an eventfd; -1: none) for each, so that its engine wakes.
+  // on it, and rings `bell` (an eventfd; -1: none) for each, so that its engine wakes, then sets
+  // *rung (the listener reads the eventfd only after a ring: a take without one makes no call).
   void serve_opens() { serves_ = true; }
-  void set_bell(int bell) { bell_ = bell; }
+  void set_bell(int bell, std::atomic<bool>* rung) {
+    bell_ = bell;
+    rung_ = rung;
+  }
   // The listener closes its bell: -1 when it had none here.
   int take_bell() { return std::exchange(bell_, -1); }
   // An open came into `slot`: kept for the listener, and the bell rung. kProtocolError when this side
@@ -86,6 +92,7 @@ class LinkSetup {
   static_assert(kSetupSlots <= 64, "taken_ has a bit a slot");
   bool serves_ = false;
   int bell_ = -1;
+  std::atomic<bool>* rung_ = nullptr;
   std::vector<Open> opens_;
 };
 

@@ -115,7 +115,7 @@ void StreamListener::serve_link(const std::shared_ptr<StreamLink>& link) {
   // A completion on the link wakes the set once the queue is armed (take_link_opens arms it); an
   // open another thread took off the link rings the bell.
   if (!watch_readable(wake_set_, link->completion_fd())) return;
-  link->setup().set_bell(opens_bell_);
+  link->setup().set_bell(opens_bell_, &bell_rung_);
 }
 
 void StreamListener::drop_link(StreamLink& link) {
@@ -223,7 +223,9 @@ void StreamListener::take_event(rdma_cm_event* event) {
 }
 
 void StreamListener::take_link_opens() {
-  if (opens_bell_ >= 0) {
+  // Read only after a ring: keep_open writes before it sets the flag, so a read never misses a ring
+  // whose flag it took (one whose flag comes a moment later is read by the next take).
+  if (opens_bell_ >= 0 && bell_rung_.exchange(false, std::memory_order_acq_rel)) {
     eventfd_t rings = 0;
     (void)eventfd_read(opens_bell_, &rings);  // libc's own call (own_calls.h); the lists are looked at below
   }
@@ -234,8 +236,9 @@ void StreamListener::take_link_opens() {
     bool gone = false;
     {
       std::lock_guard lock(link->mu());
-      // Every completion taken and the queue armed, so that the next completion wakes the set (fd()).
-      LinkProgress::drain(*link, true);
+      // Every completion taken and the queue armed, so that the next completion wakes the set (fd());
+      // its connection events only when no completion event came (a disconnect ends the completions).
+      LinkProgress::drain(*link, true, /*cm_when_quiet=*/true);
       opens = link->setup().take_opens();
       // The client let the link go (or it failed): once no channel of ours is on it, neither do we.
       gone = (link->disconnected() || link->stopped()) && link->attached() == 0 && opens.empty();

@@ -5,6 +5,7 @@
 
 #include <rdma/rdma_cma.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -141,6 +142,7 @@ class StreamListener {
   rdma_cm_id* id_ = nullptr;
   int wake_set_ = -1;    // fd(): the epoll set (-1 when none could be had: the cm channel is polled)
   int opens_bell_ = -1;  // an eventfd in it, written when an open is put on a link's list
+  std::atomic<bool> bell_rung_{false};  // set after each write: a take reads the eventfd only then
   StreamOptions options_;
   std::vector<Held> held_;
   // The links of the streams accepted here, kept for the client's next streams until the client lets

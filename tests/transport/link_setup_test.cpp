@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
 #include <cstring>
 
 namespace tcp2rdma::transport {
@@ -66,11 +67,13 @@ TEST(LinkSetup, OpensAreKeptOnlyWhereServedAndNoMoreThanTheSlots) {
   setup.serve_opens();
   int bell = eventfd(0, EFD_NONBLOCK);
   ASSERT_GE(bell, 0);
-  setup.set_bell(bell);
+  std::atomic<bool> rang{false};
+  setup.set_bell(bell, &rang);
   ChannelOpen written{};
   written.client_nonce = 42;
   std::memcpy(area.data() + 9 * kSetupRecord, &written, sizeof written);
   EXPECT_EQ(setup.keep_open(9), Status::kOk);
+  EXPECT_TRUE(rang.load());  // the listener reads its bell only once this is set
   eventfd_t rung = 0;
   EXPECT_EQ(eventfd_read(bell, &rung), 0);
   EXPECT_EQ(rung, 1u);
