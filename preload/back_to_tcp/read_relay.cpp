@@ -166,6 +166,7 @@ Fed feed(Relay* relay) {
     sleep.assign(1, {relay->stop_fd, POLLIN, 0});
     polled.append_pollfds(&sleep);
     sleep_on_stop(relay, &sleep, polled.blind() ? 10 : kIdleLookMs);
+    polled.note_fired(sleep.data() + 1);  // the next look takes the link's events that woke us
     if (nobody_reads(relay)) {
       last = Fed::kOver;
       break;

@@ -40,8 +40,10 @@ class PolledStreams {
   transport::Readiness look(transport::RdmaStream* stream, bool want_writable);
   // What the call sleeps on between rounds, appended to *out.
   void append_pollfds(std::vector<pollfd>* out) const { sleeper_.append_pollfds(out); }
-  // After the sleep, with what append_pollfds appended (the kernel's revents in it): the next
-  // round's looks take the events of the link descriptors that fired, and only those.
+  // After every sleep, with what append_pollfds appended (the kernel's revents in it): the next
+  // round's looks take the events of the link descriptors that fired, and only those. A caller that
+  // sleeps on them and does not say so leaves a fired event untaken, and its next sleep returns at
+  // once, again and again.
   void note_fired(const pollfd* slept) const { sleeper_.note_fired(slept); }
   // A stream could not be subscribed (no descriptor or memory): the call sleeps in short slices.
   bool blind() const { return blind_; }
