@@ -12,7 +12,7 @@
 namespace tcp2rdma::transport {
 
 Status LinkProgress::dispatch(StreamLink& link, const ibv_wc& wc, RdmaStream* caller) {
-  link.note_dispatched();
+  ++link.dispatched_;
   if (StreamLink::work_kind(wc.wr_id) != StreamLink::kWrReceive) {
     // The unsignalled sends posted before this one completed, successfully, before it (RC order; a
     // failed one would have raised a completion of its own): each is handed out as if it had raised
@@ -146,13 +146,18 @@ void LinkProgress::serve_touched(StreamLink& link, RdmaStream* except) {
   if (any) link.cv().notify_all();
 }
 
-void LinkProgress::tell_cm_news(StreamLink& link) {
-  if (!link.cm_watched()) return;  // a server's link before its accept: the listener's events
+bool LinkProgress::take_cm_news(StreamLink& link) {
   StreamLink::CmNews news = link.take_cm_events();
-  if (!news.disconnected && !news.device_removed) return;  // the usual case: no walk of the channels
+  if (!news.disconnected && !news.device_removed) return false;  // the usual case: no walk of the channels
   for (RdmaStream* c : link.channels()) {
     if (c != nullptr) c->on_cm_news(news);
   }
+  return true;
+}
+
+void LinkProgress::tell_cm_news(StreamLink& link) {
+  if (!link.cm_watched()) return;  // a server's link before its accept: the listener's events
+  take_cm_news(link);
 }
 
 Status LinkProgress::take_all(StreamLink& link) {
@@ -178,7 +183,7 @@ void LinkProgress::drain(StreamLink& link, bool arm, bool cm_when_quiet, bool la
     // caller, an event loop, arms it before its own sleep: LinkWatch::arm_for_sleep).
     poll(link);
   } else if (took || arm) {
-    // As rearm_link, for no channel of its own: the event taken, the queue is armed again before the
+    // As take_events, for no channel of its own: the event taken, the queue is armed again before the
     // lock goes, with what came before the arming handed out.
     arm_and_hand_out(link);
   }
@@ -186,15 +191,15 @@ void LinkProgress::drain(StreamLink& link, bool arm, bool cm_when_quiet, bool la
   if (cm_when_quiet && !took) tell_cm_news(link);
   serve_touched(link, nullptr);
   // A channel's thread asleep on the link may have been waiting for the event taken here.
-  if (link.has_poller()) link.kick();
+  link.wake_sleeper();
   link.cv().notify_all();
 }
 
-int LinkProgress::poll(StreamLink& link) {
+int LinkProgress::poll(StreamLink& link, RdmaStream* caller) {
   ibv_wc wcs[16];
   int n = 0, taken = 0;
   while ((n = link.poll(wcs, 16)) > 0) {
-    for (int i = 0; i < n; ++i) dispatch(link, wcs[i], nullptr);
+    for (int i = 0; i < n; ++i) dispatch(link, wcs[i], caller);
     taken += n;
   }
   if (n < 0) fail(link, "the completion queue", "failed", Status::kReset);
@@ -210,7 +215,7 @@ int LinkProgress::spin(StreamLink& link) {
   return taken;
 }
 
-bool LinkProgress::arm_and_hand_out(StreamLink& link) {
+bool LinkProgress::arm_and_hand_out(StreamLink& link, RdmaStream* caller) {
   bool any = false;
   for (;;) {
     bool got = false;
@@ -220,7 +225,7 @@ bool LinkProgress::arm_and_hand_out(StreamLink& link) {
       return any;
     }
     if (!got) return any;
-    dispatch(link, wc, nullptr);
+    if (Status s = dispatch(link, wc, caller); s != Status::kOk && caller != nullptr) caller->fail(s);
     any = true;
   }
 }

@@ -425,7 +425,7 @@ class RdmaStream {
 
   // Progress (stream_progress.cpp), all with mu_ held.
   // Takes every completion of the link, each to the channel it names, then serves those channels and
-  // this one (serve). Returns this channel's status.
+  // this one (LinkProgress::hand_out, serve). Returns this channel's status.
   Status progress();
   // Hands one completion to the channel it names (this one, another, or every channel for a flushed
   // receive: LinkProgress::dispatch). Returns this channel's status; another's failure is that channel's.
@@ -438,16 +438,9 @@ class RdmaStream {
   void on_answer(const ChannelAnswer* answer);
   // What follows new completions: the link's disconnect, the mailbox, owed ends, credit updates.
   Status serve();
-  void serve_others();  // serve() for every other channel handed a completion, and its pollers told
   // The immediate of a message to the peer's end of this channel.
   uint32_t imm(MessageType type, uint32_t arg) const { return encode_imm(type, peer_index_, arg); }
-  // only_fired: readiness()'s.
-  void drain_channels(bool only_fired = false);
-  // After the link's completion event was taken: arms the queue again, taking what came before the
-  // arming to its channels.
-  void rearm_link();
   Status handle_completion(const ibv_wc& wc);
-  void handle_cm_events();
   void on_cm_news(const StreamLink::CmNews& news);  // the link's connection events, as this channel's
   Status send_credits();
   Status request_wakeup();
@@ -474,15 +467,14 @@ class RdmaStream {
     touched_ = true;
     link_->note_touched(index_);
   }
-  // Polls the completion queue for up to busy_poll_us, then sleeps until something may have changed.
+  // Waits for the link's news (LinkProgress::wait: a spin of up to busy_poll_us, then a sleep) and
+  // acts on how the wait ended: serves news another thread handed it, tells its pollers of the event
+  // it took, and after keepalive_ms of quiet looks at the idle stream and probes the peer.
   // `interruptible` (an application's blocking read or write): a signal handler that ran during the
   // sleep ends the wait with kInterrupted, so the caller can report it as the kernel would.
   // `max_sleep_ms` (>= 0) bounds the sleep, for a caller with a deadline of its own.
   Status wait(std::unique_lock<std::mutex>& lock, bool interruptible = false, int max_sleep_ms = -1);
-  // Sleeps on the link's condition while another thread is the link's sleeper (its wakeup tells all).
-  Status wait_for_poller(std::unique_lock<std::mutex>& lock, int max_sleep_ms);
-  Status arm_channel(bool* news);
-  // A non-blocking call that would block: arm_channel when someone relies on the link's event
+  // A non-blocking call that would block: LinkProgress::arm when someone relies on the link's event
   // (StreamLink::relied_on), else nothing.
   Status arm_if_relied_on(bool* news);
   Status keepalive_locked();

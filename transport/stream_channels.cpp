@@ -194,14 +194,9 @@ Status RdmaStream::progress_unstarted() {
   // is taken before the queue is polled, never after: a completion that came between the poll and
   // the taking would stay in the queue with nobody told (the queue no longer armed, the event gone),
   // and its channel's poller would sleep forever.
-  drain_channels();
-  ibv_wc wcs[16];
-  int n = 0;
-  while ((n = link_->poll(wcs, 16)) > 0) {
-    for (int i = 0; i < n; ++i) LinkProgress::dispatch(*link_, wcs[i], this);
-  }
-  if (n < 0) LinkProgress::fail(*link_, "the completion queue", "failed", Status::kReset);
-  serve_others();
+  LinkProgress::take_events(*link_, *this);
+  LinkProgress::poll(*link_, this);
+  LinkProgress::serve_touched(*link_, this);
   return Status::kOk;
 }
 

@@ -135,7 +135,7 @@ RdmaStream::PathCheck RdmaStream::check_path(bool probe) {
   if (!failed() && !flow_->peer_closed()) {
     // Connection events first (a device removal shows only there), then completions, as in wait().
     // An application's poller loses nothing: its readiness() judges the stream's state, not the fds.
-    handle_cm_events();
+    LinkProgress::take_cm_events(*link_, *this);
     progress();
     if (!failed()) look_idle();  // the watcher looks at an idle stream every keepalive interval
     if (probe && !failed()) keepalive_locked();

@@ -67,7 +67,7 @@ Status RdmaStream::write_piece(ByteSource& src, int flags, size_t* done, std::un
   }
   progress();  // the peer's end and leaving may be news
   // After the peer's end (rare): has it left too? Its disconnect shows only on the channels.
-  if (flow_->peer_closed() && !disconnect_seen_) drain_channels();
+  if (flow_->peer_closed() && !disconnect_seen_) LinkProgress::take_events(*link_, *this);
   if (take_write_after_peer_left(len, done)) return Status::kOk;
   if (size_t head = zero_copy_part(len, options_); link_->registrations() != nullptr && head > 0 && src.one_piece()) {
     Status s = write_zero_copy(src.here(), head, flags, done, lock);
@@ -327,7 +327,7 @@ Status RdmaStream::read(const iovec* iov, int iovcnt, int flags, size_t* done) {
       if (*done == 0 && !failed()) {
         // A peer that disconnected without an end shows only in the link's connection events: taken
         // here (a system call) unless a poller watches them for us (readiness() was called).
-        if (!polled_) drain_channels();
+        if (!polled_) LinkProgress::take_events(*link_, *this);
         progress();
         if (failed() || flow_->readable() > 0 || peer_done()) continue;
         // Would block: the next change must raise the link's event for a poller that sleeps on it

@@ -110,30 +110,24 @@ class StreamLink {
   std::mutex& mu() { return mu_; }
   std::condition_variable& cv() { return cv_; }
 
-  // Who waits on the link, all under mu(). One thread at a time sleeps in sleep(), the poller; the
-  // others wait on cv(), and the poller wakes them after its progress. One thread at a time busy-polls
-  // the completion queue (RdmaStream::wait).
-  bool has_poller() const { return poller_; }
-  void set_poller(bool sleeping) { poller_ = sleeping; }
-  bool start_spin() { return !std::exchange(spinning_, true); }  // false: another thread spins
-  void end_spin() { spinning_ = false; }
-  // Completions handed out so far (LinkProgress::dispatch). Two threads of one channel (its reader and
-  // its writer) each take the other's completions: a thread about to wait notes this first, and its
-  // spin, and its sleep, end once it grew, so that it looks at what another thread took for it.
-  uint64_t dispatched() const { return dispatched_; }
-  void note_dispatched() { ++dispatched_; }
+  // Who waits on the link (LinkProgress::wait, under mu()): one thread at a time sleeps on its
+  // events, the sleeper; the others wait on cv(), and the sleeper wakes them after its progress.
+  // Wakes the sleeper, if there is one, after another thread changed what it may be waiting for.
+  void wake_sleeper() {
+    if (sleeper_) kick();
+  }
   // Arming the queue is one system call on Soft-RoCE, and taking its event another: an event loop whose
   // replies come while it polls should pay neither (docs/protocol.md, "Polling before sleeping"). So the
   // queue is armed by whoever is about to sleep on its event, not by whoever took the last one, unless
   // someone else relies on it. Event sleepers: threads asleep (or about to be) on the event besides
-  // the poller, each having armed the queue first: the module's epoll waits and its poll and select
+  // the link's sleeper, each having armed the queue first: the module's epoll waits and its poll and select
   // calls (StreamSleeper). Eager: someone outside the module's waits may sleep on it (an epoll set a
   // poller watches, a wait that began before the link's record joined its set): every take arms the
   // queue again and every call that would block arms it, for good.
   void count_event_sleeper(int change) { event_sleepers_ += change; }
   bool eager() const { return eager_; }
   bool make_eager() { return !std::exchange(eager_, true); }  // true the first time: the caller arms
-  bool relied_on() const { return eager_ || poller_ || event_sleepers_ > 0; }
+  bool relied_on() const { return eager_ || sleeper_ || event_sleepers_ > 0; }
   // The longest busy_poll_us among its channels' options: how long an event loop that holds the link
   // polls its queue before it sleeps (epoll_wait.cpp), and whether every one of them says adaptive
   // (*adaptive is cleared when one does not). Read without the lock.
@@ -268,9 +262,6 @@ class StreamLink {
   int sends_outstanding() const { return sends_outstanding_; }
   void on_send_completed() { --sends_outstanding_; }
   int poll(ibv_wc* wcs, int n) { return ibv_poll_cq(cq_, n, wcs); }
-  // Arms the completion channel (if it is not) and polls once more: a completion that came in between
-  // would otherwise raise no event. *got says whether *wc holds one. kReset when the CQ fails.
-  Status arm_and_poll(ibv_wc* wc, bool* got);
   // Armed, or its event raised and not taken yet: a sleeper on the completion channel wakes at the
   // next completion (or at once).
   bool armed() const { return cq_armed_; }
@@ -289,27 +280,19 @@ class StreamLink {
   bool established() const { return established_; }
   bool setup_failed() const { return setup_failed_; }
   // A poll or select call's sleep saw the completion channel or the connection events readable
-  // (StreamSleeper): its next look takes them. A look that saw nothing leaves them, since the read
-  // (and librdmacm's command write) would only find nothing: two system calls a look for the
-  // threads of one link that poll their own connections (memcslap's eight). Set without the lock;
-  // taken, under it, before the events are, so that a later event's mark is never lost.
+  // (StreamSleeper): its next look takes them (LinkProgress::take_events). A look that saw nothing
+  // leaves them, since the read (and librdmacm's command write) would only find nothing: two system
+  // calls a look for the threads of one link that poll their own connections (memcslap's eight).
+  // Set without the lock; taken, under it, before the events are, so that a later event's mark is
+  // never lost.
   void note_fired(bool completions, bool cm) {
     if (completions) completions_fired_.store(true, std::memory_order_release);
     if (cm) cm_fired_.store(true, std::memory_order_release);
   }
-  bool take_completions_fired() { return completions_fired_.exchange(false, std::memory_order_acq_rel); }
-  bool take_cm_fired() { return cm_fired_.exchange(false, std::memory_order_acq_rel); }
   // Takes the completion channel's events (and acknowledges them) and the kicks; the channel is
   // disarmed if there were any. Returns whether there were completion events.
   bool take_channel_events();
-  void take_kicks();  // the kicks alone (take_channel_events' first step)
-
-  // The channels' threads sleep on the link's set (completions, connection events, kicks); the
-  // application's pollers watch each channel's own (channel_readiness.h), so that neither takes the
-  // other's news.
-  // Sleeps up to ms (-1: for ever) on the link's set; epoll_wait's result, errno kept.
-  int sleep(int ms);
-  // Wakes a thread asleep in sleep().
+  // Wakes the thread asleep on the link's set (the sleeper's wait in LinkProgress::wait).
   void kick();
 
   // The queue pair to the error state for good: the adapter flushes every work request with a
@@ -324,14 +307,31 @@ class StreamLink {
   void destroy_queue_pair();
 
  private:
+  // The link's progress (link_progress.h) is the one to wait on the link, arm its queue and take its
+  // events, and to count what it hands out.
+  friend class LinkProgress;
+  // Arms the completion channel (if it is not) and polls once more: a completion that came in between
+  // would otherwise raise no event. *got says whether *wc holds one. kReset when the CQ fails.
+  Status arm_and_poll(ibv_wc* wc, bool* got);
+  bool take_completions_fired() { return completions_fired_.exchange(false, std::memory_order_acq_rel); }
+  bool take_cm_fired() { return cm_fired_.exchange(false, std::memory_order_acq_rel); }
+  void take_kicks();  // the kicks alone (take_channel_events' first step)
+  // The channels' threads sleep on the link's set (completions, connection events, kicks); the
+  // application's pollers watch each channel's own (channel_readiness.h), so that neither takes the
+  // other's news. Sleeps up to ms (-1: for ever) on the link's set; epoll_wait's result, errno kept.
+  int sleep(int ms);
+
   Status create_wait_sets();
   Status move_qp(ibv_qp_state state);  // to `state`, with rdma_cm's attributes for it
   void flush_queue_pair();  // to the error state: every work request completes, flushed
 
   std::mutex mu_;
   std::condition_variable cv_;
-  bool poller_ = false;
-  bool spinning_ = false;
+  bool sleeper_ = false;   // a thread sleeps on the link's set
+  bool spinning_ = false;  // a thread busy-polls the queue: one at a time
+  // Completions handed out so far (LinkProgress::dispatch). Two threads of one channel (its reader and
+  // its writer) each take the other's completions: a thread about to wait notes this first, and its
+  // spin, and its sleep, end once it grew, so that it looks at what another thread took for it.
   uint64_t dispatched_ = 0;
   int event_sleepers_ = 0;
   bool eager_ = false;

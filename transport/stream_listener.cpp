@@ -548,7 +548,7 @@ Status RdmaStream::await_established() {
   auto deadline = Deadline::in_ms(options_.timeout_ms);
   std::unique_lock lock(mu_);
   for (;;) {
-    handle_cm_events();
+    LinkProgress::take_cm_events(*link_, *this);
     if (link_->established()) return Status::kOk;
     if (link_->setup_failed() || link_->disconnected()) return Status::kReset;
     if (deadline.passed()) return Status::kTimeout;

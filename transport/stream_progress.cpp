@@ -1,5 +1,6 @@
-// Progress of an RdmaStream: completions, connection events, the mailbox, credit updates and wakeups,
-// and the one place a thread sleeps. Everything here runs with mu_ held.
+// Progress of an RdmaStream: what it does with the completions and connection events the link hands
+// it (link_progress.h), the mailbox, credit updates and wakeups, and what its blocked calls do around
+// a wait for the link's news (link_wait.cpp). Everything here runs with mu_ held.
 #include <arpa/inet.h>
 #include <poll.h>
 #include <sys/epoll.h>
@@ -38,7 +39,7 @@ std::string RdmaStream::failure_detail() const {
 
 void RdmaStream::kick() {
   // Wakes a thread asleep in wait() after another thread changed what it may be waiting for.
-  if (link_->has_poller()) link_->kick();
+  link_->wake_sleeper();
   cv_.notify_all();
 }
 
@@ -268,18 +269,6 @@ Status RdmaStream::handle_completion(const ibv_wc& wc) {
   return Status::kOk;
 }
 
-void RdmaStream::handle_cm_events() {
-  // The link's connection events are every channel's.
-  StreamLink::CmNews news = link_->take_cm_events();
-  if (!news.disconnected && !news.device_removed) return;  // the usual case: no walk of the channels
-  for (RdmaStream* c : link_->channels()) {
-    if (c != nullptr) c->on_cm_news(news);
-  }
-  serve_others();
-  // Our own pollers too: whoever watches the link's events may not see them now that we took them.
-  if (polled_) wake_pollers();
-}
-
 void RdmaStream::on_cm_news(const StreamLink::CmNews& news) {
   if (!news.disconnected && !news.device_removed) return;
   if (!flow_) {
@@ -294,67 +283,9 @@ void RdmaStream::on_cm_news(const StreamLink::CmNews& news) {
   touch();
 }
 
-void RdmaStream::drain_channels(bool only_fired) {
-  // Connection events are looked at here, after a sleep and in readiness(), not on every progress:
-  // that would cost a system call per message. A side that only busy-polls still learns of a dead
-  // peer: its sends fail, and its busy polling is bounded, after which it sleeps here.
-  // (A link whose connection events are not its own yet was not slept on for them: taken as before.)
-  if (!only_fired || !link_->cm_watched() || link_->take_cm_fired()) handle_cm_events();
-  // The kicks are taken either way (take_channel_events): a kick's flag costs no call.
-  if (only_fired && !link_->take_completions_fired()) {
-    link_->take_kicks();
-    return;
-  }
-  if (!link_->take_channel_events()) return;
-  // The event is taken and the queue no longer armed, yet the pollers of every channel of the link
-  // sleep on that event, each having armed the queue before it slept: whoever takes the event arms
-  // the queue again before letting go of the lock, after taking what is in it (to its channels,
-  // which are told), so that the next completion raises an event again.
-  rearm_link();
-  // A thread asleep on the channels may have been waiting for exactly a completion's event.
-  if (link_->has_poller()) kick();
-}
-
-void RdmaStream::rearm_link() {
-  for (;;) {
-    bool news = false;
-    ibv_wc wc;
-    if (link_->arm_and_poll(&wc, &news) != Status::kOk) {
-      LinkProgress::fail(*link_, "the completion queue", "failed", Status::kReset);
-      return;
-    }
-    if (!news) break;
-    if (Status s = take_completion(wc); s != Status::kOk) fail(s);
-  }
-  serve_others();
-}
-
-void RdmaStream::serve_others() { LinkProgress::serve_touched(*link_, this); }
-
 Status RdmaStream::progress() {
   if (failed()) return failure_;
-  // Connection events (drain_channels) come first, completions second: a disconnect is judged only
-  // after every completion that came before it (the peer's close among them) has been seen.
-  ibv_wc wcs[16];
-  int n = 0;
-  while ((n = link_->poll(wcs, 16)) > 0) {
-    // Every completion taken off the queue is handed on, even after one fails this channel: the rest
-    // of the batch is other channels' (or the link's: an open), and would be lost otherwise.
-    Status mine = Status::kOk;
-    for (int i = 0; i < n; ++i) {
-      if (Status s = take_completion(wcs[i]); s != Status::kOk && mine == Status::kOk) mine = s;
-    }
-    if (mine != Status::kOk) {
-      fail(mine);
-      serve_others();
-      return mine;
-    }
-  }
-  if (n < 0) {
-    LinkProgress::fail(*link_, "the completion queue", "failed", Status::kReset);
-    return failure_;
-  }
-  serve_others();
+  if (Status s = LinkProgress::hand_out(*link_, *this); s != Status::kOk) return s;
   return serve();
 }
 
@@ -416,7 +347,7 @@ void RdmaStream::send_move_marker() {
   move_sent_ = true;
   // A writer waiting for credits stops at the marker, and pollers see the move.
   cv_.notify_all();
-  if (link_->has_poller()) kick();
+  link_->wake_sleeper();
   if (polled_) wake_pollers();
 }
 
@@ -494,101 +425,36 @@ Status RdmaStream::arm_if_relied_on(bool* news) {
   // poller that is counted (the switch's wait sleeps right after such a call, with no look that
   // would arm), or one outside the module's waits (eager), relies on the call to arm it.
   *news = false;
-  return link_->relied_on() ? arm_channel(news) : Status::kOk;
-}
-
-Status RdmaStream::arm_channel(bool* news) {
-  // Arm the completion channel, then look once more: a completion that came in between would
-  // otherwise raise no event.
-  ibv_wc wc;
-  if (Status s = link_->arm_and_poll(&wc, news); s != Status::kOk) return s;
-  if (!*news) return Status::kOk;
-  Status s = take_completion(wc);
-  serve_others();
-  return s;
-}
-
-Status RdmaStream::wait_for_poller(std::unique_lock<std::mutex>& lock, int max_sleep_ms) {
-  if (max_sleep_ms >= 0) {
-    cv_.wait_for(lock, std::chrono::milliseconds(max_sleep_ms));
-  } else {
-    cv_.wait(lock);
-  }
-  return Status::kOk;
+  return link_->relied_on() ? LinkProgress::arm(*link_, *this, news) : Status::kOk;
 }
 
 Status RdmaStream::wait(std::unique_lock<std::mutex>& lock, bool interruptible, int max_sleep_ms) {
   if (failed()) return failure_;
-  // The caller judged the channel's state just now, under the lock: from here on, a completion
-  // another thread hands out may be what it waits for (StreamLink::dispatched).
-  const uint64_t seen = link_->dispatched();
-  // Another thread sleeps on the channels and will wake everyone after its progress.
-  if (link_->has_poller()) return wait_for_poller(lock, max_sleep_ms);
-  // Bounded busy polling: a reply that comes within microseconds costs no sleep and no interrupt. One
-  // thread a link spins (the others wait for its news), and it lets go of the link's lock between
-  // polls: the link's other channels, and the listener that answers opens, must get in meanwhile.
-  if (options_.busy_poll_us > 0 && link_->start_spin()) {
-    auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(options_.busy_poll_us);
-    for (unsigned polls = 1;; ++polls) {
-      ibv_wc wc;
-      int n = link_->poll(&wc, 1);
-      if (n != 0) {
-        link_->end_spin();
-        if (n < 0) return Status::kReset;
-        Status s = take_completion(wc);
-        if (s != Status::kOk) fail(s);
-        serve_others();
-        return s;
-      }
-      // Give the CPU to anyone who wants it between polls: on a software device (rxe) the adapter's
-      // own work needs the CPU we would spin on. Measured (docs/benchmarks.md): without yielding, a
-      // long spin halves throughput; with it, a 1 ms spin costs nothing and saves sleeps.
-      lock.unlock();
-      sched_yield();
-      lock.lock();
-      // Another thread may have taken our news meanwhile: the caller looks again.
-      if (failed() || touched_ || link_->dispatched() != seen) break;
-      // Reading the clock can be a system call (no vDSO clock in some guests): not on every poll.
-      if (polls % 32 == 0 && std::chrono::steady_clock::now() >= until) break;
-    }
-    link_->end_spin();
-    if (failed()) return failure_;
-    if (touched_) {
-      touched_ = false;
-      return serve();
-    }
-    if (link_->dispatched() != seen) return Status::kOk;
-    // Another thread became the link's sleeper while we spun without the lock. A second sleeper in
-    // the kernel would never be woken: the link's events wake one thread, which takes them and tells
-    // the others through the condition, where we must be (a writer slept through the room its own
-    // reader's thread took: epoll_echo's client, 64 KiB rings).
-    if (link_->has_poller()) return wait_for_poller(lock, max_sleep_ms);
-  }
-  bool news = false;
-  if (Status s = arm_channel(&news); s != Status::kOk) {
-    fail(s);
-    return s;
-  }
-  if (news) return Status::kOk;
-  link_->set_poller(true);
-  lock.unlock();
   int sleep_ms = options_.keepalive_ms > 0 ? options_.keepalive_ms : -1;
   if (max_sleep_ms >= 0 && (sleep_ms < 0 || max_sleep_ms < sleep_ms)) sleep_ms = max_sleep_ms;
-  int ready = link_->sleep(sleep_ms);
-  bool interrupted = ready < 0 && errno == EINTR;
-  lock.lock();
-  link_->set_poller(false);
-  drain_channels();
-  // What woke us may be what an application's poller waits for (bytes to read, room to write), and
-  // we have just taken its event from the channel: tell the pollers to look (if anyone polls: a
-  // program that only blocks pays no system call for it).
-  if (ready > 0 && polled_) wake_pollers();
-  cv_.notify_all();
-  if (ready == 0 && !failed() && sleep_ms == options_.keepalive_ms) {
-    look_idle();  // a blocked call's periodic look, as the path watcher's
-    return keepalive_locked();
+  LinkProgress::WaitEnd end = LinkProgress::wait(*link_, *this, lock, options_.busy_poll_us, sleep_ms, max_sleep_ms);
+  switch (end.woke) {
+    case LinkProgress::Woke::kLook:
+      return Status::kOk;
+    case LinkProgress::Woke::kFailed:
+      return end.status;
+    case LinkProgress::Woke::kTouched:
+      touched_ = false;
+      return serve();
+    case LinkProgress::Woke::kEvent:
+      // What woke us may be what an application's poller waits for (bytes to read, room to write),
+      // and the sleep has just taken its event from the channel: tell the pollers to look (if anyone
+      // polls: a program that only blocks pays no system call for it).
+      if (polled_) wake_pollers();
+      return Status::kOk;
+    case LinkProgress::Woke::kQuiet:
+      if (failed() || sleep_ms != options_.keepalive_ms) return Status::kOk;
+      look_idle();  // a blocked call's periodic look, as the path watcher's
+      return keepalive_locked();
+    case LinkProgress::Woke::kInterrupted:
+      return interruptible ? Status::kInterrupted : Status::kOk;
   }
-  return interrupted && interruptible ? Status::kInterrupted : Status::kOk;
+  return Status::kOk;
 }
 
 Status RdmaStream::keepalive_locked() {
@@ -643,7 +509,7 @@ Readiness RdmaStream::readiness(bool want_writable, bool take_link_events, bool 
   OwnCalls own;  // own_calls.h
   std::unique_lock lock(mu_);
   polled_ = true;
-  if (take_link_events) drain_channels(only_fired);
+  if (take_link_events) LinkProgress::take_events(*link_, *this, only_fired);
   Readiness r;
   for (;;) {
     progress();
@@ -674,7 +540,7 @@ Readiness RdmaStream::readiness(bool want_writable, bool take_link_events, bool 
     // links itself, just before it sleeps (link_watch.h, arm_for_sleep), unless the link is eager.
     if (!take_link_events && !link_->eager()) return r;
     bool news = false;
-    if (arm_channel(&news) != Status::kOk) fail(Status::kReset);
+    if (LinkProgress::arm(*link_, *this, &news) != Status::kOk) fail(Status::kReset);
     if (!news && !failed()) return r;
   }
 }
