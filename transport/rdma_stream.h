@@ -25,6 +25,7 @@
 #include "link_progress.h"
 #include "path_failover.h"
 #include "registration_cache.h"
+#include "ring_growth.h"
 #include "sent_ledger.h"
 #include "status.h"
 #include "stream_link.h"
@@ -381,41 +382,23 @@ class RdmaStream {
     (o->start_ring_size_log2 != 0 && o->start_ring_size_log2 < o->ring_size_log2 ? o->start_ring_size_log2
                                                                                  : o->ring_size_log2) = log2;
   }
-  // The reader's side: the peer filled our ring and waits for room; offer it one twice as large if
-  // the rule and the budget allow.
+  // The reader's side (RingGrowth: the peer filled our ring, or carries bulk; a periodic look at an
+  // idle grown ring). look_idle sends the update that carries its offer.
   void maybe_grow_ring();
-  // The reader's side, at a periodic look (check_path, a blocked call's keepalive): our grown ring
-  // idle since the last look and empty, offer the peer our first ring again.
   void look_idle();
   // Our registration of ring generation `gen`: the offered ring, the grown one in use, or the first.
-  StreamLink::Region ring_region(uint64_t gen) const {
-    if (offered_ring_.memory != nullptr && gen == offered_gen_) return offered_ring_;
-    if (grown_ring_.memory != nullptr && gen == grown_gen_) return grown_ring_;
-    return StreamLink::Region{ring_, ring_mr_};
-  }
+  StreamLink::Region ring_region(uint64_t gen) const { return rings_.ring(gen, StreamLink::Region{ring_, ring_mr_}); }
   const uint8_t* ring_memory(uint64_t gen) const { return ring_region(gen).memory; }
   uint32_t ring_rkey(uint64_t gen) const { return ring_region(gen).mr->rkey; }
   // The writer's side: answers the peer's offer (adopted with a mirror for it, or declined).
   void answer_ring_offer();
-  // Both sides: frees what a finished move left (our old ring, a declined offer's ring, a mirror no
-  // byte of ours needs any more).
+  // Both sides: frees what a finished move left.
   void settle_rings();
-  // Where our byte at `cursor` is mirrored, and the size of the ring it went to.
-  struct Mirror {
-    uint8_t* base;
-    ibv_mr* mr;
-    uint64_t size;
-  };
-  Mirror mirror_at(uint64_t cursor) const;
+  using Mirror = RingGrowth::Mirror;
   // The bytes from `cursor` (up to `end`) contiguous in one mirror: to its end, and never across the
   // last move. Sets *mirror.
   uint64_t mirror_run(uint64_t cursor, uint64_t end, Mirror* mirror) const;
-  // Bytes of ours before the last move may still be read from the previous mirror.
-  bool previous_mirror_needed() const;
-  Mirror current_mirror() const {
-    return mirror_now_.memory != nullptr ? Mirror{mirror_now_.memory, mirror_now_.mr, flow_->peer_ring_size()}
-                                         : Mirror{bounce_, bounce_mr_, peer_ring_size_};
-  }
+  Mirror current_mirror() const { return rings_.current(*flow_, {bounce_, bounce_mr_}, peer_ring_size_); }
   // What the channel leaves the link when it goes (StreamLink::retire).
   StreamLink::Retired leftovers() const;
   // Reads our mailbox until it is whole and takes what is new. must_be_whole: before a data message
@@ -573,23 +556,8 @@ class RdmaStream {
   uint64_t peer_ring_size_ = 0;  // the peer's first ring's, mirrored by bounce_
   uint32_t peer_rkey_ = 0;       // of the peer's ring we write into now
   uint32_t peer_mailbox_rkey_ = 0;  // of the peer's first ring, after which its mailbox is
-  // Rings that grow and shrink (docs/links.md): our grown ring the peer writes into now and a larger
-  // one offered, each with its generation (none: the first ring, ring_); the peer's offered ring's
-  // rkey; the mirror of the peer's grown ring we write into now (none: bounce_), and the grown mirror
-  // we wrote into before our last move, kept while a byte of ours may still be read from it.
-  StreamLink::Region grown_ring_, offered_ring_;
-  uint64_t grown_gen_ = 0, offered_gen_ = 0;
-  uint32_t offered_peer_rkey_ = 0;
-  StreamLink::Region mirror_now_, mirror_before_;
-  uint64_t rings_grown_ = 0;
-  uint64_t rings_shrunk_ = 0;
-  // Times the peer wrote all the room we had advertised (maybe_grow_ring): this many say bulk.
-  static constexpr uint64_t kBulkWindows = 2;
-  uint64_t windows_filled_ = 0;
-  uint64_t idle_mark_ = 0;      // the peer's cursor at the last periodic look (look_idle)
-  bool idle_marked_ = false;    // idle_mark_ was taken while our grown ring was the ring
-  uint32_t grow_limit_log2_ = 30;  // lowered when the peer refuses a size
-  uint64_t grow_again_at_ = 0;     // the peer's cursor before which no new try to grow is made
+  // Rings that grow and shrink (docs/links.md): the memory beyond ring_ and bounce_.
+  RingGrowth rings_;
   uint64_t mailbox_seq_ = 0;
   uint64_t last_mailbox_seq_read_ = 0;
   uint64_t sends_since_keepalive_ = 0;

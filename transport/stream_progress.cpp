@@ -157,7 +157,7 @@ RdmaStream::MailboxRead RdmaStream::read_mailbox(MailboxUpdate* update) {
   // A ring size beyond what a shift can say reads as none: flow control refuses the offer.
   uint64_t ring_size = r.ring_size_log2 < 64 ? uint64_t{1} << r.ring_size_log2 : 0;
   *update = {r.consumed, r.posted, r.armed, r.seen_consumed, r.seen_posted, r.ring_gen, ring_size, r.moved_gen, r.moved_at};
-  if (r.ring_gen != 0) offered_peer_rkey_ = r.ring_rkey;  // used only once flow control took the offer
+  if (r.ring_gen != 0) rings_.note_offered_rkey(r.ring_rkey);  // used only once flow control took the offer
   return MailboxRead::kNew;
 }
 
@@ -220,7 +220,7 @@ Status RdmaStream::handle_completion(const ibv_wc& wc) {
         if (Status s = take_mailbox(true); s != Status::kOk) return s;
       }
       e = flow_->on_data_arrived(wc.byte_len);
-      if (e == FlowError::kNone && flow_->window_full()) ++windows_filled_;  // the last message of a full window
+      if (e == FlowError::kNone && flow_->window_full()) rings_.note_window_filled();  // the last message of a full window
       break;
     case MessageType::kWakeup:
       e = flow_->on_wakeup_arrived(imm_arg(imm));

@@ -132,7 +132,7 @@ Status RdmaStream::start(uint8_t peer_ring_log2, uint32_t peer_rkey, uint8_t pee
   // writes too, without reading, fills the ring once and then can write no more, and only a larger
   // ring lets both go on, as kernel TCP's buffers do (integration.pin_limit_root.pair with 1 MiB
   // echoes, which send all before reading, stalled with growth held back to four rings' worth).
-  grow_again_at_ = theirs;
+  rings_.start(theirs);
   return Status::kOk;
 }
 
