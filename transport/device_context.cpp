@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -25,6 +26,7 @@ Contexts*& contexts_slot() {
 }
 
 Contexts& contexts() { return *contexts_slot(); }
+std::atomic<pid_t> g_opened_by{0};  // the process that opened the latest context (opened_contexts_here)
 
 // A new context with its descriptors moved up: nothing else holds it yet, so nothing reads the old
 // numbers (the provider reads cmd_fd from the context at each command; its mappings hold the file).
@@ -66,8 +68,11 @@ std::shared_ptr<DeviceContext> device_context_for(ibv_device* device) {
   if (opened == nullptr) return nullptr;
   auto context = std::make_shared<DeviceContext>(opened);
   c.open.emplace_back(device, context);
+  g_opened_by.store(now.pid, std::memory_order_relaxed);
   return context;
 }
+
+bool opened_contexts_here() noexcept { return g_opened_by.load(std::memory_order_relaxed) == getpid(); }
 
 void device_contexts_after_fork() noexcept { keep_forever(std::exchange(contexts_slot(), new Contexts)); }
 

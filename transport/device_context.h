@@ -38,6 +38,12 @@ class DeviceContext {
 // opened. Contexts of an older epoch stay open while a link holds one.
 std::shared_ptr<DeviceContext> device_context_for(ibv_device* device);
 
+// Whether this process has opened a device context itself (every link is made in one, so every
+// connection this process put on RDMA). A forked child has not until it makes a link of its own; nor
+// has a process that shares this memory without being the one that opened them (clone with
+// CLONE_VM): its pid is not the opener's.
+bool opened_contexts_here() noexcept;
+
 // In a forked child, before anything else of the module runs: the parent's contexts are forgotten
 // (never closed) and the lock made anew (another thread may have held it at the fork).
 void device_contexts_after_fork() noexcept;

@@ -62,8 +62,12 @@ void LinkProgress::take_events(StreamLink& link, RdmaStream& caller, bool only_f
   // which are told), so that the next completion raises an event again.
   arm_and_hand_out(link, &caller);
   serve_touched(link, &caller);
-  // A thread asleep on the link may have been waiting for exactly a completion's event.
-  link.wake_sleeper();
+  // A thread asleep on the link may have been waiting for exactly a completion's event; the threads
+  // waiting for its news may look now.
+  if (link.sleeper_) {
+    link.kick();
+    link.cv().notify_all();
+  }
 }
 
 Status LinkProgress::arm(StreamLink& link, RdmaStream& caller, bool* news) {

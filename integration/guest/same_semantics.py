@@ -7,6 +7,8 @@ rules put on RDMA and once on a port they keep on TCP: the two transcripts must 
 SHIM_LOG (not "-"), every connection waits, before its steps, until the log shows both ends upgraded.
 """
 import errno
+import hashlib
+import os
 import select
 import signal
 import socket
@@ -14,6 +16,7 @@ import sys
 import time
 
 SETTLE = 0.5  # for the peer's end, release or reset to arrive
+PAYLOAD = bytes(range(256)) * 4096  # 1 MiB
 EVENTS = select.POLLIN | select.POLLOUT | select.POLLRDHUP | select.POLLPRI
 NAMES = [(select.POLLIN, "IN"), (select.POLLOUT, "OUT"), (select.POLLERR, "ERR"), (select.POLLHUP, "HUP"),
          (select.POLLRDHUP, "RDHUP"), (select.POLLNVAL, "NVAL"), (select.POLLPRI, "PRI")]
@@ -64,13 +67,59 @@ def pair(address, port, log):
     client = socket.create_connection((address, port))
     server, _ = listener.accept()
     listener.close()
-    if log != "-":
-        deadline = time.monotonic() + 20
-        while upgraded_lines(log) < before + 2:
-            if time.monotonic() > deadline:
-                raise RuntimeError("the connection was not upgraded on both ends")
-            time.sleep(0.05)
+    wait_upgraded(log, before)
     return client, server
+
+
+def wait_upgraded(log, before):
+    if log == "-":
+        return
+    deadline = time.monotonic() + 20
+    while upgraded_lines(log) < before + 2:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the connection was not upgraded on both ends")
+        time.sleep(0.05)
+
+
+def child_ends_with_exit(address, port, log, close_first):
+    """A forked child connects, writes 1 MiB and ends with os._exit (after close() when close_first):
+    the kernel delivers the bytes and the end after any way out, so the server reads them all."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((address, port))
+    listener.listen(1)
+    before = upgraded_lines(log) if log != "-" else 0
+    pid = os.fork()
+    if pid == 0:
+        status = 1
+        try:
+            c = socket.create_connection((address, port))
+            wait_upgraded(log, before)
+            c.sendall(PAYLOAD)
+            if close_first:
+                c.close()
+            status = 0
+        finally:
+            os._exit(status)
+    s, _ = listener.accept()
+    listener.close()
+    got = hashlib.sha256()
+    n = 0
+    end = "the end"
+    try:
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            n += len(chunk)
+            got.update(chunk)
+    except OSError as e:
+        end = errno.errorcode.get(e.errno, e.errno)
+    _, status = os.waitpid(pid, 0)
+    same = "the bytes sent" if got.digest() == hashlib.sha256(PAYLOAD).digest() else "other bytes"
+    print("server read %d bytes, %s, then %s; child exit status %d" % (n, same, end, os.waitstatus_to_exitcode(status)),
+          flush=True)
+    s.close()
 
 
 def main(address, port, log):
@@ -155,6 +204,11 @@ def main(address, port, log):
     call("server send", lambda: s.send(b"z"))
     c.close()
     s.close()
+
+    print("-- a child writes, then ends with _exit", flush=True)
+    child_ends_with_exit(address, port, log, close_first=False)
+    print("-- a child writes, closes, then ends with _exit", flush=True)
+    child_ends_with_exit(address, port, log, close_first=True)
 
 
 if __name__ == "__main__":

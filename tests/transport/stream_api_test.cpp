@@ -698,14 +698,18 @@ TEST(StreamApi, TwoWritersBlockedOnEachOthersRingsLeaveTheLinkQuiet) {
     StreamCounters c = p.client->counters(), s = p.server->counters();
     return c.wakeups_received + s.wakeups_received + c.mailbox_updates_sent + s.mailbox_updates_sent;
   };
-  // Both fill the other's ring (which may grow first) and sleep: a half second with at most 2 messages,
-  // waited for up to 15 s (a sanitized build in an emulated guest is slow to get there). Writers that
-  // wake each other for ever never get there, and the window below fails them.
+  // Both fill the other's ring (which may grow first) and sleep: a half second with at most 2 messages
+  // once each has sent a ring's worth, waited for up to 15 s (a sanitized build in an emulated guest is slow to get
+  // there; under ThreadSanitizer on a busy host, filling the buffers alone took longer than a window).
+  // Writers that wake each other for ever never get there, and the window below fails them.
+  auto both_sent = [&] {
+    return p.client->counters().bytes_sent >= 65536 && p.server->counters().bytes_sent >= 65536;
+  };
   uint64_t before = messages();
   for (int i = 0; i < 30; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
     uint64_t now = messages();
-    if (now - before <= 2) break;
+    if (now - before <= 2 && both_sent()) break;
     before = now;
   }
   before = messages();
