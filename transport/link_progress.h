@@ -98,7 +98,7 @@ class LinkProgress {
   };
   struct WaitEnd {
     Woke woke = Woke::kLook;
-    Status status = Status::kOk;  // kFailed's; a completion caught in the spin may also carry one
+    Status status = Status::kOk;  // kFailed's
   };
   static WaitEnd wait(StreamLink& link, RdmaStream& caller, std::unique_lock<std::mutex>& lock, int spin_us,
                       int sleep_ms, int cv_ms);

@@ -8,9 +8,8 @@
 // that say one arrived (link_messages.cpp). Used with the link's lock held, as everything of a link.
 #pragma once
 
-#include <atomic>
-
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <optional>
 #include <utility>

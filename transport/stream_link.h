@@ -289,11 +289,6 @@ class StreamLink {
     if (completions) completions_fired_.store(true, std::memory_order_release);
     if (cm) cm_fired_.store(true, std::memory_order_release);
   }
-  // Takes the completion channel's events (and acknowledges them) and the kicks; the channel is
-  // disarmed if there were any. Returns whether there were completion events.
-  bool take_channel_events();
-  // Wakes the thread asleep on the link's set (the sleeper's wait in LinkProgress::wait).
-  void kick();
 
   // The queue pair to the error state for good: the adapter flushes every work request with a
   // completion, and no receive is reposted from here (stopped()).
@@ -315,7 +310,12 @@ class StreamLink {
   Status arm_and_poll(ibv_wc* wc, bool* got);
   bool take_completions_fired() { return completions_fired_.exchange(false, std::memory_order_acq_rel); }
   bool take_cm_fired() { return cm_fired_.exchange(false, std::memory_order_acq_rel); }
+  // Takes the completion channel's events (and acknowledges them) and the kicks; the channel is
+  // disarmed if there were any. Returns whether there were completion events.
+  bool take_channel_events();
   void take_kicks();  // the kicks alone (take_channel_events' first step)
+  // Wakes the thread asleep on the link's set (the sleeper's wait in LinkProgress::wait).
+  void kick();
   // The channels' threads sleep on the link's set (completions, connection events, kicks); the
   // application's pollers watch each channel's own (channel_readiness.h), so that neither takes the
   // other's news. Sleeps up to ms (-1: for ever) on the link's set; epoll_wait's result, errno kept.
