@@ -1,8 +1,13 @@
 #include "link_setup.h"
 
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <cstring>
+
+#include "channel_readiness.h"
+#include "os_calls.h"
 
 namespace tcp2rdma::transport {
 
@@ -43,6 +48,35 @@ Status LinkSetup::keep_open(uint32_t slot) {
     if (rung_ != nullptr) rung_->store(true, std::memory_order_release);  // after the write (take_link_opens)
   }
   return Status::kOk;
+}
+
+void LinkSetup::set_bell(int bell, std::atomic<bool>* rung, int wake_set, int completion_fd) {
+  bell_ = bell;
+  rung_ = rung;
+  wake_set_ = wake_set;
+  completion_fd_ = completion_fd;
+  listening_pid_ = getpid();
+}
+
+void LinkSetup::forget_listener() {
+  if (wake_set_ >= 0 && pollers_ == 0) os().epoll_ctl(wake_set_, EPOLL_CTL_DEL, completion_fd_, nullptr);
+  bell_ = -1;
+  rung_ = nullptr;
+  wake_set_ = -1;
+}
+
+void LinkSetup::pollers_join(int change) {
+  int before = pollers_;
+  pollers_ += change;
+  // The set is shared with a forked child (one kernel object): only the listener's process changes it.
+  if (wake_set_ < 0 || getpid() != listening_pid_) return;
+  if (before == 0 && pollers_ > 0) {
+    os().epoll_ctl(wake_set_, EPOLL_CTL_DEL, completion_fd_, nullptr);
+  } else if (before > 0 && pollers_ == 0 && !watch_readable(wake_set_, completion_fd_)) {
+    // No memory for the entry: the listener sees this link's opens at its engine's timed looks, as
+    // a listener without a set sees them all.
+    wake_set_ = -1;
+  }
 }
 
 }  // namespace tcp2rdma::transport

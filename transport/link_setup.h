@@ -8,6 +8,8 @@
 // that say one arrived (link_messages.cpp). Used with the link's lock held, as everything of a link.
 #pragma once
 
+#include <sys/types.h>
+
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -61,13 +63,21 @@ class LinkSetup {
   // The server's side. A listener that accepted the link's first channel answers the opens that come
   // on it, and rings `bell` (an eventfd; -1: none) for each, so that its engine wakes, then sets
   // *rung (the listener reads the eventfd only after a ring: a take without one makes no call).
+  // `wake_set` is the listener's epoll set, which watches the link's completion channel
+  // (`completion_fd`) while no event loop does (pollers_join).
   void serve_opens() { serves_ = true; }
-  void set_bell(int bell, std::atomic<bool>* rung) {
-    bell_ = bell;
-    rung_ = rung;
-  }
-  // The listener closes its bell: -1 when it had none here.
-  int take_bell() { return std::exchange(bell_, -1); }
+  void set_bell(int bell, std::atomic<bool>* rung, int wake_set, int completion_fd);
+  // The listener lets the link go: its bell and set are forgotten here (under the link's lock, so
+  // that no poller touches the set after), and the completion channel leaves the set.
+  void forget_listener();
+  // An application's event loop watches the link (LinkWatch::bind) or stops (unbind). While one
+  // does, it takes the link's completions, finds the opens among them and rings the bell: the
+  // listener's set stops watching the completion channel, whose every event would wake the
+  // listener's thread as well as the loop's (docs/links.md, "The listener's wake"). The last loop to
+  // stop gives the channel back to the set.
+  void pollers_join(int change);
+  // Whether an event loop watches the link (its takes find the opens).
+  bool watched_by_pollers() const { return pollers_ > 0; }
   // An open came into `slot`: kept for the listener, and the bell rung. kProtocolError when this side
   // serves no opens, or more are kept than the client can have outstanding (its slots).
   Status keep_open(uint32_t slot);
@@ -92,6 +102,10 @@ class LinkSetup {
   bool serves_ = false;
   int bell_ = -1;
   std::atomic<bool>* rung_ = nullptr;
+  int wake_set_ = -1;      // the listener's set (-1: none, or forgotten)
+  int completion_fd_ = -1;  // the link's completion channel, in wake_set_ while pollers_ is 0
+  int pollers_ = 0;         // event loops' watches of the link (LinkWatch)
+  pid_t listening_pid_ = 0;  // the listener's process: a forked child's copy of a watch leaves the set alone
   std::vector<Open> opens_;
 };
 

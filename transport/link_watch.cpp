@@ -38,6 +38,7 @@ Status LinkWatch::bind(RdmaStream& stream) {
   set_fd_ = set;
   cm_watched_ = cm;
   link_ = link;
+  link->setup().pollers_join(+1);
   return Status::kOk;
 }
 
@@ -56,6 +57,7 @@ void LinkWatch::unbind() {
     // A take of ours may have left the queue unarmed: armed again for whoever else waits on the link
     // (the listener's thread for its next open) now that this poller stops looking.
     std::lock_guard lock(link->mu());
+    link->setup().pollers_join(-1);
     if (!link->armed() && !link->stopped()) LinkProgress::arm_for_sleep(*link);
   }
   if (set_fd_ >= 0) {

@@ -114,14 +114,14 @@ void StreamListener::serve_link(const std::shared_ptr<StreamLink>& link) {
   if (wake_set_ < 0) return;
   // A completion on the link wakes the set once the queue is armed (take_link_opens arms it); an
   // open another thread took off the link rings the bell.
+  // The link is new: no event loop watches it yet (LinkSetup::pollers_join).
   if (!watch_readable(wake_set_, link->completion_fd())) return;
-  link->setup().set_bell(opens_bell_, &bell_rung_);
+  link->setup().set_bell(opens_bell_, &bell_rung_, wake_set_, link->completion_fd());
 }
 
 void StreamListener::drop_link(StreamLink& link) {
   std::lock_guard lock(link.mu());
-  if (link.setup().take_bell() < 0) return;
-  os().epoll_ctl(wake_set_, EPOLL_CTL_DEL, link.completion_fd(), nullptr);
+  link.setup().forget_listener();
 }
 
 void StreamListener::reject(rdma_cm_id* id) {
@@ -238,7 +238,9 @@ void StreamListener::take_link_opens() {
       std::lock_guard lock(link->mu());
       // Every completion taken and the queue armed, so that the next completion wakes the set (fd());
       // its connection events only when no completion event came (a disconnect ends the completions).
-      LinkProgress::drain(*link, true, /*cm_when_quiet=*/true);
+      // A link an event loop watches is not in the set: its queue is left as the loop's takes leave it.
+      bool watched = link->setup().watched_by_pollers();
+      LinkProgress::drain(*link, !watched, /*cm_when_quiet=*/true, /*lazy=*/watched);
       opens = link->setup().take_opens();
       // The client let the link go (or it failed): once no channel of ours is on it, neither do we.
       gone = (link->disconnected() || link->stopped()) && link->attached() == 0 && opens.empty();

@@ -3,6 +3,7 @@
 #include "link_setup.h"
 
 #include <gtest/gtest.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -68,7 +69,7 @@ TEST(LinkSetup, OpensAreKeptOnlyWhereServedAndNoMoreThanTheSlots) {
   int bell = eventfd(0, EFD_NONBLOCK);
   ASSERT_GE(bell, 0);
   std::atomic<bool> rang{false};
-  setup.set_bell(bell, &rang);
+  setup.set_bell(bell, &rang, -1, -1);
   ChannelOpen written{};
   written.client_nonce = 42;
   std::memcpy(area.data() + 9 * kSetupRecord, &written, sizeof written);
@@ -86,9 +87,57 @@ TEST(LinkSetup, OpensAreKeptOnlyWhereServedAndNoMoreThanTheSlots) {
   for (uint32_t s = 0; s < kSetupSlots; ++s) EXPECT_EQ(setup.keep_open(s), Status::kOk);
   EXPECT_EQ(setup.keep_open(0), Status::kProtocolError);
   EXPECT_EQ(setup.keep_open(kSetupSlots), Status::kProtocolError);
-  EXPECT_EQ(setup.take_bell(), bell);
-  EXPECT_EQ(setup.take_bell(), -1);
+  // Forgotten by its listener, the link rings no bell.
+  EXPECT_EQ(eventfd_read(bell, &rung), 0);  // the rings above
+  setup.forget_listener();
+  rang = false;
+  (void)setup.take_opens();
+  EXPECT_EQ(setup.keep_open(3), Status::kOk);
+  EXPECT_FALSE(rang.load());
+  EXPECT_NE(eventfd_read(bell, &rung), 0);  // nothing written
   close(bell);
+}
+
+// Whether the listener's set holds `fd` (an EPOLL_CTL_MOD of an fd it lacks fails with ENOENT).
+bool in_set(int set, int fd) {
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  return epoll_ctl(set, EPOLL_CTL_MOD, fd, &ev) == 0;
+}
+
+// The listener's set watches a link's completion channel only while no event loop does: the loop's
+// takes find the opens and ring the bell, and a completion would wake both threads.
+TEST(LinkSetup, TheListenersSetLeavesTheCompletionsToTheEventLoopsThatWatchTheLink) {
+  LinkSetup setup;
+  setup.serve_opens();
+  int set = epoll_create1(0);
+  int bell = eventfd(0, EFD_NONBLOCK);
+  int completions[2];
+  ASSERT_TRUE(set >= 0 && bell >= 0 && pipe(completions) == 0);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ASSERT_EQ(epoll_ctl(set, EPOLL_CTL_ADD, completions[0], &ev), 0);  // as the listener's serve_link
+  std::atomic<bool> rang{false};
+  setup.set_bell(bell, &rang, set, completions[0]);
+  EXPECT_FALSE(setup.watched_by_pollers());
+  setup.pollers_join(+1);
+  EXPECT_TRUE(setup.watched_by_pollers());
+  EXPECT_FALSE(in_set(set, completions[0]));
+  setup.pollers_join(+1);  // a second loop's watch
+  setup.pollers_join(-1);
+  EXPECT_FALSE(in_set(set, completions[0])) << "one loop still watches the link";
+  setup.pollers_join(-1);
+  EXPECT_FALSE(setup.watched_by_pollers());
+  EXPECT_TRUE(in_set(set, completions[0]));
+  // Forgotten while a loop watches: the set is not touched again, by the forgetting or the loop.
+  setup.pollers_join(+1);
+  setup.forget_listener();
+  setup.pollers_join(-1);
+  EXPECT_FALSE(in_set(set, completions[0]));
+  close(completions[0]);
+  close(completions[1]);
+  close(bell);
+  close(set);
 }
 
 }  // namespace

@@ -358,6 +358,68 @@ TEST(StreamApi, ALinkWatchNamesOnlyTheChannelsWithNewsAndEveryWatchOfAChannelIsT
   for (void* tag : named) EXPECT_NE(tag, &tags[kNewsy]);
 }
 
+// An event loop watching an accepted link (a LinkWatch bound to its channel) takes every completion
+// on it, opens included: the listener's thread is not woken by them as well (it was, at each message,
+// costing a server of one thread twice the calls a request), and learns of an open by its bell, rung
+// by the take that found it. Once nothing watches the link, its completions wake the listener again.
+TEST(StreamApi, AListenerSleepsThroughTheCompletionsOfALinkAnEventLoopWatches) {
+  Pair p = connect_pair(7634);
+  ASSERT_TRUE(p.client && p.server);
+  auto listener_woken = [&](int timeout_ms) {
+    pollfd pfd{p.listener->fd(), POLLIN, 0};
+    return ::poll(&pfd, 1, timeout_ms) == 1;
+  };
+  auto watch = std::make_unique<LinkWatch>();
+  ASSERT_EQ(watch->bind(*p.server), Status::kOk);
+  int tag = 0;
+  ASSERT_TRUE(watch->subscribe(*p.server, &tag));
+  std::vector<void*> news;
+  std::shared_ptr<StreamLink> held;
+  // As the loop's epoll_wait before it sleeps: the link's queue armed with nothing left on it, so
+  // that the next completion raises an event.
+  auto arm = [&] {
+    for (int i = 0; i < 100; ++i) {
+      watch->take(&news, /*lazy=*/true);
+      bool came = watch->arm_for_sleep(&held);
+      LinkWatch::end_sleep(*held);
+      if (!came) return true;
+    }
+    return false;
+  };
+  auto watch_woken = [&] {
+    pollfd pfd{watch->fd(), POLLIN, 0};
+    return ::poll(&pfd, 1, 5000) == 1;
+  };
+  p.listener->collect(std::chrono::seconds(10));  // what woke it before is taken
+  ASSERT_TRUE(arm());
+  ASSERT_EQ(write_text(*p.client, "request"), Status::kOk);
+  ASSERT_TRUE(watch_woken());
+  // The completion's event is still there, untaken, for any set that watches the channel.
+  EXPECT_FALSE(listener_woken(200)) << "the listener's thread woke at a message its event loop takes";
+  watch->take(&news, true);
+  Status st = Status::kOk;
+  EXPECT_EQ(read_text(*p.server, 16, kNonBlocking, &st), "request");
+
+  // A second connection from the client's process opens on the same link: the loop's take finds the
+  // open and rings the listener's bell.
+  ASSERT_TRUE(arm());
+  auto second = std::async(std::launch::async, [&] { return peer_util::connect_to(self_address(), "7634", small_options()); });
+  ASSERT_TRUE(watch_woken());
+  watch->take(&news, true);
+  EXPECT_TRUE(listener_woken(5000)) << "the listener did not hear of the open its event loop took";
+  std::unique_ptr<RdmaStream> second_server = peer_util::accept_one(*p.listener, 20);
+  std::unique_ptr<RdmaStream> second_client = second.get();
+  ASSERT_TRUE(second_server && second_client);
+  EXPECT_TRUE(watch->watches_link_of(*second_server)) << "the second connection took a link of its own";
+
+  // Nothing watches the link any more: its next completion wakes the listener, which must see opens.
+  LinkWatch::unsubscribe(*p.server, &tag);
+  watch.reset();
+  p.listener->collect(std::chrono::seconds(10));
+  ASSERT_EQ(write_text(*p.client, "again"), Status::kOk);
+  EXPECT_TRUE(listener_woken(5000)) << "an unwatched link's completion did not wake the listener";
+}
+
 // Writes `piece` bytes at a time (a message each) without blocking until nothing more fits; returns
 // how many bytes were taken.
 size_t fill_until_blocked(RdmaStream& s, std::vector<uint8_t>& buf, size_t piece) {
