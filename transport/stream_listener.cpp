@@ -236,11 +236,17 @@ void StreamListener::take_link_opens() {
     bool gone = false;
     {
       std::lock_guard lock(link->mu());
-      // Every completion taken and the queue armed, so that the next completion wakes the set (fd());
-      // its connection events only when no completion event came (a disconnect ends the completions).
-      // A link an event loop watches is not in the set: its queue is left as the loop's takes leave it.
-      bool watched = link->setup().watched_by_pollers();
-      LinkProgress::drain(*link, !watched, /*cm_when_quiet=*/true, /*lazy=*/watched);
+      if (link->setup().watched_by_pollers()) {
+        // Not in the set (LinkSetup::pollers_join): the event loop's takes read the link's events
+        // and arm its queue. What is on the queue is handed out, with no system call: a look every
+        // 10 ms while upgrades wait read each link's connection events (two failed calls a link).
+        LinkProgress::spin(*link);
+      } else {
+        // Every completion taken and the queue armed, so that the next completion wakes the set
+        // (fd()); its connection events only when no completion event came (a disconnect ends the
+        // completions).
+        LinkProgress::drain(*link, true, /*cm_when_quiet=*/true);
+      }
       opens = link->setup().take_opens();
       // The client let the link go (or it failed): once no channel of ours is on it, neither do we.
       gone = (link->disconnected() || link->stopped()) && link->attached() == 0 && opens.empty();
