@@ -50,16 +50,19 @@ Status LinkSetup::keep_open(uint32_t slot) {
   return Status::kOk;
 }
 
-void LinkSetup::set_bell(int bell, std::atomic<bool>* rung, int wake_set, int completion_fd) {
+void LinkSetup::set_bell(int bell, std::atomic<bool>* rung, int wake_set, int completion_fd,
+                         std::atomic<int>* left) {
   bell_ = bell;
   rung_ = rung;
   wake_set_ = wake_set;
   completion_fd_ = completion_fd;
+  left_ = left;
   listening_pid_ = getpid();
 }
 
 void LinkSetup::forget_listener() {
   if (wake_set_ >= 0 && pollers_ == 0) os().epoll_ctl(wake_set_, EPOLL_CTL_DEL, completion_fd_, nullptr);
+  if (wake_set_ >= 0 && pollers_ > 0 && left_ != nullptr) left_->fetch_sub(1, std::memory_order_relaxed);
   bell_ = -1;
   rung_ = nullptr;
   wake_set_ = -1;
@@ -72,10 +75,12 @@ void LinkSetup::pollers_join(int change) {
   if (wake_set_ < 0 || getpid() != listening_pid_) return;
   if (before == 0 && pollers_ > 0) {
     os().epoll_ctl(wake_set_, EPOLL_CTL_DEL, completion_fd_, nullptr);
-  } else if (before > 0 && pollers_ == 0 && !watch_readable(wake_set_, completion_fd_)) {
-    // No memory for the entry: the listener sees this link's opens at its engine's timed looks, as
-    // a listener without a set sees them all.
-    wake_set_ = -1;
+    if (left_ != nullptr) left_->fetch_add(1, std::memory_order_relaxed);
+  } else if (before > 0 && pollers_ == 0) {
+    if (left_ != nullptr) left_->fetch_sub(1, std::memory_order_relaxed);
+    // No memory for the entry: the listener sees this link's opens at its timed looks, as a
+    // listener without a set sees them all.
+    if (!watch_readable(wake_set_, completion_fd_)) wake_set_ = -1;
   }
 }
 

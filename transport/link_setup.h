@@ -66,7 +66,8 @@ class LinkSetup {
   // `wake_set` is the listener's epoll set, which watches the link's completion channel
   // (`completion_fd`) while no event loop does (pollers_join).
   void serve_opens() { serves_ = true; }
-  void set_bell(int bell, std::atomic<bool>* rung, int wake_set, int completion_fd);
+  // *left counts the listener's links out of its set (StreamListener::look_ms).
+  void set_bell(int bell, std::atomic<bool>* rung, int wake_set, int completion_fd, std::atomic<int>* left);
   // The listener lets the link go: its bell and set are forgotten here (under the link's lock, so
   // that no poller touches the set after), and the completion channel leaves the set.
   void forget_listener();
@@ -105,6 +106,7 @@ class LinkSetup {
   int wake_set_ = -1;      // the listener's set (-1: none, or forgotten)
   int completion_fd_ = -1;  // the link's completion channel, in wake_set_ while pollers_ is 0
   int pollers_ = 0;         // event loops' watches of the link (LinkWatch)
+  std::atomic<int>* left_ = nullptr;  // the listener's count of its links out of wake_set_
   pid_t listening_pid_ = 0;  // the listener's process: a forked child's copy of a watch leaves the set alone
   std::vector<Open> opens_;
 };

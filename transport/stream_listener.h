@@ -5,6 +5,7 @@
 
 #include <rdma/rdma_cma.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -52,6 +53,11 @@ class StreamListener {
   // the cm channel, each link's completion channel and a bell that a thread which took an open off a
   // link rings, so that an open is seen when it comes, not at the next timed look (docs/links.md).
   int fd() const { return wake_set_ >= 0 ? wake_set_ : channel_->fd; }
+  // How long a thread asleep on fd() for a request should sleep at most before it collects again:
+  // `usual`, or 2 ms while some link is out of the set because an event loop watches it (docs/links.md,
+  // "the listener's wake"), since the thread that waits in the application's accept may be that very
+  // loop, which takes the link's opens only when it comes back.
+  int look_ms(int usual) const { return links_left_.load(std::memory_order_relaxed) > 0 ? std::min(usual, 2) : usual; }
   // Takes the requests that arrived off the channel without waiting, and rejects those held longer
   // than `hold`.
   void collect(std::chrono::milliseconds hold);
@@ -143,6 +149,7 @@ class StreamListener {
   int wake_set_ = -1;    // fd(): the epoll set (-1 when none could be had: the cm channel is polled)
   int opens_bell_ = -1;  // an eventfd in it, written when an open is put on a link's list
   std::atomic<bool> bell_rung_{false};  // set after each write: a take reads the eventfd only then
+  std::atomic<int> links_left_{0};      // links out of the set while an event loop watches them (look_ms)
   StreamOptions options_;
   std::vector<Held> held_;
   // The links of the streams accepted here, kept for the client's next streams until the client lets

@@ -220,7 +220,7 @@ transport::Status RequestWait::look(std::unique_ptr<transport::RdmaStream>* out)
 }
 
 transport::Status collect_arrivals(TrackedSocket* socket, int* fd, std::vector<transport::TcpTuple>* admitted,
-                                   bool* whole) {
+                                   bool* whole, int* look_ms) {
   ListenerState* listener = listener_state(socket);
   if (listener == nullptr) return transport::Status::kRejected;
   std::lock_guard lock(listener->mutex);
@@ -228,6 +228,7 @@ transport::Status collect_arrivals(TrackedSocket* socket, int* fd, std::vector<t
   if (rdma == nullptr) return transport::Status::kRejected;
   rdma->collect(request_hold(*rdma));
   *fd = rdma->fd();
+  if (look_ms != nullptr) *look_ms = rdma->look_ms(*look_ms);
   if (admitted != nullptr) *whole = rdma->take_admitted(admitted);
   return transport::Status::kOk;
 }
@@ -253,12 +254,12 @@ transport::Status accept_request(TrackedSocket* socket, const transport::TcpTupl
                                  std::unique_ptr<transport::RdmaStream>* out) {
   RequestWait wait(socket, tuple, options);
   for (;;) {
-    int listener_fd = -1;
+    int listener_fd = -1, look_ms = 20;
     bool whole = true;
     std::unique_ptr<transport::RdmaStream> answered;
     // The tuples held are left to the engine, which looks up its own waits by them: this wait looks
     // every round.
-    transport::Status s = collect_arrivals(socket, &listener_fd, nullptr, &whole);
+    transport::Status s = collect_arrivals(socket, &listener_fd, nullptr, &whole, &look_ms);
     if (s == transport::Status::kOk) s = wait.look(&answered);
     if (s == transport::Status::kOk) {
       // The client's completion is awaited without the listener's lock: one that never completes
@@ -273,7 +274,7 @@ transport::Status accept_request(TrackedSocket* socket, const transport::TcpTupl
       return transport::Status::kWouldBlock;
     }
     pollfd p{listener_fd, POLLIN, 0};
-    real().poll(&p, 1, 20);
+    real().poll(&p, 1, look_ms);
   }
 }
 

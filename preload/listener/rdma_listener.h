@@ -94,9 +94,10 @@ class RequestWait {
 // Takes what arrived at `listener` (rdma_cm requests, opens on its links) without waiting. *fd: its
 // descriptor, to poll for the next; with `admitted`, the tuples of the requests held since the last
 // such call are appended to it, and *whole is false when some were not kept (look at every wait
-// then); only the upgrade engine takes them. kRejected: no RDMA listener in this process (any more).
+// then); only the upgrade engine takes them. With `look_ms`, *look_ms becomes how long to poll at
+// most (StreamListener::look_ms of its value). kRejected: no RDMA listener in this process (any more).
 transport::Status collect_arrivals(TrackedSocket* listener, int* fd, std::vector<transport::TcpTuple>* admitted,
-                                   bool* whole);
+                                   bool* whole, int* look_ms = nullptr);
 
 // Waits (up to the rule's upgrade_timeout) for the client's RDMA connection request for the accepted
 // connection `tuple` and accepts it into *out. A tcp2rdma client sends it right after its TCP connect

@@ -69,7 +69,7 @@ TEST(LinkSetup, OpensAreKeptOnlyWhereServedAndNoMoreThanTheSlots) {
   int bell = eventfd(0, EFD_NONBLOCK);
   ASSERT_GE(bell, 0);
   std::atomic<bool> rang{false};
-  setup.set_bell(bell, &rang, -1, -1);
+  setup.set_bell(bell, &rang, -1, -1, nullptr);
   ChannelOpen written{};
   written.client_nonce = 42;
   std::memcpy(area.data() + 9 * kSetupRecord, &written, sizeof written);
@@ -118,22 +118,28 @@ TEST(LinkSetup, TheListenersSetLeavesTheCompletionsToTheEventLoopsThatWatchTheLi
   ev.events = EPOLLIN;
   ASSERT_EQ(epoll_ctl(set, EPOLL_CTL_ADD, completions[0], &ev), 0);  // as the listener's serve_link
   std::atomic<bool> rang{false};
-  setup.set_bell(bell, &rang, set, completions[0]);
+  std::atomic<int> left{0};  // the listener's count of links out of its set
+  setup.set_bell(bell, &rang, set, completions[0], &left);
   EXPECT_FALSE(setup.watched_by_pollers());
   setup.pollers_join(+1);
   EXPECT_TRUE(setup.watched_by_pollers());
   EXPECT_FALSE(in_set(set, completions[0]));
+  EXPECT_EQ(left.load(), 1);
   setup.pollers_join(+1);  // a second loop's watch
   setup.pollers_join(-1);
   EXPECT_FALSE(in_set(set, completions[0])) << "one loop still watches the link";
   setup.pollers_join(-1);
   EXPECT_FALSE(setup.watched_by_pollers());
   EXPECT_TRUE(in_set(set, completions[0]));
+  EXPECT_EQ(left.load(), 0);
   // Forgotten while a loop watches: the set is not touched again, by the forgetting or the loop.
   setup.pollers_join(+1);
+  EXPECT_EQ(left.load(), 1);
   setup.forget_listener();
+  EXPECT_EQ(left.load(), 0);
   setup.pollers_join(-1);
   EXPECT_FALSE(in_set(set, completions[0]));
+  EXPECT_EQ(left.load(), 0);
   close(completions[0]);
   close(completions[1]);
   close(bell);
