@@ -66,7 +66,7 @@ class LinkSetup {
   // `wake_set` is the listener's epoll set, which watches the link's completion channel
   // (`completion_fd`) while no event loop does (pollers_join).
   void serve_opens() { serves_ = true; }
-  // *left counts the listener's links out of its set (StreamListener::look_ms).
+  // *left counts the listener's links out of its set (StreamListener::leaves_links_to_loops).
   void set_bell(int bell, std::atomic<bool>* rung, int wake_set, int completion_fd, std::atomic<int>* left);
   // The listener lets the link go: its bell and set are forgotten here (under the link's lock, so
   // that no poller touches the set after), and the completion channel leaves the set.

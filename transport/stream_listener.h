@@ -53,11 +53,13 @@ class StreamListener {
   // the cm channel, each link's completion channel and a bell that a thread which took an open off a
   // link rings, so that an open is seen when it comes, not at the next timed look (docs/links.md).
   int fd() const { return wake_set_ >= 0 ? wake_set_ : channel_->fd; }
-  // How long a thread asleep on fd() for a request should sleep at most before it collects again:
-  // `usual`, or 2 ms while some link is out of the set because an event loop watches it (docs/links.md,
-  // "the listener's wake"), since the thread that waits in the application's accept may be that very
-  // loop, which takes the link's opens only when it comes back.
-  int look_ms(int usual) const { return links_left_.load(std::memory_order_relaxed) > 0 ? std::min(usual, 2) : usual; }
+  // Whether fd() is readable for the opens on links too (else for rdma_cm's requests only: opens are
+  // seen by collecting again).
+  bool wakes_for_opens() const { return wake_set_ >= 0; }
+  // Whether some links are out of fd()'s set because an event loop watches them (docs/links.md, "the
+  // listener's wake"): their opens ring the bell when the loop takes them, which it does only when it
+  // comes back to its wait. A thread that waits in the application's accept may be that very loop.
+  bool leaves_links_to_loops() const { return links_left_.load(std::memory_order_relaxed) > 0; }
   // Takes the requests that arrived off the channel without waiting, and rejects those held longer
   // than `hold`.
   void collect(std::chrono::milliseconds hold);
@@ -149,7 +151,7 @@ class StreamListener {
   int wake_set_ = -1;    // fd(): the epoll set (-1 when none could be had: the cm channel is polled)
   int opens_bell_ = -1;  // an eventfd in it, written when an open is put on a link's list
   std::atomic<bool> bell_rung_{false};  // set after each write: a take reads the eventfd only then
-  std::atomic<int> links_left_{0};      // links out of the set while an event loop watches them (look_ms)
+  std::atomic<int> links_left_{0};      // links out of the set while an event loop watches them
   StreamOptions options_;
   std::vector<Held> held_;
   // The links of the streams accepted here, kept for the client's next streams until the client lets

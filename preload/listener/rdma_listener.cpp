@@ -220,7 +220,7 @@ transport::Status RequestWait::look(std::unique_ptr<transport::RdmaStream>* out)
 }
 
 transport::Status collect_arrivals(TrackedSocket* socket, int* fd, std::vector<transport::TcpTuple>* admitted,
-                                   bool* whole, int* look_ms) {
+                                   bool* whole, ListenerWake* wake) {
   ListenerState* listener = listener_state(socket);
   if (listener == nullptr) return transport::Status::kRejected;
   std::lock_guard lock(listener->mutex);
@@ -228,7 +228,7 @@ transport::Status collect_arrivals(TrackedSocket* socket, int* fd, std::vector<t
   if (rdma == nullptr) return transport::Status::kRejected;
   rdma->collect(request_hold(*rdma));
   *fd = rdma->fd();
-  if (look_ms != nullptr) *look_ms = rdma->look_ms(*look_ms);
+  if (wake != nullptr) *wake = ListenerWake{rdma->wakes_for_opens(), rdma->leaves_links_to_loops()};
   if (admitted != nullptr) *whole = rdma->take_admitted(admitted);
   return transport::Status::kOk;
 }
@@ -254,12 +254,13 @@ transport::Status accept_request(TrackedSocket* socket, const transport::TcpTupl
                                  std::unique_ptr<transport::RdmaStream>* out) {
   RequestWait wait(socket, tuple, options);
   for (;;) {
-    int listener_fd = -1, look_ms = 20;
+    int listener_fd = -1;
     bool whole = true;
+    ListenerWake wake;
     std::unique_ptr<transport::RdmaStream> answered;
     // The tuples held are left to the engine, which looks up its own waits by them: this wait looks
     // every round.
-    transport::Status s = collect_arrivals(socket, &listener_fd, nullptr, &whole, &look_ms);
+    transport::Status s = collect_arrivals(socket, &listener_fd, nullptr, &whole, &wake);
     if (s == transport::Status::kOk) s = wait.look(&answered);
     if (s == transport::Status::kOk) {
       // The client's completion is awaited without the listener's lock: one that never completes
@@ -273,8 +274,10 @@ transport::Status accept_request(TrackedSocket* socket, const transport::TcpTupl
       wait.give_up();  // a later request is answered at once
       return transport::Status::kWouldBlock;
     }
+    // Every 20 ms at most; every 2 ms while some link's opens come only through an event loop's
+    // takes, since this thread, waiting in the application's accept, may be that loop.
     pollfd p{listener_fd, POLLIN, 0};
-    real().poll(&p, 1, look_ms);
+    real().poll(&p, 1, wake.links_left ? 2 : 20);
   }
 }
 

@@ -94,10 +94,14 @@ class RequestWait {
 // Takes what arrived at `listener` (rdma_cm requests, opens on its links) without waiting. *fd: its
 // descriptor, to poll for the next; with `admitted`, the tuples of the requests held since the last
 // such call are appended to it, and *whole is false when some were not kept (look at every wait
-// then); only the upgrade engine takes them. With `look_ms`, *look_ms becomes how long to poll at
-// most (StreamListener::look_ms of its value). kRejected: no RDMA listener in this process (any more).
+// then); only the upgrade engine takes them. With `wake`, what *fd's readiness says (below).
+// kRejected: no RDMA listener in this process (any more).
+struct ListenerWake {
+  bool every_open = true;   // readable for opens on links too (StreamListener::wakes_for_opens)
+  bool links_left = false;  // some links' opens come only through an event loop's takes (leaves_links_to_loops)
+};
 transport::Status collect_arrivals(TrackedSocket* listener, int* fd, std::vector<transport::TcpTuple>* admitted,
-                                   bool* whole, int* look_ms = nullptr);
+                                   bool* whole, ListenerWake* wake = nullptr);
 
 // Waits (up to the rule's upgrade_timeout) for the client's RDMA connection request for the accepted
 // connection `tuple` and accepts it into *out. A tcp2rdma client sends it right after its TCP connect

@@ -1,6 +1,7 @@
 #include "upgrade/request_watch.h"
 
 #include <poll.h>
+#include <sys/eventfd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "libc/real_calls.h"
+#include "own_descriptors.h"
 #include "registry/per_process.h"
 #include "registry/upgrade_session.h"
 #include "tuple_hash.h"
@@ -20,12 +22,17 @@
 namespace tcp2rdma::preload {
 namespace {
 
-// The longest sleep between two rounds. A request wakes the engine when it comes (a listener's
-// descriptor covers its rdma_cm channel and its links: StreamListener::fd()); the look is for a
-// listener that could not have that descriptor, and bounds how late a new wait is first looked at.
+// The sleep between two rounds while something is seen only by looking: a listener whose descriptor
+// is not readable for the opens on its links (StreamListener::wakes_for_opens), a request held until
+// its connection is used (answerable), no bell for new waits. Otherwise a request wakes the engine
+// when it comes (a listener's descriptor covers its rdma_cm channel and its links:
+// StreamListener::fd()), a new wait rings the engine's bell, and the engine sleeps until its sweep:
+// a wait that lasts (a client without the module never asks; the rule's upgrade_timeout) costs ten
+// looks a second, not a hundred.
 constexpr int kLookMs = 10;
 // Every wait is looked at this often (its connection settled, its time up); in between only those
-// whose request a listener took, and the new ones.
+// whose request a listener took, and the new ones. An open on a link that an event loop watches,
+// which comes while the loop is busy elsewhere, is found by the sweep's collect at the latest.
 constexpr auto kSweep = std::chrono::milliseconds(100);
 
 // What the engine's thread holds: the waits, found by their tuple, and the listeners they wait at.
@@ -105,6 +112,10 @@ struct Watch {
   std::condition_variable arrived;
   std::vector<RequestWaiter> incoming;  // handed over, not yet taken by the thread
   bool running = false;
+  // An eventfd that watch_request writes when it hands a wait over while the thread sleeps until
+  // its sweep (sleeping); -1 when none could be made: the thread looks every kLookMs then.
+  int bell = -1;
+  bool sleeping = false;
   // The thread's own, kept here rather than on its stack: in a forked child, where the thread is not,
   // LeakSanitizer reaches them through g_watch instead of reporting them lost.
   Waits waits;
@@ -113,14 +124,17 @@ struct Watch {
 
 // Takes what arrived at every listener once: the indices of the waits whose request came go to
 // *due, with all of them when a listener could not say which (or has no RDMA listener any more).
-void collect(Waits& waits, std::vector<size_t>* due, bool* sweep) {
+// *look_soon: a listener's descriptor is not readable for every open on its links.
+void collect(Waits& waits, std::vector<size_t>* due, bool* sweep, bool* look_soon) {
   std::vector<transport::TcpTuple> admitted;
   waits.fds().clear();
   for (const auto& [listener, count] : waits.listeners()) {
     int fd = -1;
     bool whole = true;
-    if (collect_arrivals(listener, &fd, &admitted, &whole) != transport::Status::kOk || !whole) *sweep = true;
+    ListenerWake wake;
+    if (collect_arrivals(listener, &fd, &admitted, &whole, &wake) != transport::Status::kOk || !whole) *sweep = true;
     if (fd >= 0) waits.fds().push_back(pollfd{fd, POLLIN, 0});
+    if (!wake.every_open) *look_soon = true;
   }
   for (const transport::TcpTuple& t : admitted) {
     if (size_t i = waits.find(t); i < waits.size()) due->push_back(i);
@@ -172,9 +186,36 @@ void look_at(Waits& waits, size_t i, bool full, std::chrono::steady_clock::time_
   done.done(s, std::move(answered));
 }
 
+// Sleeps on the listeners' descriptors until one has news, or the next look is due: in kLookMs when
+// `look_soon` (or without a bell), else at `next_sweep` unless a new wait rings the bell first.
+void sleep_until_news(Watch* w, bool look_soon, std::chrono::steady_clock::time_point next_sweep) {
+  std::vector<pollfd>& fds = w->waits.fds();
+  if (look_soon || w->bell < 0) {
+    real().poll(fds.data(), fds.size(), kLookMs);
+    return;
+  }
+  {
+    std::lock_guard lock(w->mu);
+    if (!w->incoming.empty()) return;  // handed over since the round took them
+    w->sleeping = true;
+  }
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(next_sweep - std::chrono::steady_clock::now());
+  int ms = static_cast<int>(std::clamp<int64_t>(left.count(), 1, kSweep.count()));
+  fds.push_back(pollfd{w->bell, POLLIN, 0});
+  real().poll(fds.data(), fds.size(), ms);
+  bool rung = fds.back().revents != 0;
+  fds.pop_back();
+  {
+    std::lock_guard lock(w->mu);
+    w->sleeping = false;
+  }
+  eventfd_t rings = 0;
+  if (rung) (void)eventfd_read(w->bell, &rings);  // libc's own call: the waits are taken next round
+}
+
 // The engine's thread: takes the new waits and what arrived at the listeners, answers the requests
-// that came, ends the waits that are over, and sleeps until a listener has news or the next look is
-// due.
+// that came, ends the waits that are over, and sleeps until a listener has news, a new wait comes
+// or the next look is due.
 void run(Watch* w) {
   Waits& waits = w->waits;
   std::vector<size_t>& due = w->due;
@@ -200,7 +241,8 @@ void run(Watch* w) {
       real().poll(nullptr, 0, kLookMs);
       continue;
     }
-    collect(waits, &due, &sweep);
+    bool look_soon = false;
+    collect(waits, &due, &sweep, &look_soon);
     auto now = std::chrono::steady_clock::now();
     // From the last: a wait that leaves takes the last one's place, which was looked at already (or
     // is not due).
@@ -215,7 +257,7 @@ void run(Watch* w) {
       for (size_t i = waits.size(); i-- > 0;) look_at(waits, i, !sweep, now);
       next_sweep = now + kSweep;
     }
-    if (!waits.empty()) real().poll(waits.fds().data(), waits.fds().size(), kLookMs);
+    if (!waits.empty()) sleep_until_news(w, look_soon || waits.held() > 0, next_sweep);
   }
 }
 
@@ -228,6 +270,10 @@ bool watch_request(RequestWaiter& waiter) noexcept {
   if (w == nullptr) return false;
   std::lock_guard lock(w->mu);
   if (!w->running) {
+    if (w->bell < 0) {
+      transport::OwnDescriptors window;  // above the application's range (own_descriptors.h)
+      w->bell = window.place(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+    }
     std::thread thread = start_quiet_thread([w] { run(w); });
     if (!thread.joinable()) return false;
     thread.detach();
@@ -239,6 +285,10 @@ bool watch_request(RequestWaiter& waiter) noexcept {
     return false;
   }
   w->arrived.notify_one();
+  if (w->sleeping) {  // until its sweep: the wait is looked at now (its request may be held already)
+    w->sleeping = false;
+    (void)eventfd_write(w->bell, 1);
+  }
   return true;
 }
 
