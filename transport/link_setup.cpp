@@ -61,10 +61,14 @@ void LinkSetup::set_bell(int bell, std::atomic<bool>* rung, int wake_set, int co
 }
 
 void LinkSetup::forget_listener() {
-  if (wake_set_ >= 0 && pollers_ == 0) os().epoll_ctl(wake_set_, EPOLL_CTL_DEL, completion_fd_, nullptr);
-  if (wake_set_ >= 0 && pollers_ > 0 && left_ != nullptr) left_->fetch_sub(1, std::memory_order_relaxed);
+  // A forked child's copy of the listener leaves the set (the parent's too) alone.
+  if (wake_set_ >= 0 && getpid() == listening_pid_) {
+    if (pollers_ == 0) os().epoll_ctl(wake_set_, EPOLL_CTL_DEL, completion_fd_, nullptr);
+    if (pollers_ > 0 && left_ != nullptr) left_->fetch_sub(1, std::memory_order_relaxed);
+  }
   bell_ = -1;
   rung_ = nullptr;
+  left_ = nullptr;
   wake_set_ = -1;
 }
 

@@ -8,10 +8,14 @@
 #    along to cat, which takes it up;
 #  - 5027: the same service run as nobody (inetd changes credentials between fork and exec);
 #  - 5016: plain `inetd`, which strips LD_PRELOAD from its services' environment, before-return
-#    rules, 256 KiB at once: the connection inetd accepted on RDMA goes back to TCP at the exec, and
-#    the client's bytes that came on RDMA go along to cat with the module, given back for them.
+#    rules, 256 KiB at once, one connection at a time: the connection inetd accepted on RDMA goes back
+#    to TCP at the exec, and the client's bytes that came on RDMA go along to cat with the module,
+#    given back for them. One at a time, inetd's accept waits for the client's request and returns
+#    on RDMA; with four at a time, a connection whose client asked for another first goes on beside
+#    inetd, which forks it away on TCP unless the upgrade wins that race: how many won depended on
+#    the host's load (4 of 20 in a CI run, 12 to 18 in runs alone).
 # Every echo must be exact on all three; on 5026 and 5027 at least half of the connections must have
-# been upgraded in cat (logged by the module in cat), on 5016 a quarter must have needed the module
+# been upgraded in cat (logged by the module in cat), on 5016 half must have needed the module
 # given back, and rxe must have carried packets. Before, inetd's close_range took the module's channel
 # to the parent in the child, and every connection of the three was reset.
 set -u
@@ -38,7 +42,7 @@ if [ "$role" = a ]; then
   done
   echo "inetd-load server: the module given back to $(grep -c 'dropped the module; it is given back' "$log") exec'd programs"
   status=0
-  [ "$(grep -c 'dropped the module; it is given back' "$log")" -ge $((count / 4)) ] || status=1
+  [ "$(grep -c 'dropped the module; it is given back' "$log")" -ge $((count / 2)) ] || status=1
   for port in 5026 5027; do
     [ "$(grep -c "$port .*upgraded to rdma" "$log")" -ge $((count / 2)) ] || status=1
   done
@@ -50,7 +54,7 @@ status=0
 before=$("$guest/rdma-counters")
 env LD_PRELOAD="$shim" TCP2RDMA_RULES="$bg_rules" TCP2RDMA_LOG="$log" python3 "$here/short_clients.py" "$T2R_PEER" 5026 "$count" 4 1048576 60 || status=1
 env LD_PRELOAD="$shim" TCP2RDMA_RULES="$bg_rules" TCP2RDMA_LOG="$log" python3 "$here/short_clients.py" "$T2R_PEER" 5027 "$count" 4 1048576 60 || status=1
-env LD_PRELOAD="$shim" TCP2RDMA_RULES="$rules" TCP2RDMA_LOG="$log" python3 "$here/short_clients.py" "$T2R_PEER" 5016 "$count" 4 262144 || status=1
+env LD_PRELOAD="$shim" TCP2RDMA_RULES="$rules" TCP2RDMA_LOG="$log" python3 "$here/short_clients.py" "$T2R_PEER" 5016 "$count" 1 262144 || status=1
 after=$("$guest/rdma-counters")
 touch "$T2R_WORK/clients-done"
 sent=$(printf '%s\n%s\n' "$before" "$after" | awk '$1 == "sent_pkts" { v[n++] = $2 } END { print v[1] - v[0] }')
