@@ -1,14 +1,5 @@
 #include "util/quiet_thread.h"
 
-#include <unistd.h>
-
-#include <atomic>
-#include <condition_variable>
-#include <deque>
-#include <mutex>
-#include <new>
-
-#include "keep_forever.h"
 #include "util/saved_errno.h"
 
 namespace tcp2rdma::preload {
@@ -19,92 +10,7 @@ namespace {
 // they are blocked.
 bool ignored_by_default(int sig) { return sig == SIGCHLD || sig == SIGCONT || sig == SIGURG || sig == SIGWINCH; }
 
-std::thread make_thread(std::function<void()> body) noexcept {
-  try {
-    return std::thread([body = std::move(body)]() mutable {
-      block_all_signals();
-      body();
-    });
-  } catch (const std::exception&) {  // std::system_error, std::bad_alloc
-    return std::thread();
-  }
-}
-
-// The thread that creates the module's threads (start_module_thread), one a process. A caller hands
-// it a job and waits for the thread it made.
-struct Starter {
-  explicit Starter(pid_t made_in) : pid(made_in) {}
-  const pid_t pid;  // a forked child has no starter thread: it makes one of its own
-  enum State { kStarting, kRunning, kFailed };
-  std::atomic<State> state{kStarting};
-  struct Job {
-    std::function<void()>* body;
-    std::thread made;
-    bool done = false;
-  };
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<Job*> jobs;
-};
-
-std::atomic<Starter*> g_starter{nullptr};
-
-void run_starter(Starter* s) {
-  std::unique_lock lock(s->mu);
-  for (;;) {
-    s->cv.wait(lock, [s] { return !s->jobs.empty(); });
-    Starter::Job* job = s->jobs.front();
-    s->jobs.pop_front();
-    job->made = make_thread(std::move(*job->body));
-    job->done = true;
-    s->cv.notify_all();
-  }
-}
-
-// This process's starter, started on first use; null when it could not be had.
-Starter* starter_here() noexcept {
-  pid_t here = getpid();
-  Starter* s = g_starter.load(std::memory_order_acquire);
-  if (s == nullptr || s->pid != here) {
-    auto* fresh = new (std::nothrow) Starter(here);
-    if (fresh == nullptr) return nullptr;
-    if (g_starter.compare_exchange_strong(s, fresh, std::memory_order_acq_rel)) {
-      transport::keep_forever(s);  // a parent's, whose lock a thread of the parent may have held
-      std::thread thread;
-      {
-        SignalsHeld quiet(signals_held_while_starting());
-        thread = make_thread([fresh] { run_starter(fresh); });
-      }
-      bool running = thread.joinable();
-      if (running) thread.detach();
-      fresh->state.store(running ? Starter::kRunning : Starter::kFailed, std::memory_order_release);
-      return running ? fresh : nullptr;
-    }
-    delete fresh;  // another thread of this process made it first: s is that one
-  }
-  while (s->state.load(std::memory_order_acquire) == Starter::kStarting) std::this_thread::yield();
-  return s->state.load(std::memory_order_acquire) == Starter::kRunning ? s : nullptr;
-}
-
 }  // namespace
-
-std::thread start_module_thread(std::function<void()> body) noexcept {
-  Starter* s = starter_here();
-  if (s == nullptr) {  // made here then, holding only what the kernel would not discard
-    SignalsHeld quiet(signals_held_while_starting());
-    return make_thread(std::move(body));
-  }
-  Starter::Job job{&body, std::thread(), false};
-  std::unique_lock lock(s->mu);
-  try {
-    s->jobs.push_back(&job);
-  } catch (const std::bad_alloc&) {
-    return std::thread();
-  }
-  s->cv.notify_all();
-  s->cv.wait(lock, [&job] { return job.done; });
-  return std::move(job.made);
-}
 
 sigset_t signals_held_while_starting() noexcept {
   SavedErrno keep_errno;

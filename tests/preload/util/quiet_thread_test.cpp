@@ -90,44 +90,5 @@ TEST(QuietThread, AChildExitingWhileOneStartsInterruptsNoOtherThread) {
   EXPECT_EQ(interrupted.load(), 0);
 }
 
-// The same while ours are made: glibc's pthread_create blocks every signal in the creating thread
-// around its clone, so a child that exits then had its SIGCHLD kept and handed to another thread
-// (seen: a client's epoll_wait failed with EINTR when its forked child exited at once, the fork
-// having started the module's claim service). Ours are made by a starter thread of the module's:
-// the application's thread never holds a signal so. Each round forks a child that exits at once
-// while this thread starts module threads back to back, so that the exit falls inside creations.
-TEST(QuietThread, AChildExitingWhileOnesAreMadeInterruptsNoOtherThread) {
-  Disposition chld(SIGCHLD, SIG_DFL);
-  int ep = epoll_create1(EPOLL_CLOEXEC);
-  ASSERT_GE(ep, 0);
-  std::atomic<bool> done{false};
-  std::atomic<int> interrupted{0};
-  std::thread sleeper([&] {
-    while (!done.load()) {
-      epoll_event ev{};
-      if (epoll_wait(ep, &ev, 1, 200) < 0 && errno == EINTR) ++interrupted;
-    }
-  });
-  std::thread first = start_quiet_thread([] {});  // the starter is made on first use: before any child
-  ASSERT_TRUE(first.joinable());
-  first.join();
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the sleeper is inside epoll_wait
-  for (int round = 0; round < 100; ++round) {
-    pid_t child = fork();
-    if (child == 0) _exit(0);
-    ASSERT_GT(child, 0);
-    for (int i = 0; i < 20; ++i) {
-      std::thread t = start_quiet_thread([] {});
-      ASSERT_TRUE(t.joinable());
-      t.join();
-    }
-    waitpid(child, nullptr, 0);
-  }
-  done = true;
-  sleeper.join();
-  close(ep);
-  EXPECT_EQ(interrupted.load(), 0);
-}
-
 }  // namespace
 }  // namespace tcp2rdma::preload
