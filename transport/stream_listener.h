@@ -5,7 +5,6 @@
 
 #include <rdma/rdma_cma.h>
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -50,8 +49,9 @@ class StreamListener {
 
   // Pollable (POLLIN) when a connection request may be waiting: call collect() then. Requests come by
   // rdma_cm and, as opens, on the links of streams accepted here; the descriptor is an epoll set over
-  // the cm channel, each link's completion channel and a bell that a thread which took an open off a
-  // link rings, so that an open is seen when it comes, not at the next timed look (docs/links.md).
+  // the cm channel, the completion channel of each link no event loop watches, and a bell that a
+  // thread which took an open off a link rings, so that an open is seen when it comes, not at the
+  // next timed look (docs/links.md).
   int fd() const { return wake_set_ >= 0 ? wake_set_ : channel_->fd; }
   // Whether fd() is readable for the opens on links too (else for rdma_cm's requests only: opens are
   // seen by collecting again).
