@@ -78,15 +78,17 @@ function(tcp2rdma_shim_env var rules)
       PARENT_SCOPE)
 endfunction()
 
-# tcp2rdma_vm_test(<name> LABEL rdma|integration TOPOLOGY loop|pair COST s [TIMEOUT s] [SANITIZE]
-#                  [OWN_GUESTS] GUEST "shell" | GUEST_A "shell" GUEST_B "shell")
+# tcp2rdma_vm_test(<name> LABEL rdma|integration TOPOLOGY loop|pair COST s [TIMEOUT s]
+#                  [SANITIZE | SANITIZE_WITH address|thread] [OWN_GUESTS]
+#                  GUEST "shell" | GUEST_A "shell" GUEST_B "shell")
 # Runs shell commands inside the Soft-RoCE testbed (integration/vm). In "loop" GUEST runs in one VM;
 # in "pair" GUEST_A runs on host A (10.77.0.1) and GUEST_B on host B (10.77.0.2). The guest sees the
 # host's filesystem read-only, so build outputs are reachable by their absolute paths. Each test takes
 # one slot of the resource vm_loop or vm_pair (RESOURCE_GROUPS): with integration/testbed/
 # vm-resources.json (test-all's ctest runs) one loop test and two pair tests may run at a time, each
 # in a session of its own (under TCG a guest waiting on a timer leaves the cores to another).
-# In a sanitized build (TCP2RDMA_SANITIZE) only the tests marked SANITIZE are registered, with the
+# In a sanitized build (TCP2RDMA_SANITIZE) only the tests marked SANITIZE are registered (SANITIZE_WITH:
+# only in the build of that sanitizer; the costliest tests run under one, docs/testbed.md), with the
 # label "sanitize" too: each guest runs its command with the sanitizer's reports going to files in the
 # work directory, and fails when there is any (integration/guest/sanitizer-reports), whatever the
 # command's own status. Their timeouts grow with the sanitizer's slowdown.
@@ -99,8 +101,12 @@ function(tcp2rdma_vm_test name)
   if(NOT TCP2RDMA_VM_TESTS)
     return()
   endif()
-  cmake_parse_arguments(ARG "SANITIZE;OWN_GUESTS" "LABEL;TOPOLOGY;COST;TIMEOUT;GUEST;GUEST_A;GUEST_B" "" ${ARGN})
-  if(TCP2RDMA_SANITIZER_FLAGS AND NOT ARG_SANITIZE)
+  cmake_parse_arguments(ARG "SANITIZE;OWN_GUESTS" "LABEL;TOPOLOGY;COST;TIMEOUT;SANITIZE_WITH;GUEST;GUEST_A;GUEST_B"
+                        "" ${ARGN})
+  if(ARG_SANITIZE_WITH AND NOT ARG_SANITIZE_WITH MATCHES "^(address|thread)$")
+    message(FATAL_ERROR "tcp2rdma_vm_test(${name}): SANITIZE_WITH takes address or thread")
+  endif()
+  if(TCP2RDMA_SANITIZER_FLAGS AND NOT ARG_SANITIZE AND NOT ARG_SANITIZE_WITH STREQUAL TCP2RDMA_SANITIZE)
     return()
   endif()
   if(ARG_UNPARSED_ARGUMENTS)

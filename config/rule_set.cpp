@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "glob.h"
@@ -128,20 +129,31 @@ bool ProcessRuleSet::may_select_rdma(Role role) const {
   return false;
 }
 
+bool ProcessRuleSet::may_serve_at(const Rule& rule, const ConnectionKey& key, bool wildcard) {
+  if (rule.options.transport != Transport::kRdma) return false;
+  if (rule.role.has_value() && *rule.role != Role::kServer) return false;
+  if (!key.has_local) return true;
+  if (!rule.ports.empty() && !ports_contain(rule.ports, key.local_port)) return false;
+  return rule.local.empty() || wildcard || any_cidr(rule.local, key.local);
+}
+
 bool ProcessRuleSet::may_select_rdma_at(const sockaddr* local) const {
+  return longest_upgrade_timeout_at(local) != 0;
+}
+
+uint64_t ProcessRuleSet::longest_upgrade_timeout_at(const sockaddr* local) const {
   ConnectionKey key(ConnectionFacts{Role::kServer, nullptr, local});
-  if (!key.has_local) return may_select_rdma(Role::kServer);
-  bool wildcard = is_wildcard(local);
+  bool wildcard = key.has_local && is_wildcard(local);
   static const Rule loopback = loopback_rule();
-  if (!wildcard && any_cidr(loopback.remote, key.local)) return false;
+  if (key.has_local && !wildcard && any_cidr(loopback.remote, key.local)) return 0;
+  uint64_t longest = 0;
   for (const Rule* rule : candidates_) {
-    if (rule->options.transport != Transport::kRdma) continue;
-    if (rule->role.has_value() && *rule->role != Role::kServer) continue;
-    if (!rule->ports.empty() && !ports_contain(rule->ports, key.local_port)) continue;
-    if (!rule->local.empty() && !wildcard && !any_cidr(rule->local, key.local)) continue;
-    return true;
+    // At least 1: a rule that may serve counts even with a zero timeout (which the loader refuses).
+    if (may_serve_at(*rule, key, wildcard)) {
+      longest = std::max({longest, rule->options.upgrade_timeout_us, uint64_t{1}});
+    }
   }
-  return false;
+  return longest;
 }
 
 }  // namespace tcp2rdma::config

@@ -116,7 +116,15 @@ class ProcessRuleSet {
   // yet. False for a loopback address (its peers are loopback ones, which stay TCP).
   bool may_select_rdma_at(const sockaddr* local) const;
 
+  // The longest upgrade_timeout (microseconds) of the rules that may_select_rdma_at `local`, 0 when
+  // none may: how long a listener there holds a client's request for its application to accept the
+  // connection (an inetd service, a PostgreSQL backend: a fork and an exec before the first call).
+  uint64_t longest_upgrade_timeout_at(const sockaddr* local) const;
+
  private:
+  // Whether `rule` may send a connection accepted at `key` over RDMA (may_select_rdma_at).
+  static bool may_serve_at(const Rule& rule, const ConnectionKey& key, bool wildcard);
+
   std::vector<const Rule*> candidates_;
   const ConnectionOptions* unmatched_;
 };

@@ -18,12 +18,7 @@ Status LinkProgress::dispatch(StreamLink& link, const ibv_wc& wc, RdmaStream* ca
     // failed one would have raised a completion of its own): each is handed out as if it had raised
     // one, oldest first, then this one.
     Status mine = Status::kOk;
-    for (uint64_t older = 0; link.take_older_send(wc.wr_id, &older);) {
-      ibv_wc done{};
-      done.wr_id = older;
-      done.status = IBV_WC_SUCCESS;
-      done.opcode = IBV_WC_RDMA_WRITE;
-      done.qp_num = wc.qp_num;
+    for (ibv_wc done{}; link.take_older_completion(wc, &done);) {
       if (Status s = dispatch_one(link, done, caller); s != Status::kOk && mine == Status::kOk) mine = s;
     }
     Status s = dispatch_one(link, wc, caller);
@@ -34,6 +29,12 @@ Status LinkProgress::dispatch(StreamLink& link, const ibv_wc& wc, RdmaStream* ca
 
 Status LinkProgress::dispatch_one(StreamLink& link, const ibv_wc& wc, RdmaStream* caller) {
   uint64_t kind = StreamLink::work_kind(wc.wr_id);
+  // The marker a stopped link posts (StreamLink::kWrDrain): the sends before it were counted off
+  // above; it is news to nobody.
+  if (kind == StreamLink::kWrDrain) {
+    link.on_send_completed();
+    return Status::kOk;
+  }
   if (kind == StreamLink::kWrReceive && wc.status != IBV_WC_SUCCESS) {
     // A flushed receive names no channel: the queue pair is in the error state, which is every
     // channel's to judge (a failure, or the expected tail of one that ended).

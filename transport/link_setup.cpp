@@ -50,25 +50,39 @@ Status LinkSetup::keep_open(uint32_t slot) {
   return Status::kOk;
 }
 
-void LinkSetup::set_bell(int bell, std::atomic<bool>* rung, int wake_set, int completion_fd,
-                         std::atomic<int>* left) {
+void LinkSetup::set_bell(int bell, std::atomic<bool>* rung, int wake_set, int completion_fd, SetCounts* counts) {
   bell_ = bell;
   rung_ = rung;
   wake_set_ = wake_set;
   completion_fd_ = completion_fd;
-  left_ = left;
+  counts_ = counts;
   listening_pid_ = getpid();
+  if (wake_set_ >= 0) join_set();  // the link is new: no event loop watches it yet
+}
+
+void LinkSetup::join_set() {
+  in_set_ = watch_readable(wake_set_, completion_fd_);
+  if (!in_set_) counts_->unseen.fetch_add(1, std::memory_order_relaxed);
+}
+
+void LinkSetup::leave_set() {
+  if (in_set_) {
+    os().epoll_ctl(wake_set_, EPOLL_CTL_DEL, completion_fd_, nullptr);
+  } else {
+    counts_->unseen.fetch_sub(1, std::memory_order_relaxed);
+  }
+  in_set_ = false;
 }
 
 void LinkSetup::forget_listener() {
   // A forked child's copy of the listener leaves the set (the parent's too) alone.
   if (wake_set_ >= 0 && getpid() == listening_pid_) {
-    if (pollers_ == 0) os().epoll_ctl(wake_set_, EPOLL_CTL_DEL, completion_fd_, nullptr);
-    if (pollers_ > 0 && left_ != nullptr) left_->fetch_sub(1, std::memory_order_relaxed);
+    if (pollers_ == 0) leave_set();
+    if (pollers_ > 0) counts_->left_to_loops.fetch_sub(1, std::memory_order_relaxed);
   }
   bell_ = -1;
   rung_ = nullptr;
-  left_ = nullptr;
+  counts_ = nullptr;
   wake_set_ = -1;
 }
 
@@ -78,13 +92,11 @@ void LinkSetup::pollers_join(int change) {
   // The set is shared with a forked child (one kernel object): only the listener's process changes it.
   if (wake_set_ < 0 || getpid() != listening_pid_) return;
   if (before == 0 && pollers_ > 0) {
-    os().epoll_ctl(wake_set_, EPOLL_CTL_DEL, completion_fd_, nullptr);
-    if (left_ != nullptr) left_->fetch_add(1, std::memory_order_relaxed);
+    leave_set();
+    counts_->left_to_loops.fetch_add(1, std::memory_order_relaxed);
   } else if (before > 0 && pollers_ == 0) {
-    if (left_ != nullptr) left_->fetch_sub(1, std::memory_order_relaxed);
-    // No memory for the entry: the listener sees this link's opens at its timed looks, as a
-    // listener without a set sees them all.
-    if (!watch_readable(wake_set_, completion_fd_)) wake_set_ = -1;
+    counts_->left_to_loops.fetch_sub(1, std::memory_order_relaxed);
+    join_set();  // without memory for the entry, the listener finds this link's opens at timed looks
   }
 }
 

@@ -66,8 +66,14 @@ class LinkSetup {
   // `wake_set` is the listener's epoll set, which watches the link's completion channel
   // (`completion_fd`) while no event loop does (pollers_join).
   void serve_opens() { serves_ = true; }
-  // *left counts the listener's links out of its set (StreamListener::leaves_links_to_loops).
-  void set_bell(int bell, std::atomic<bool>* rung, int wake_set, int completion_fd, std::atomic<int>* left);
+  // The completion channel joins the set here (and leaves it in pollers_join and forget_listener),
+  // and `counts` keeps the listener's tally of its links out of the set.
+  struct SetCounts {
+    std::atomic<int> left_to_loops{0};  // an event loop watches them (StreamListener::leaves_links_to_loops)
+    std::atomic<int> unseen{0};  // no loop does and the set could not take them (no memory for the
+                                 // entry): their opens are found only at timed looks
+  };
+  void set_bell(int bell, std::atomic<bool>* rung, int wake_set, int completion_fd, SetCounts* counts);
   // The listener lets the link go: its bell and set are forgotten here (under the link's lock, so
   // that no poller touches the set after), and the completion channel leaves the set.
   void forget_listener();
@@ -90,6 +96,9 @@ class LinkSetup {
   std::vector<Open> take_opens() { return std::exchange(opens_, {}); }
 
  private:
+  // The completion channel into the listener's set, or out of it (while no event loop watches).
+  void join_set();
+  void leave_set();
   struct Slot {
     Awaiting open;
     bool used = false;  // an open waits here for its answer
@@ -105,8 +114,9 @@ class LinkSetup {
   std::atomic<bool>* rung_ = nullptr;
   int wake_set_ = -1;      // the listener's set (-1: none, or forgotten)
   int completion_fd_ = -1;  // the link's completion channel, in wake_set_ while pollers_ is 0
+  bool in_set_ = false;     // it is in wake_set_; while pollers_ is 0 and it is not, counts_->unseen counts it
   int pollers_ = 0;         // event loops' watches of the link (LinkWatch)
-  std::atomic<int>* left_ = nullptr;  // the listener's count of its links out of wake_set_
+  SetCounts* counts_ = nullptr;  // the listener's tally of its links out of wake_set_
   pid_t listening_pid_ = 0;  // the listener's process: a forked child's copy of a watch leaves the set alone
   std::vector<Open> opens_;
 };

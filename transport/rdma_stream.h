@@ -471,6 +471,7 @@ class RdmaStream {
   // flushed completions are polled: drain_after_failure).
   void fail_and_stop(Status s);
   void drain_after_failure(std::unique_lock<std::mutex>& lock);
+  void take_drained(const ibv_wc& wc);  // one completion the drain polled (or an older send's)
   bool moved_locked() const;
   // What a poller of the channel can see, with mu_ held: compared around a completion the caller
   // takes for itself, so that only a change a poller could see tells its pollers (dispatch).

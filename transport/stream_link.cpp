@@ -46,7 +46,7 @@ Status StreamLink::create(const StreamOptions& options) {
   if (device_ == nullptr) return Status::kNoDevice;
   ibv_context* context = device_->get();
   send_queue_depth_ = options.send_queue_depth;
-  send_log_.assign(static_cast<size_t>(send_queue_depth_), 0);
+  send_log_.assign(static_cast<size_t>(send_queue_depth_) + 1, 0);  // and the drain marker (stop())
   // Without an explicit ack timeout rdma_cm may leave it at 0 (seen with rxe): "never time out", so a
   // crashed peer host would never fail a send, and the keepalive could never notice it.
   uint8_t ack_timeout = options.ack_timeout_log2;
@@ -71,14 +71,15 @@ Status StreamLink::create(const StreamOptions& options) {
   int sized_for = std::max(1, int{options.link_channels}) * (options.recv_queue_depth + 1) + static_cast<int>(kSetupSlots);
   int full_link = std::max(crowd_receives_, sized_for);
   receive_capacity_ = std::max(first_quota, std::min({kLinkReceives, full_link, device.max_qp_wr,
-                                                     device.max_cqe - options.send_queue_depth}));
-  int cq_size = options.send_queue_depth + receive_capacity_;
+                                                     device.max_cqe - options.send_queue_depth - 1}));
+  int cq_size = options.send_queue_depth + 1 + receive_capacity_;
   cq_ = ibv_create_cq(context, cq_size, nullptr, comp_channel_, 0);
   if (cq_ == nullptr) return Status::kResources;
   ibv_qp_init_attr attr{};
   attr.send_cq = attr.recv_cq = cq_;
   attr.qp_type = IBV_QPT_RC;
-  attr.cap.max_send_wr = options.send_queue_depth;
+  // One beyond the depth the channels use (send_queue_has_room): the drain marker's, always free.
+  attr.cap.max_send_wr = options.send_queue_depth + 1;
   attr.cap.max_recv_wr = receive_capacity_;
   attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
   attr.cap.max_inline_data = options.inline_threshold;
@@ -329,6 +330,17 @@ bool StreamLink::take_older_send(uint64_t wr_id, uint64_t* older) {
   return true;
 }
 
+bool StreamLink::take_older_completion(const ibv_wc& wc, ibv_wc* done) {
+  uint64_t older = 0;
+  if (!take_older_send(wc.wr_id, &older)) return false;
+  *done = ibv_wc{};
+  done->wr_id = older;
+  done->status = IBV_WC_SUCCESS;
+  done->opcode = IBV_WC_RDMA_WRITE;
+  done->qp_num = wc.qp_num;
+  return true;
+}
+
 Status StreamLink::post_receive() {
   ibv_recv_wr wr{}, *bad = nullptr;  // no buffer: every message is an RDMA Write with immediate
   wr.wr_id = kWrReceive;
@@ -406,6 +418,18 @@ void StreamLink::kick() {
 void StreamLink::stop() {
   stopped_ = true;
   flush_queue_pair();
+  post_drain_marker();
+}
+
+void StreamLink::post_drain_marker() {
+  if (qp_ == nullptr) return;
+  // A zero-length RDMA Write: flushed, it never leaves; were the queue pair somehow not in the error
+  // state, it would touch no memory and consume no receive of the peer's.
+  ibv_send_wr wr{};
+  wr.wr_id = work_id(kLinkChannel, kWrDrain);
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  (void)post_send(&wr);  // not posted (no room after all): the drain waits as long as it may
 }
 
 void StreamLink::flush_queue_pair() {

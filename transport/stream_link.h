@@ -45,6 +45,13 @@ class StreamLink {
   static constexpr uint64_t kWrCopy = 1;    // data from the bounce buffer, or inline
   static constexpr uint64_t kWrZeroCopy = 2;
   static constexpr uint64_t kWrReceive = 3;
+  // The marker stop() posts once the queue pair is in the error state, signalled: its flushed
+  // completion comes after every send posted before it, so the unsignalled sends that had completed
+  // without one are counted off behind it (take_older_send). Without it a link whose last sends all
+  // succeeded unsignalled never sees its count of sends outstanding reach zero after a failure, and
+  // drain_after_failure waits out the stream's whole timeout. Its slot is the send queue's one
+  // beyond send_queue_depth (create()).
+  static constexpr uint64_t kWrDrain = 4;
   // post_send adds the send's place in the link's order of sends (its low 32 bits) above both.
   static constexpr uint64_t work_id(uint32_t channel, uint64_t kind) { return uint64_t{channel} << 8 | kind; }
   static constexpr uint64_t work_kind(uint64_t wr_id) { return wr_id & 0xff; }
@@ -257,6 +264,9 @@ class StreamLink {
   // oldest first: each call takes the oldest still logged off the log; true with its wr_id in
   // *older while it is one before `wr_id`, false once it was `wr_id`'s own.
   bool take_older_send(uint64_t wr_id, uint64_t* older);
+  // The same for the completion `wc`: each older send as the successful completion it would have
+  // raised, in *done (for every taker of completions: dispatch, and a failed link's drain).
+  bool take_older_completion(const ibv_wc& wc, ibv_wc* done);
   Status post_receive();
   bool send_queue_has_room(int n) const { return sends_outstanding_ + n <= send_queue_depth_; }
   int sends_outstanding() const { return sends_outstanding_; }
@@ -291,7 +301,7 @@ class StreamLink {
   }
 
   // The queue pair to the error state for good: the adapter flushes every work request with a
-  // completion, and no receive is reposted from here (stopped()).
+  // completion, and no receive is reposted from here (stopped()); then the drain marker (kWrDrain).
   void stop();
   bool stopped() const { return stopped_; }
   void disconnect();
@@ -324,6 +334,7 @@ class StreamLink {
   Status create_wait_sets();
   Status move_qp(ibv_qp_state state);  // to `state`, with rdma_cm's attributes for it
   void flush_queue_pair();  // to the error state: every work request completes, flushed
+  void post_drain_marker();
 
   std::mutex mu_;
   std::condition_variable cv_;

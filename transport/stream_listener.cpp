@@ -114,9 +114,7 @@ void StreamListener::serve_link(const std::shared_ptr<StreamLink>& link) {
   if (wake_set_ < 0) return;
   // A completion on the link wakes the set once the queue is armed (take_link_opens arms it); an
   // open another thread took off the link rings the bell.
-  // The link is new: no event loop watches it yet (LinkSetup::pollers_join).
-  if (!watch_readable(wake_set_, link->completion_fd())) return;
-  link->setup().set_bell(opens_bell_, &bell_rung_, wake_set_, link->completion_fd(), &links_left_);
+  link->setup().set_bell(opens_bell_, &bell_rung_, wake_set_, link->completion_fd(), &set_counts_);
 }
 
 void StreamListener::drop_link(StreamLink& link) {

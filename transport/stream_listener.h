@@ -53,13 +53,15 @@ class StreamListener {
   // thread which took an open off a link rings, so that an open is seen when it comes, not at the
   // next timed look (docs/links.md).
   int fd() const { return wake_set_ >= 0 ? wake_set_ : channel_->fd; }
-  // Whether fd() is readable for the opens on links too (else for rdma_cm's requests only: opens are
-  // seen by collecting again).
-  bool wakes_for_opens() const { return wake_set_ >= 0; }
+  // Whether fd() is readable for the opens on links too (else for rdma_cm's requests only, or a link
+  // the set could not take: opens are seen by collecting again).
+  bool wakes_for_opens() const {
+    return wake_set_ >= 0 && set_counts_.unseen.load(std::memory_order_relaxed) == 0;
+  }
   // Whether some links are out of fd()'s set because an event loop watches them (docs/links.md, "the
   // listener's wake"): their opens ring the bell when the loop takes them, which it does only when it
   // comes back to its wait. A thread that waits in the application's accept may be that very loop.
-  bool leaves_links_to_loops() const { return links_left_.load(std::memory_order_relaxed) > 0; }
+  bool leaves_links_to_loops() const { return set_counts_.left_to_loops.load(std::memory_order_relaxed) > 0; }
   // Takes the requests that arrived off the channel without waiting, and rejects those held longer
   // than `hold`.
   void collect(std::chrono::milliseconds hold);
@@ -151,7 +153,7 @@ class StreamListener {
   int wake_set_ = -1;    // fd(): the epoll set (-1 when none could be had: the cm channel is polled)
   int opens_bell_ = -1;  // an eventfd in it, written when an open is put on a link's list
   std::atomic<bool> bell_rung_{false};  // set after each write: a take reads the eventfd only then
-  std::atomic<int> links_left_{0};      // links out of the set while an event loop watches them
+  LinkSetup::SetCounts set_counts_;      // links out of the set (LinkSetup::set_bell)
   StreamOptions options_;
   std::vector<Held> held_;
   // The links of the streams accepted here, kept for the client's next streams until the client lets

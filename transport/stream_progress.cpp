@@ -368,23 +368,17 @@ void RdmaStream::drain_after_failure(std::unique_lock<std::mutex>& lock) {
   // each is polled, the adapter may still be reading its buffer. The completions queued before the
   // error are taken as they would have been: a data message that arrived counts (a failover reports
   // it as received), one flushed does not. The peer's abort or a protocol violation among them is
-  // the peer's word, not the path's.
+  // the peer's word, not the path's. The link's drain marker (StreamLink::kWrDrain) ends it.
   auto deadline = Deadline::in_ms(options_.timeout_ms);
   while (link_->sends_outstanding() > 0 && !deadline.passed()) {
     ibv_wc wcs[16];
     int n = link_->poll(wcs, 16);
     for (int i = 0; i < n; ++i) {
-      RdmaStream* target = StreamLink::work_kind(wcs[i].wr_id) == kWrReceive ? this
-                                                                            : link_->channel(StreamLink::work_channel(wcs[i].wr_id));
-      if (wcs[i].status != IBV_WC_SUCCESS) {
-        if (target == nullptr || target == this) ++counters_.completions;
-        if (target != nullptr && StreamLink::work_kind(wcs[i].wr_id) != kWrReceive) target->note_send_completion(wcs[i]);
-      } else if (target != this) {
-        take_completion(wcs[i]);  // another channel's news, taken as it would have been
-      } else if (Status s = handle_completion(wcs[i]); s != Status::kOk) {
-        path_failed_ = false;
-        if (failure_ == Status::kReset) failure_ = s;
+      if (StreamLink::work_kind(wcs[i].wr_id) != kWrReceive) {
+        // The unsignalled sends before it completed before it, as LinkProgress::dispatch counts them.
+        for (ibv_wc done{}; link_->take_older_completion(wcs[i], &done);) take_drained(done);
       }
+      take_drained(wcs[i]);
     }
     if (n < 0) break;
     if (n == 0) {
@@ -392,6 +386,43 @@ void RdmaStream::drain_after_failure(std::unique_lock<std::mutex>& lock) {
       sched_yield();
       lock.lock();
     }
+  }
+}
+
+void RdmaStream::take_drained(const ibv_wc& wc) {
+  uint64_t kind = StreamLink::work_kind(wc.wr_id);
+  bool send = kind != kWrReceive;
+  if (kind == StreamLink::kWrDrain) {
+    link_->on_send_completed();
+    return;
+  }
+  if (wc.status != IBV_WC_SUCCESS) {
+    // Flushed (or the failure itself): counted off, no channel's news.
+    uint32_t index = StreamLink::work_channel(wc.wr_id);
+    RdmaStream* target = send ? link_->channel(index) : this;
+    if (target == nullptr || target == this) ++counters_.completions;
+    if (!send) return;
+    if (target != nullptr) {
+      target->note_send_completion(wc);
+    } else {
+      link_->on_send_completed();
+    }
+    link_->on_channel_send_completed(index);
+    return;
+  }
+  // A message that arrived, or a send that completed: whose it is, the immediate or the wr_id says.
+  // Another channel's (or the link's own) is handed on as it would have been: taken here as this
+  // channel's, its bytes would count as ours (a failover record claiming bytes the peer never sent
+  // on this channel, and the ring's stale bytes read as the peer's).
+  uint32_t index = send ? StreamLink::work_channel(wc.wr_id) : imm_channel(ntohl(wc.imm_data));
+  if (link_->channel(index) != this) {
+    take_completion(wc);
+    return;
+  }
+  if (send) link_->on_channel_send_completed(index);
+  if (Status s = handle_completion(wc); s != Status::kOk) {
+    path_failed_ = false;
+    if (failure_ == Status::kReset) failure_ = s;
   }
 }
 

@@ -59,9 +59,10 @@ server)
   ;;
 bench)
   prepare "$2" "$3"
-  # 3 s into the run, T2R_WORK/pgbench-running tells the server's guest to look at its connections
-  # (`tcp2rdma stat`) while every client is connected.
-  (sleep 3 && touch "$T2R_WORK/pgbench-running") &
+  # 6 s into the 10 s run, T2R_WORK/pgbench-running tells the server's guest to look at its
+  # connections (`tcp2rdma stat`) while every client is connected and its switch is done (connecting
+  # pgbench's 8 clients takes 2 to 3 s on a loaded testbed, and each switches in the background after).
+  (sleep 6 && touch "$T2R_WORK/pgbench-running") &
   run "$2" "$3" "$4" "$5"
   cat /tmp/pgbench.log
   check "$2" "$3"

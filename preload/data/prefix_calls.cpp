@@ -86,6 +86,10 @@ ssize_t tcp_after_move(const StreamRef& ref, int fd, const iovec* iov, int iovcn
   while (socket->being_moved()) sched_yield();
   transport::RdmaStream* stream = ref;
   if (stream != nullptr && stream->moved()) complete_move_back(socket, fd);
+  // Moved for good: where every call goes now (counted while a return is planned: a write that goes
+  // on in the kernel's send must not have a return start under it). Half-moved (the peer's marker
+  // not here yet), this side's writes go on TCP while its reads stay on the stream.
+  if (socket->back_on_tcp()) return call_where_it_belongs(ref, fd, iov, iovcnt, msg_flags, receiving);
   if (receiving && socket->prefix.present()) return prefix_recv(socket, fd, iov, iovcnt, msg_flags);
   return kernel_io(fd, iov, iovcnt, msg_flags, receiving);
 }

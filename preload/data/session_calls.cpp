@@ -66,16 +66,6 @@ std::optional<ssize_t> when_stuck(int fd, int msg_flags, short events, const Upg
   return std::nullopt;
 }
 
-// Where a call goes once the session no longer takes it: where every call on the socket goes now.
-ssize_t continue_elsewhere(const StreamRef& began, int fd, const iovec* iov, int iovcnt, int msg_flags,
-                           bool receiving) {
-  StreamRef ref = route_for_call(SocketHold(began.socket()), fd);  // waits for the switch to end
-  if (ref.ours()) {
-    return receiving ? stream_recv(ref, fd, iov, iovcnt, msg_flags) : stream_send(ref, fd, iov, iovcnt, msg_flags);
-  }
-  return kernel_io(fd, iov, iovcnt, msg_flags, receiving);
-}
-
 }  // namespace
 
 ssize_t session_recv(const StreamRef& ref, int fd, const iovec* iov, int iovcnt, int msg_flags) noexcept {
@@ -97,7 +87,7 @@ ssize_t session_recv(const StreamRef& ref, int fd, const iovec* iov, int iovcnt,
     });
     if (!on_tcp) {
       if (done > 0 && !wait_all) return static_cast<ssize_t>(done);
-      ssize_t more = continue_elsewhere(ref, fd, rest.iov(), rest.iovcnt(), msg_flags, true);
+      ssize_t more = call_where_it_belongs(ref, fd, rest.iov(), rest.iovcnt(), msg_flags, true);
       if (more < 0) return done > 0 ? static_cast<ssize_t>(done) : -1;
       return static_cast<ssize_t>(done + static_cast<size_t>(more));
     }
@@ -127,7 +117,7 @@ ssize_t session_send(const StreamRef& ref, int fd, const iovec* iov, int iovcnt,
       if (r > 0) sent += static_cast<uint64_t>(r);
     });
     if (!on_tcp) {
-      ssize_t more = continue_elsewhere(ref, fd, rest.iov(), rest.iovcnt(), msg_flags, false);
+      ssize_t more = call_where_it_belongs(ref, fd, rest.iov(), rest.iovcnt(), msg_flags, false);
       if (more < 0) return done > 0 ? static_cast<ssize_t>(done) : -1;
       return static_cast<ssize_t>(done + static_cast<size_t>(more));
     }

@@ -66,7 +66,7 @@ StreamRef route_for_call(SocketHold socket, int fd, CallUse use) noexcept {
     take_up_deferred_upgrade(socket.get(), fd);
   }
   // Back on TCP: the call that finds a return to RDMA due starts it beside the application.
-  if (socket) return_if_due(socket.get(), fd, learn_if_alone);
+  if (socket && use != CallUse::kEnd) return_if_due(socket.get(), fd, learn_if_alone);
   StreamRef route = route_of(SocketHold(socket.get()));
   if (route.kind() == StreamRef::Kind::kPending) {
     // The call that finds the non-blocking connect complete runs its upgrade (once: the others see
@@ -79,11 +79,14 @@ StreamRef route_for_call(SocketHold socket, int fd, CallUse use) noexcept {
     switching->wait_over();  // the switch takes a few round trips; it never waits on the application
     route = route_of(SocketHold(socket.get()));
   }
-  if (route.kind() == StreamRef::Kind::kKernel && socket && socket->returns.armed() && socket->back_on_tcp()) {
+  bool on_tcp = route.kind() == StreamRef::Kind::kKernel || route.kind() == StreamRef::Kind::kPrefixed;
+  if (on_tcp && socket && socket->returns.armed() && socket->back_on_tcp()) {
     // Back on TCP with a return planned: the kernel's call is counted while it lasts, unless a return
-    // started meanwhile, whose session the call then goes through.
+    // started meanwhile, whose session the call then goes through. So is a call that reads the prefix
+    // first: it goes on in the kernel once the prefix is taken (MSG_WAITALL), and a write beside it
+    // may wait in the kernel's send for as long as the peer does not read.
     socket->begin_tcp_call();
-    if (!socket->session_started()) return StreamRef::counted_kernel(std::move(socket));
+    if (!socket->session_started()) return StreamRef::counted_on_tcp(route.kind(), std::move(socket));
     socket->end_tcp_call();
     route = route_of(std::move(socket));
   }
@@ -109,9 +112,7 @@ ssize_t after_failover(const StreamRef& ref, int fd, const iovec* iov, int iovcn
     case FailoverWait::kInterrupted: errno = EINTR; return -1;
     case FailoverWait::kOver: break;
   }
-  StreamRef now = route_of(SocketHold(ref.socket()));
-  if (!now.ours()) return kernel_io(fd, iov, iovcnt, msg_flags, receiving);  // on TCP, nothing to read first
-  return receiving ? stream_recv(now, fd, iov, iovcnt, msg_flags) : stream_send(now, fd, iov, iovcnt, msg_flags);
+  return call_where_it_belongs(ref, fd, iov, iovcnt, msg_flags, receiving);
 }
 
 // A blocking call that moved `done` bytes on the stream before its path failed: the rest after the
@@ -243,6 +244,14 @@ ssize_t kernel_io(int fd, const iovec* iov, int iovcnt, int flags, bool receivin
   m.msg_iov = const_cast<iovec*>(iov);
   m.msg_iovlen = static_cast<size_t>(iovcnt);
   return receiving ? real().recvmsg(fd, &m, flags) : real().sendmsg(fd, &m, flags);
+}
+
+ssize_t call_where_it_belongs(const StreamRef& began, int fd, const iovec* iov, int iovcnt, int msg_flags,
+                              bool receiving) noexcept {
+  // Counted while it lasts, as any call; a read is one (a relay's reader claims nothing more).
+  StreamRef now = route_for_call(SocketHold(began.socket()), fd, receiving ? CallUse::kRead : CallUse::kAny);
+  if (!now.ours()) return kernel_io(fd, iov, iovcnt, msg_flags, receiving);
+  return receiving ? stream_recv(now, fd, iov, iovcnt, msg_flags) : stream_send(now, fd, iov, iovcnt, msg_flags);
 }
 
 }  // namespace tcp2rdma::preload

@@ -31,7 +31,9 @@ class UpgradeSession;
 // `use`: kRead for a call that only reads (read, recv and their variants, FIONREAD, a poll for input
 // only): in a forked child, such a call claims a connection its parent keeps on RDMA for reading only,
 // which the parent may relay (back_to_tcp/read_relay.h); every other call claims it whole.
-enum class CallUse : uint8_t { kAny, kRead };
+// kEnd: a shutdown. It never starts a return to RDMA: that return's switch would find TCP's sending
+// side ended under it, where its record must go, and reset the connection.
+enum class CallUse : uint8_t { kAny, kRead, kEnd };
 // A poll for input only reads.
 inline CallUse use_of(short poll_events) noexcept {
   return (poll_events & ~(POLLIN | POLLRDNORM | POLLPRI | POLLRDHUP)) == 0 ? CallUse::kRead : CallUse::kAny;
@@ -67,5 +69,11 @@ ssize_t prefix_recv(TrackedSocket* socket, int fd, const iovec* iov, int iovcnt,
 
 // One kernel call on the socket, as the application asked it (recvmsg or sendmsg).
 ssize_t kernel_io(int fd, const iovec* iov, int iovcnt, int flags, bool receiving) noexcept;
+
+// A call that began on one route and goes on where every call on the socket goes now (a session that
+// ended, a path that failed over, a move back that is over): route_for_call's route, held for it, so
+// that its kernel call is counted as any while a return to RDMA is planned.
+ssize_t call_where_it_belongs(const StreamRef& began, int fd, const iovec* iov, int iovcnt, int msg_flags,
+                              bool receiving) noexcept;
 
 }  // namespace tcp2rdma::preload

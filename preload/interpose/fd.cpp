@@ -71,7 +71,7 @@ T2R_INTERPOSE int close(int fd) {
   {
     // A connection whose upgrade is still on TCP stays there (its TCP end must follow its bytes);
     // one in the middle of its switch is closed once the switch is over.
-    tcp2rdma::preload::settle_session(fd);
+    tcp2rdma::preload::settle_for_freeing(fd);
     // The epoll registrations that stand in for an upgraded socket go with it (the kernel drops the
     // socket's own); and a closed epoll set takes its entries along.
     int saved_errno = errno;
@@ -127,7 +127,8 @@ T2R_INTERPOSE int close_range(unsigned int first, unsigned int last, int flags) 
   auto as_fd = [](unsigned n) { return n > static_cast<unsigned>(INT_MAX) ? INT_MAX : static_cast<int>(n); };
   std::unique_lock<std::mutex> take_ups = tcp2rdma::preload::hold_take_ups_while_freeing(as_fd(first), as_fd(last));
   tcp2rdma::preload::for_each_tracked_fd(
-      [](int fd, tcp2rdma::preload::SocketHold&) { tcp2rdma::preload::settle_session(fd); }, as_fd(first), as_fd(last));
+      [](int fd, tcp2rdma::preload::SocketHold&) { tcp2rdma::preload::settle_for_freeing(fd); }, as_fd(first),
+      as_fd(last));
   std::vector<tcp2rdma::preload::TrackedSocket*> sockets;
   int rc = 0;
   {
@@ -161,7 +162,7 @@ template <typename Dup>
 int dup_onto(int fd, int fd2, Dup dup) {
   std::unique_lock<std::mutex> take_ups;  // as in close()
   if (fd != fd2) take_ups = tcp2rdma::preload::hold_take_ups_while_freeing(fd2, fd2);
-  if (fd != fd2) tcp2rdma::preload::settle_session(fd2);  // dup2 closes fd2 first
+  if (fd != fd2) tcp2rdma::preload::settle_for_freeing(fd2);  // dup2 closes fd2 first
   std::unique_lock<std::mutex> numbers;
   if (fd != fd2 && watched_number(fd2)) numbers = tcp2rdma::preload::hold_descriptor_numbers();
   int rc = dup();

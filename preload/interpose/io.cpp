@@ -2,7 +2,7 @@
 // each call goes straight to libc after one table lookup. An upgraded one goes to its stream
 // (stream_calls.h). The _chk variants check the buffer as libc's own do, then take the same path.
 // The route is held until the wrapper returns, across the kernel's call too: on a connection back on
-// TCP whose return to RDMA is planned, that call is counted while it lasts (StreamRef::counted_kernel).
+// TCP whose return to RDMA is planned, that call is counted while it lasts (StreamRef::counted_on_tcp).
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>

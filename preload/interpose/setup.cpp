@@ -170,9 +170,11 @@ T2R_INTERPOSE int shutdown(int fd, int how) {
     }
   }
   // Any other shutdown of a connection still on TCP keeps it there: a client could write no record
-  // after its end, and a read side shut down could not be drained.
+  // after its end, and a read side shut down could not be drained. Nor does it start a return.
   tcp2rdma::preload::settle_session(fd);
-  if (auto s = tcp2rdma::preload::route_for_call(fd)) return tcp2rdma::preload::stream_shutdown(s, fd, how);
+  if (auto s = tcp2rdma::preload::route_for_call(fd, tcp2rdma::preload::CallUse::kEnd)) {
+    return tcp2rdma::preload::stream_shutdown(s, fd, how);
+  }
   return real().shutdown(fd, how);
 }
 

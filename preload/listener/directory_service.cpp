@@ -48,7 +48,7 @@ int look(int fd, ListenerState* listener, int* rdma_fd) {
   transport::StreamListener* rdma =
       listener->own_rdma_port == 0 ? listener->rdma_listener.get() : listener->directory_listener.get();
   if (rdma == nullptr || directory == nullptr || listener->listener_generation != fork_generation()) return -1;
-  rdma->collect(request_hold(*rdma));
+  rdma->collect(listener->request_hold);
   auto port_for = [directory](const transport::TcpTuple& t) { return directory->port_for(t); };
   for (const auto& r : rdma->redirect(port_for)) log_redirect(fd, r);
   *rdma_fd = rdma->fd();

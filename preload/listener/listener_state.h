@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -34,6 +35,17 @@ struct ListenerState final : ListenerParts {
   // Why the last try to make rdma_listener failed (kOk: it did not, or nobody tried): its connections'
   // log lines and stats slots say so (with mutex).
   transport::Status rdma_failure = transport::Status::kOk;
+  // A client's RDMA request that no accepted connection claims is rejected after this long (set with
+  // the rdma_cm listener, with mutex): the longest upgrade timeout of the rules that may select the
+  // listener's connections for RDMA, and at least 5 s. As long as a server connection waits for its
+  // client's request, a request waits for its server's application to accept the connection: under a
+  // burst the application's accept() may come many seconds after the client's connect() returned and
+  // its request left (integration.many_connections.pair: 18 of 1000 requests expired after a fixed
+  // 5 s hold, and their connections, accepted later, waited the upgrade timeout for a request that had
+  // come and gone), and an inetd service takes its connection's upgrade up only once it has been
+  // forked and exec'd (integration.inetd_load.pair, whose rules say 20 s: its services began 8 s
+  // after the request on a loaded testbed).
+  std::chrono::milliseconds request_hold{5000};
   // Pre-fork servers (prefork_listeners.cpp): the fork_generation() of the last process that accepted
   // on this listener; whether an ancestor handed the RDMA listener on to whichever process of the
   // family accepts; whether this fork drops it in the parent; the process that last tried to make it

@@ -58,6 +58,8 @@ transport::Status make_rdma_listener(int fd, TrackedSocket* socket, ListenerKind
   sockaddr_storage local{};
   socklen_t len = sizeof local;
   if (real().getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) != 0) return transport::Status::kInvalid;
+  auto longest = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::microseconds(
+      process_rules().longest_upgrade_timeout_at(reinterpret_cast<const sockaddr*>(&local))));
   if (own_port && local.ss_family == AF_INET6) reinterpret_cast<sockaddr_in6*>(&local)->sin6_port = 0;
   if (own_port && local.ss_family == AF_INET) reinterpret_cast<sockaddr_in*>(&local)->sin_port = 0;
   std::unique_ptr<transport::StreamListener> rdma;
@@ -67,6 +69,7 @@ transport::Status make_rdma_listener(int fd, TrackedSocket* socket, ListenerKind
   transport::Status s = transport::StreamListener::listen(reinterpret_cast<sockaddr*>(&local),
                                                           transport::StreamOptions{}, &rdma, v6_only);
   std::lock_guard lock(listener->mutex);
+  listener->request_hold = std::max(std::chrono::milliseconds(5000), longest);
   if (kind == ListenerKind::kOnListenersPort) listener->rdma_failure = s;
   if (s != transport::Status::kOk) {
     if (log_failure) log_line("fd %d listener: no RDMA listener on its port (%s): its connections stay tcp", fd, why_not(s));
@@ -226,7 +229,7 @@ transport::Status collect_arrivals(TrackedSocket* socket, int* fd, std::vector<t
   std::lock_guard lock(listener->mutex);
   transport::StreamListener* rdma = locked_rdma(listener);
   if (rdma == nullptr) return transport::Status::kRejected;
-  rdma->collect(request_hold(*rdma));
+  rdma->collect(listener->request_hold);
   *fd = rdma->fd();
   if (wake != nullptr) *wake = ListenerWake{rdma->wakes_for_opens(), rdma->leaves_links_to_loops()};
   if (admitted != nullptr) *whole = rdma->take_admitted(admitted);
@@ -239,12 +242,8 @@ bool client_asks_elsewhere(TrackedSocket* socket, const transport::TcpTuple& tup
   std::lock_guard lock(listener->mutex);
   transport::StreamListener* rdma = locked_rdma(listener);
   if (rdma == nullptr) return false;
-  rdma->collect(request_hold(*rdma));
+  rdma->collect(listener->request_hold);
   return rdma->holds_other_from(tuple);
-}
-
-std::chrono::milliseconds request_hold(const transport::StreamListener& listener) {
-  return std::max(std::chrono::milliseconds(5000), std::chrono::milliseconds(listener.options().timeout_ms));
 }
 
 void RequestWait::give_up() { decline(listener_, tuple_, transport::DeclineReason::kTooLate); }

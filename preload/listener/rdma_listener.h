@@ -20,15 +20,6 @@ namespace tcp2rdma::preload {
 class TrackedSocket;
 class UpgradeSession;
 
-// A client's RDMA request that no accepted connection claims is rejected after this long: the
-// listener's rule's upgrade timeout (its setup timeout), and at least 5 s. As long as a server
-// connection waits for its client's request, a request waits for its server's application to accept
-// the connection: under a burst the application's accept() may come many seconds after the client's
-// connect() returned and its request left (integration.many_connections.pair: 18 of 1000 requests
-// expired after a fixed 5 s hold, and their connections, accepted later, waited the upgrade timeout
-// for a request that had come and gone).
-std::chrono::milliseconds request_hold(const transport::StreamListener& listener);
-
 // A listener a rule may select RDMA for: start an rdma_cm listener on the same address and port.
 // Failure (no device, port taken) is logged unless `log_failure` is false; that listener's
 // connections then stay TCP.

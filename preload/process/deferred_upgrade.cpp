@@ -114,6 +114,32 @@ void apply_answer(TrackedSocket* socket, int fd, const TrackedSocket::DeferredUp
   refuse_parents_copy(socket, fd, answer.outcome);  // never a connection with bytes missing
 }
 
+// Ends `session`, still on TCP, as deferred, with a record on `socket` that a child's claim or this
+// process's next use takes up (lent since `lent_at`). The record is installed before the session
+// ends: a thread that finds the session over finds the record too, and waits for the take-up lock
+// instead of reaching the kernel socket uncounted. Without memory for it the session only settles;
+// a session past TCP (switching, or over) leaves no record.
+UpgradeSession::ForkSettle defer_with_record(TrackedSocket* socket, UpgradeSession* session,
+                                             std::chrono::steady_clock::time_point lent_at) {
+  auto* record = new (std::nothrow) TrackedSocket::DeferredUpgrade;
+  if (record == nullptr) {
+    return session->settle() ? UpgradeSession::ForkSettle::kSettled : UpgradeSession::ForkSettle::kWasOver;
+  }
+  record->generation = fork_generation();
+  record->lent_at = lent_at;
+  socket->defer_upgrade(std::unique_ptr<TrackedSocket::DeferredUpgrade>(record));
+  TrackedSocket* listener = nullptr;
+  config::Decision decision{};
+  UpgradeSession::ForkSettle settled = session->defer_for_fork(&listener, &decision);
+  if (settled == UpgradeSession::ForkSettle::kDeferred) {
+    record->listener = listener;
+    record->decision = decision;
+  } else {
+    (void)socket->take_deferred_upgrade();  // nothing to take up
+  }
+  return settled;
+}
+
 }  // namespace
 
 void defer_sessions_for_fork() noexcept {
@@ -126,29 +152,13 @@ void defer_sessions_for_fork() noexcept {
     }
     UpgradeSession* session = socket->active_session();
     if (session == nullptr) return;
-    // Installed before the session ends: a thread that finds the session over finds the record too,
-    // and waits for the take-up lock (the fork's, until the real fork is done) instead of reaching the
-    // kernel socket uncounted.
-    auto* record = new (std::nothrow) TrackedSocket::DeferredUpgrade;
-    if (record != nullptr) {
-      record->generation = fork_generation();
-      record->lent_at = now;
-      socket->defer_upgrade(std::unique_ptr<TrackedSocket::DeferredUpgrade>(record));
-    }
-    TrackedSocket* listener = nullptr;
-    config::Decision decision{};
-    UpgradeSession::ForkSettle settled = record != nullptr ? session->defer_for_fork(&listener, &decision)
-                                                           : (session->settle() ? UpgradeSession::ForkSettle::kSettled
-                                                                                : UpgradeSession::ForkSettle::kWasOver);
+    UpgradeSession::ForkSettle settled = defer_with_record(socket.get(), session, now);
     if (settled == UpgradeSession::ForkSettle::kDeferred) {
-      record->listener = listener;
-      record->decision = decision;
       log_line("%s: the process forks while the upgrade is on tcp: the process that uses the connection next "
                "takes it up",
                session->label());
       return;
     }
-    if (record != nullptr) (void)socket->take_deferred_upgrade();  // nothing to take up
     if (settled == UpgradeSession::ForkSettle::kSettled) {
       log_line("%s: stays tcp (the process forked before the upgrade)", session->label());
       stats::slot_on_tcp(socket->stats_slot.load(std::memory_order_relaxed), stats::TcpReason::kClosedEarly,
@@ -243,11 +253,47 @@ std::chrono::steady_clock::time_point take_up_unused_deferred_upgrades() noexcep
   return next;
 }
 
+namespace {
+
+// An upgrade this process took up after a fork deferred it, still on TCP, on a connection a child
+// holds too (is_lent): the one kind of session a close may hand to the child instead of ending.
+bool taken_up_while_lent(TrackedSocket* socket) {
+  return socket->serial() != 0 && !socket->has_deferred_upgrade() && socket->active_session() != nullptr &&
+         is_lent(socket->serial());
+}
+
+}  // namespace
+
 std::unique_lock<std::mutex> hold_take_ups_while_freeing(int first, int last) noexcept {
   bool deferred = false;
-  for_each_tracked_fd([&](int, SocketHold& socket) { deferred = deferred || socket->has_deferred_upgrade(); }, first,
-                      last);
+  for_each_tracked_fd(
+      [&](int, SocketHold& socket) {
+        deferred = deferred || socket->has_deferred_upgrade() || taken_up_while_lent(socket.get());
+      },
+      first, last);
   return deferred ? std::unique_lock(take_up_lock()) : std::unique_lock<std::mutex>();
+}
+
+void settle_for_freeing(int fd) noexcept {
+  SocketHold socket = SocketHold::of(fd);
+  if (socket && taken_up_while_lent(socket.get())) {
+    // No process had used the connection within kUnusedTakeUpAfter of the fork, so this one took the
+    // upgrade up; now it lets go while a child still holds the connection: the child is its user
+    // (socat's and inetd's worker exec the service later than that on a loaded machine). The session
+    // ends deferred again, the client's request neither answered nor declined, and the child's claim
+    // is answered kResume when the last descriptor goes (~TrackedSocket), not kStaysTcp.
+    UpgradeSession* session = socket->active_session();
+    switch (defer_with_record(socket.get(), session, std::chrono::steady_clock::now())) {
+      case UpgradeSession::ForkSettle::kDeferred:
+        log_line("%s: this process lets go while a child holds the connection: the upgrade waits for the child's "
+                 "use",
+                 session->label());
+        return;
+      case UpgradeSession::ForkSettle::kSettled: log_stays(socket.get(), "closed before the upgrade"); return;
+      case UpgradeSession::ForkSettle::kWasOver: return;
+    }
+  }
+  settle_session(fd);
 }
 
 void hold_take_ups_for_fork() noexcept { take_up_lock().lock(); }

@@ -66,10 +66,15 @@ constexpr std::chrono::milliseconds kUnusedTakeUpAfter{200};
 // next one is due (time_point::max(): none is left).
 std::chrono::steady_clock::time_point take_up_unused_deferred_upgrades() noexcept;
 // Held by close(), dup2() and close_range() while they free a number in [first, last] that names a
-// socket with a deferred upgrade, from before its session is settled until the table forgets the
-// number (empty otherwise): the fork service's thread takes an upgrade up through a number it found
-// in the table, under this lock, and must not start it on a number being freed.
+// socket with a deferred upgrade (or one taken up while a child holds the connection too), from
+// before its session is settled until the table forgets the number (empty otherwise): the fork
+// service's thread takes an upgrade up through a number it found in the table, under this lock, and
+// must not start it on a number being freed.
 [[nodiscard]] std::unique_lock<std::mutex> hold_take_ups_while_freeing(int first, int last) noexcept;
+// The settle of a number being freed, under that lock: settle_session, except that an upgrade this
+// process took up on its own after a fork, still on TCP, while a child holds the connection, is
+// deferred again for the child (logged), which takes it up at its first use.
+void settle_for_freeing(int fd) noexcept;
 
 // The lock of every take-up in this process, which the parent's answers (deferred_answers.cpp) take
 // too; and the log line and stats slot of a deferred connection that stays TCP, `why`.

@@ -35,8 +35,12 @@ namespace {
 // timeout (and a hand-back under way by its own), so this is only for a parent that is stopped or hung.
 constexpr int kAnswerWaitMs = 30000;
 // How long a child's question whether the parent let go of a connection waits, on the application's
-// thread: the parent's thread answers from its records, at once.
-constexpr int kAskWaitMs = 50;
+// thread. The parent's thread answers from its records, at once, but must first be scheduled, which
+// in an emulated guest on a loaded host can take tens of milliseconds or more; and the question is
+// asked only on the application's calls, so an application that then blocks in a read on TCP asks
+// nothing more and its connection stays there. A parent that is stopped or hung costs this at most
+// three times a connection.
+constexpr int kAskWaitMs = 500;
 
 // --- The child's side ----------------------------------------------------------------------------
 
@@ -280,7 +284,13 @@ bool learn_if_alone(TrackedSocket* socket) noexcept {
   // Never behind another thread's claim (up to the parent's move): asked again at the next attempt.
   std::unique_lock lock(p->mutex, std::try_to_lock);
   if (!lock.owns_lock()) return false;
+  auto asked = std::chrono::steady_clock::now();
   HandBack answer = ask_parent(p, socket->serial(), send_ask, kAskWaitMs);
+  if (answer.outcome == HandBack::Outcome::kGone && p->channel >= 0 &&
+      std::chrono::steady_clock::now() - asked >= std::chrono::milliseconds(kAskWaitMs)) {
+    log_line("%s: the parent did not say within %d ms whether it let go of the connection: asked again later",
+             connection_label(socket), kAskWaitMs);
+  }
   if (answer.outcome != HandBack::Outcome::kMoved || !answer.alone) return false;
   socket->forks.note_alone();
   log_line("%s: the parent let go of the connection: it may go back to rdma here", connection_label(socket));

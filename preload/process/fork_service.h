@@ -56,7 +56,7 @@ void claim_from_parent(TrackedSocket* socket, int fd, bool reading = false) noex
 // A connection this child claimed while its parent still held it (TrackedSocket::forks,
 // awaits_parents_word), at an attempt to return it to RDMA: asks the parent whether it let go since,
 // forked or spawned none while it still had a descriptor of it, and lent it to no other child (at most
-// 50 ms, never behind another claim).
+// 500 ms, never behind another claim).
 // True, and the connection is this process's alone, when it did.
 bool learn_if_alone(TrackedSocket* socket) noexcept;
 // Every inherited one: before this process forks (its child could not ask our parent) and before

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "libc/real_calls.h"
+#include "rdma_libraries.h"
 #include "registry/connection_stats.h"
 #include "rule_loader.h"
 #include "util/log.h"
@@ -168,7 +169,10 @@ const char* why_not(transport::Status s) {
   switch (s) {
     case transport::Status::kRejected:
       return "the peer has no tcp2rdma listener on that port (rejected; its log says why)";
-    case transport::Status::kNoDevice: return "no RDMA device";
+    case transport::Status::kNoDevice:
+      // The libraries are opened by the first transport call, which is what failed here.
+      return transport::rdma_libraries_loaded() ? "no RDMA device"
+                                                : "no RDMA device (libibverbs or librdmacm cannot be opened)";
     case transport::Status::kAddressInUse: return "another rdma_cm listener holds the RDMA port";
     case transport::Status::kNoRoute: return "no RDMA route to the peer";
     case transport::Status::kMemoryLock: return "cannot register memory (RLIMIT_MEMLOCK)";

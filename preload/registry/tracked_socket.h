@@ -151,7 +151,7 @@ class TrackedSocket {
   // When the connection, back on TCP, tries RDMA again (return_plan.h).
   ReturnPlan returns;
   // The application's kernel calls under way while a return is planned (route_for_call counts them:
-  // StreamRef::counted_kernel). A thread inside the kernel's read or poll would take the switch's
+  // StreamRef::counted_on_tcp). A thread inside the kernel's read or poll would take the switch's
   // bytes, or sleep on a socket no longer carrying the connection: a return starts only when none
   // is. Sequentially consistent on both sides (the count, then the session; the session, then the
   // count): a call either sees the return's session (session_started) or is seen by it.

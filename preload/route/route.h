@@ -42,11 +42,12 @@ class StreamRef {
     ref.session_ = session;
     return ref;
   }
-  // The kernel's call on a connection back on TCP whose return to RDMA is planned: counted on its
-  // socket until this route goes (TrackedSocket::begin_tcp_call), so that a return starts only while
-  // no such call is under way. The caller has counted it.
-  static StreamRef counted_kernel(SocketHold socket) noexcept {
-    StreamRef ref(std::move(socket), nullptr);
+  // A call on a connection back on TCP whose return to RDMA is planned, which goes to the kernel
+  // (kKernel), or to the prefix and then the kernel (kPrefixed): counted on its socket until this
+  // route goes (TrackedSocket::begin_tcp_call), so that a return starts only while no such call is
+  // under way. The caller has counted it.
+  static StreamRef counted_on_tcp(Kind kind, SocketHold socket) noexcept {
+    StreamRef ref = of_kind(kind, std::move(socket));
     ref.counted_ = true;
     return ref;
   }
@@ -82,8 +83,8 @@ class StreamRef {
   // Whether the call is the module's to make: on the stream, on TCP counted for an upgrade, or on TCP
   // after a prefix.
   bool ours() const noexcept { return kind_ == Kind::kStream || kind_ == Kind::kSession || kind_ == Kind::kPrefixed; }
-  // A kernel route whose call is counted (counted_kernel): a poll must go through the module's own
-  // path, which holds its routes for the whole sleep.
+  // A route whose call is counted (counted_on_tcp): a poll must go through the module's own path,
+  // which holds its routes for the whole sleep.
   bool counted() const noexcept { return counted_; }
 
  private:

@@ -2,6 +2,7 @@
 #include "upgrade/refusals.h"
 
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 
 #include <algorithm>
 #include <atomic>
@@ -10,6 +11,7 @@
 #include <new>
 #include <vector>
 
+#include "libc/real_calls.h"
 #include "registry/per_process.h"
 
 namespace tcp2rdma::preload {
@@ -93,6 +95,31 @@ void note_acceptance(const sockaddr_storage& server) noexcept {
   if (r == nullptr) return;
   std::lock_guard lock(r->mu);
   std::erase_if(r->servers, [&](const Refusal& known) { return same_server(known.server, server); });
+}
+
+namespace {
+
+// The server's end of the connection has closed (its FIN or a reset came).
+bool server_end_closed(int fd) {
+  tcp_info info{};
+  socklen_t len = sizeof info;
+  if (real().getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) return false;
+  switch (info.tcpi_state) {
+    case TCP_CLOSE_WAIT: case TCP_LAST_ACK: case TCP_CLOSING: case TCP_TIME_WAIT: case TCP_CLOSE: return true;
+    default: return false;
+  }
+}
+
+}  // namespace
+
+bool refusal_to_remember(int fd, bool settled, transport::Status s, transport::DeclineReason declined) noexcept {
+  using transport::DeclineReason;
+  bool said_of_server = s == transport::Status::kTimeout ||
+                        (s == transport::Status::kRejected && declined != DeclineReason::kBusy &&
+                         declined != DeclineReason::kExpired && declined != DeclineReason::kTooLate &&
+                         declined != DeclineReason::kDuplicate);
+  // The state is read last: one system call, and only for an answer that would otherwise count.
+  return said_of_server && !settled && !server_end_closed(fd);
 }
 
 }  // namespace tcp2rdma::preload

@@ -15,6 +15,9 @@
 
 #include <chrono>
 
+#include "status.h"
+#include "wire.h"
+
 namespace tcp2rdma::preload {
 
 // How long the server at `server` (its address and port) is still taken at its last refusal; zero when
@@ -24,5 +27,14 @@ std::chrono::milliseconds refused_for(const sockaddr_storage& server) noexcept;
 void note_refusal(const sockaddr_storage& server) noexcept;
 // An RDMA connection to the server was made: it is forgotten.
 void note_acceptance(const sockaddr_storage& server) noexcept;
+
+// Whether a client's failed attempt (`s`, and the server's `declined` reason when it gave one) for
+// the connection on `fd` is a refusal to remember: a no the server would give again (no listener, its
+// rules, its memory) or its silence is; a no about this one connection's timing (busy, expired, too
+// late, a duplicate) is not, nor any answer for a connection that ended meanwhile (`settled`: closed,
+// forked or exec'd away here; or closed by the server, as TCP_INFO's state says): the failure may be
+// that end's, the server's process gone with its RDMA listener, and a load tool's short connections,
+// each gone before its setup, would put the server aside for the next ones.
+bool refusal_to_remember(int fd, bool settled, transport::Status s, transport::DeclineReason declined) noexcept;
 
 }  // namespace tcp2rdma::preload

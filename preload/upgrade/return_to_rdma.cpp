@@ -131,9 +131,9 @@ bool held_here_alone(TrackedSocket* socket, int fd, Clock::time_point now) {
 // forks its receiver right after the daemon's child changed credentials) finds it there. The wait ends
 // after kPromptWaitMost (or the rule's upgrade timeout, if shorter) at the latest, and the attempt then
 // goes on beside the application: a server whose side said it returns at once and then never uses the
-// connection again holds our request unanswered for its listener's hold time (5 s), which an
-// application should not wait out; a return takes a few round trips and a setup (23 to 277 ms in the
-// Soft-RoCE VMs under emulation).
+// connection again holds our request unanswered for its listener's hold time (5 s with the default
+// rules), which an application should not wait out; a return takes a few round trips and a setup (23
+// to 277 ms in the Soft-RoCE VMs under emulation).
 constexpr auto kPromptWaitMost = std::chrono::seconds(2);
 void wait_if_before_return(TrackedSocket* socket, const config::Decision& decision) {
   if (decision.options->upgrade == config::UpgradeMode::kBackground) return;

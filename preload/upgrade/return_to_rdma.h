@@ -22,7 +22,7 @@ using LearnAlone = bool (*)(TrackedSocket* socket);
 
 // An application's call on fd, whose socket is back on TCP: starts the return when one is due. One
 // load and a clock read while none is; never blocks (the attempt runs beside the application; a
-// child's question to its parent waits at most 50 ms, at most three times a connection).
+// child's question to its parent waits at most 500 ms, at most three times a connection).
 void try_return(TrackedSocket* socket, int fd, LearnAlone learn_alone) noexcept;
 inline void return_if_due(TrackedSocket* socket, int fd, LearnAlone learn_alone) noexcept {
   if (socket->returns.armed() && socket->back_on_tcp()) try_return(socket, fd, learn_alone);

@@ -117,20 +117,6 @@ UpgradeOutcome no_rdma_listener(TrackedSocket* listener) {
   return outcome;
 }
 
-// What a client's attempt says about the server for the next ones (refusals.h): a no that it would
-// give again (no listener, its rules, its memory) or silence is remembered; a no about this one
-// connection's timing (busy, expired, too late, a duplicate) is not; an RDMA connection forgets it.
-void remember_answer(const sockaddr_storage& server, transport::Status s, transport::DeclineReason declined) {
-  using transport::DeclineReason;
-  if (s == transport::Status::kOk) {
-    note_acceptance(server);
-  } else if (s == transport::Status::kTimeout ||
-             (s == transport::Status::kRejected && declined != DeclineReason::kBusy && declined != DeclineReason::kExpired &&
-              declined != DeclineReason::kTooLate && declined != DeclineReason::kDuplicate)) {
-    note_refusal(server);
-  }
-}
-
 UpgradeOutcome run_upgrade_steps(const Connection& c, UpgradeSession* session, Answer* answer) {
   // Settled while it waited in a pool's queue (closed, fork, exec): no RDMA connection is made for it.
   if (session->phase() == UpgradeSession::Phase::kOver) {
@@ -167,7 +153,14 @@ UpgradeOutcome run_upgrade_steps(const Connection& c, UpgradeSession* session, A
     return {false, true, "no RDMA request from the client in time", stats::TcpReason::kPeerDeclined};
   }
   if (s == transport::Status::kRejected && !c.is_client) return no_rdma_listener(c.listener);
-  if (c.is_client) remember_answer(c.server, s, declined);
+  // What the attempt says of the server to the next connections to it (refusals.h).
+  if (c.is_client) {
+    if (s == transport::Status::kOk) {
+      note_acceptance(c.server);
+    } else if (refusal_to_remember(c.fd, session->phase() == UpgradeSession::Phase::kOver, s, declined)) {
+      note_refusal(c.server);
+    }
+  }
   // The server's word on why, when it gave one (a Decline record); else "no tcp2rdma listener".
   if (s == transport::Status::kRejected) {
     return {false, true, transport::to_string(declined), stats::TcpReason::kPeerDeclined};

@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <exception>
+#include <functional>
 #include <thread>
 #include <utility>
 
@@ -37,15 +38,21 @@ void block_all_signals() noexcept;
 
 // Runs `body` on a new thread of the module's own. A thread that cannot be had (no threads left, no
 // memory) comes back not joinable: the caller says what happens instead.
+//
+// The application's threads do not create ours: glibc's pthread_create blocks every signal in the
+// creating thread around its clone, and a child's SIGCHLD (ignored by default) sent to that thread
+// meanwhile is then kept instead of discarded, and handed to another thread, whose epoll_wait fails
+// with EINTR. A starter thread of the module's, every signal blocked for good, creates them; only
+// its own creation (on first use in a process, and again after each change of its credentials, so
+// that the threads it makes share the cred object of the thread that goes on) holds an application's
+// thread so, and then only around the clone (the rest of it under signals_held_while_starting).
+std::thread start_module_thread(std::function<void()> body) noexcept;
+
 template <class Body>
 std::thread start_quiet_thread(Body&& body) noexcept {
-  SignalsHeld quiet(signals_held_while_starting());
   try {
-    return std::thread([body = std::forward<Body>(body)]() mutable {
-      block_all_signals();
-      body();
-    });
-  } catch (const std::exception&) {  // std::system_error, std::bad_alloc
+    return start_module_thread(std::function<void()>(std::forward<Body>(body)));
+  } catch (const std::exception&) {  // std::bad_alloc
     return std::thread();
   }
 }

@@ -107,6 +107,31 @@ TEST_F(RuleMatch, AListenersAddressAndPortDecideWhetherItMayGoRdma) {
   EXPECT_EQ(decide("x", Role::kServer, "10.77.0.2", 50000, "192.0.2.1", 8000), "");
 }
 
+// A listener holds a client's request for its application as long as the longest upgrade timeout of
+// the rules that may select its connections (preload/listener/listener_state.h, request_hold): an inetd
+// service's rule of 20 s, not the 5 s default.
+TEST_F(RuleMatch, AListenersLongestUpgradeTimeoutIsThatOfTheRulesThatMaySelectIt) {
+  load("version: 1\nrules:\n"
+       "  - {name: clients, match: {role: client, ports: 5026}, transport: rdma, upgrade_timeout: 60s}\n"
+       "  - {name: kept, match: {role: server, ports: 5026, remote: 10.77.0.9/32}, transport: tcp,"
+       " upgrade_timeout: 90s}\n"
+       "  - {name: inetd, match: {ports: 5026-5027}, transport: rdma, upgrade_timeout: 20s}\n"
+       "  - {name: slow, match: {role: server, ports: 5027, remote: 10.77.0.2/32}, transport: rdma,"
+       " upgrade_timeout: 30s}\n"
+       "  - {name: other, match: {role: server, ports: 6000}, transport: rdma}\n");
+  ProcessFacts process{"inetd", "/usr/sbin/inetd", 0};
+  ProcessRuleSet bound(rules_, process);
+  auto longest = [&](const char* host, uint16_t port) {
+    sockaddr_storage local = endpoint(host, port);
+    return bound.longest_upgrade_timeout_at(reinterpret_cast<sockaddr*>(&local));
+  };
+  EXPECT_EQ(longest("::", 5026), 20'000'000u);        // not the client rule's, nor the tcp rule's
+  EXPECT_EQ(longest("0.0.0.0", 5027), 30'000'000u);   // its peers are not known yet: the longest
+  EXPECT_EQ(longest("10.77.0.1", 6000), 5'000'000u);  // the default
+  EXPECT_EQ(longest("0.0.0.0", 7000), 0u);            // no rule may select it
+  EXPECT_EQ(longest("127.0.0.1", 5026), 0u);          // loopback peers stay tcp
+}
+
 TEST_F(RuleMatch, RemoteAndLocalAddresses) {
   load("version: 1\nrules:\n"
        "  - {name: remote, match: {remote: [10.77.0.0/24, 'fd00:77::/64']}, transport: rdma}\n"

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <cstdio>
 #include <atomic>
 #include <cstring>
 
@@ -114,12 +115,11 @@ TEST(LinkSetup, TheListenersSetLeavesTheCompletionsToTheEventLoopsThatWatchTheLi
   int bell = eventfd(0, EFD_NONBLOCK);
   int completions[2];
   ASSERT_TRUE(set >= 0 && bell >= 0 && pipe(completions) == 0);
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ASSERT_EQ(epoll_ctl(set, EPOLL_CTL_ADD, completions[0], &ev), 0);  // as the listener's serve_link
   std::atomic<bool> rang{false};
-  std::atomic<int> left{0};  // the listener's count of links out of its set
-  setup.set_bell(bell, &rang, set, completions[0], &left);
+  LinkSetup::SetCounts counts;  // the listener's tally of links out of its set
+  std::atomic<int>& left = counts.left_to_loops;
+  setup.set_bell(bell, &rang, set, completions[0], &counts);
+  EXPECT_TRUE(in_set(set, completions[0]));
   EXPECT_FALSE(setup.watched_by_pollers());
   setup.pollers_join(+1);
   EXPECT_TRUE(setup.watched_by_pollers());
@@ -140,8 +140,38 @@ TEST(LinkSetup, TheListenersSetLeavesTheCompletionsToTheEventLoopsThatWatchTheLi
   setup.pollers_join(-1);
   EXPECT_FALSE(in_set(set, completions[0]));
   EXPECT_EQ(left.load(), 0);
+  EXPECT_EQ(counts.unseen.load(), 0);
   close(completions[0]);
   close(completions[1]);
+  close(bell);
+  close(set);
+}
+
+// A completion channel the set cannot take (epoll_ctl's ADD failing, as it does without memory for
+// the entry; here a regular file, which epoll refuses) is counted unseen while no event loop watches
+// the link, so that the listener says its descriptor does not wake for every open
+// (StreamListener::wakes_for_opens) and its waits look at their times instead.
+TEST(LinkSetup, ALinkTheSetCannotTakeIsCountedUnseenWhileNoLoopWatchesIt) {
+  LinkSetup setup;
+  setup.serve_opens();
+  int set = epoll_create1(0);
+  int bell = eventfd(0, EFD_NONBLOCK);
+  FILE* file = tmpfile();
+  ASSERT_TRUE(set >= 0 && bell >= 0 && file != nullptr);
+  int unwatchable = fileno(file);
+  std::atomic<bool> rang{false};
+  LinkSetup::SetCounts counts;
+  setup.set_bell(bell, &rang, set, unwatchable, &counts);
+  EXPECT_EQ(counts.unseen.load(), 1);
+  setup.pollers_join(+1);  // a loop's takes find its opens now
+  EXPECT_EQ(counts.unseen.load(), 0);
+  EXPECT_EQ(counts.left_to_loops.load(), 1);
+  setup.pollers_join(-1);  // and the set still cannot take it
+  EXPECT_EQ(counts.unseen.load(), 1);
+  EXPECT_EQ(counts.left_to_loops.load(), 0);
+  setup.forget_listener();
+  EXPECT_EQ(counts.unseen.load(), 0);
+  fclose(file);
   close(bell);
   close(set);
 }

@@ -25,6 +25,7 @@ import selectors
 import socket
 import struct
 import sys
+import threading
 import time
 
 BLOCK = 65536
@@ -66,9 +67,12 @@ def serve(ports):
             sel.modify(conn, events, conn)
         elif ended:
             sel.unregister(conn)
-            conn.shutdown(socket.SHUT_WR)
-            conn.close()
             del state[conn]
+            try:
+                conn.shutdown(socket.SHUT_WR)
+            except OSError as e:  # reset meanwhile: the client's byte check reports what was lost
+                print(f"server: a connection failed at its end: {e}", flush=True)
+            conn.close()
 
     while True:
         for key, mask in sel.select():
@@ -103,6 +107,7 @@ class Conn:
     def __init__(self, cid, host, port, bulk):
         self.cid, self.port, self.bulk = cid, port, bulk
         self.sock = socket.create_connection((host, port))
+        self.local = self.sock.getsockname()[1]  # the shim logs name the connection by it
         self.sock.setblocking(False)
         self.sent = self.got = 0
         self.goal = 1000 if not bulk else None  # idle: what to send now
@@ -152,19 +157,24 @@ class ThreadedConn:
     def __init__(self, cid, host, port):
         self.cid, self.port = cid, port
         self.sock = socket.create_connection((host, port))
+        self.local = self.sock.getsockname()[1]  # the shim logs name the connection by it
         self.sent = self.got = 0
         self.result = None
+        self.also = []  # what went wrong after the first failure
 
     def kind(self):
         return "threaded"
 
     def fail(self, what):
+        # The moment and the thread, to set beside the shim logs' times: which side failed first.
+        now = time.time()
+        what += f" ({threading.current_thread().name} at {time.strftime('%H:%M:%S', time.localtime(now))}.{int(now * 1000) % 1000:03d})"
         if self.result is None:
             self.result = what
+        else:
+            self.also.append(what)
 
     def start(self, until):
-        import threading
-
         def write():
             try:
                 while time.monotonic() < until:
@@ -197,7 +207,7 @@ class ThreadedConn:
                           else f"error {type(e).__name__} after {self.got} of {self.sent} bytes")
             self.result = self.result or "ok"
 
-        self.threads = [threading.Thread(target=write), threading.Thread(target=read)]
+        self.threads = [threading.Thread(target=write, name="writer"), threading.Thread(target=read, name="reader")]
         for t in self.threads:
             t.start()
 
@@ -265,8 +275,8 @@ def run_client(host, seconds, cut_after, marks, specs, expect_reset):
         t.join(give_up)
     ok = True
     for c in conns + threaded:
-        print(f"client: connection {c.cid} (port {c.port}, {c.kind()}): {c.result}; {c.sent} bytes sent, "
-              f"{c.got} back", flush=True)
+        print(f"client: connection {c.cid} (port {c.port} from {c.local}, {c.kind()}): {c.result}; {c.sent} bytes sent, "
+              f"{c.got} back" + "".join(f"; then {what}" for what in getattr(c, "also", [])), flush=True)
         if expect_reset:
             ok &= c.result.startswith("reset") or c.result.startswith("error")
         else:

@@ -1,7 +1,7 @@
 #!/bin/sh
 # fault.sh SHIM RULES KIND: the sending guest's half of integration.fault_*.pair. OpenBSD nc under the
 # module sends 48 MiB of random bytes over RDMA to fault_reader.py in the other guest (port 5012,
-# before-return), which reads them at 6 MiB/s; 3 s into the transfer the RDMA path breaks:
+# before-return), which reads them at 6 MiB/s; 1 s into the transfer on RDMA the path breaks:
 #   wire      both guests drop every frame (netem loss 100%) for 8 s, longer than RDMA's retries
 #             (the other guest applies its own when it sees $T2R_WORK/outage)
 #   device-a  the reader's RDMA device is removed (the other guest does it on $T2R_WORK/remove)
@@ -17,7 +17,11 @@ sh "$(dirname "$0")/../../../integration/guest/wait-listening.sh" "$T2R_WORK/rea
 env LD_PRELOAD="$shim" TCP2RDMA_RULES="$rules" TCP2RDMA_LOG="$log" \
   nc -N "$T2R_PEER" 5012 < /tmp/data > /dev/null 2> /tmp/nc.err &
 nc=$!
-sleep 3
+# The fault 1 s into the transfer on RDMA: after the upgrade (before-return: the bytes start then),
+# however long a loaded testbed takes for it (once more than the 3 s this used to sleep).
+i=0
+until grep -q 'upgraded to rdma' "$log" 2>/dev/null || [ $i -ge 300 ]; do i=$((i + 1)); sleep 0.1; done
+sleep 1
 case "$kind" in
   wire) touch "$T2R_WORK/outage"; tc qdisc add dev "$T2R_NETDEV" root netem loss 100%; sleep 8
         tc qdisc del dev "$T2R_NETDEV" root ;;

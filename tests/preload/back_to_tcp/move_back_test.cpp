@@ -15,14 +15,17 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 #include "process/exec_guard.h"
 #include "registry/fd_table.h"
 #include "registry/socket_registry.h"
 #include "registry/tcp_prefix.h"
 #include "registry/tracked_socket.h"
+#include "registry/upgrade_session.h"
 #include "test_sockets.h"
 
 namespace tcp2rdma::preload {
@@ -64,6 +67,69 @@ TEST_F(MoveBack, ThePrefixComesBeforeTheKernelsBytesForEveryKindOfRead) {
   EXPECT_FALSE(fd_table().find(ours_)->prefix.present());
   EXPECT_EQ(receive(10, MSG_DONTWAIT), "");
   EXPECT_EQ(errno, EAGAIN);
+}
+
+// A return to RDMA starts only while no kernel call is under way on the connection (return_to_rdma.h:
+// a read inside the kernel would take the switch's bytes for the peer's, a write going on in the
+// kernel's send would put bytes after the frozen count, where the switch's record must be). A read that
+// began on the prefix and goes on in the kernel for the rest is such a call.
+TEST_F(MoveBack, AReadThatGoesOnInTheKernelAfterThePrefixIsCountedWhileAReturnIsPlanned) {
+  TrackedSocket* socket = fd_table().find(ours_);
+  set_prefix("abc", false);
+  ASSERT_TRUE(socket->move_path(Path::kTcp, Path::kBackOnTcp));
+  socket->returns.arm(std::chrono::steady_clock::now());  // due in a second: none starts here
+  std::string got;
+  std::thread reader([&] { got = receive(6, MSG_WAITALL); });
+  for (int i = 0; i < 2000 && socket->prefix.present(); ++i) usleep(1000);
+  usleep(50000);  // the reader is in the kernel's recv for "def"
+  EXPECT_EQ(socket->tcp_calls(), 1);
+  ASSERT_EQ(write(peer_, "def", 3), 3);
+  reader.join();
+  EXPECT_EQ(got, "abcdef");
+  EXPECT_EQ(socket->tcp_calls(), 0);
+}
+
+// A write while the prefix is there goes to the kernel at once, and may wait in its send for as long
+// as the peer does not read: counted too, for the whole wait.
+TEST_F(MoveBack, AWriteThatWaitsInTheKernelBesideAPrefixIsCountedWhileAReturnIsPlanned) {
+  TrackedSocket* socket = fd_table().find(ours_);
+  set_prefix("abc", false);
+  ASSERT_TRUE(socket->move_path(Path::kTcp, Path::kBackOnTcp));
+  socket->returns.arm(std::chrono::steady_clock::now());
+  const std::string big(8 << 20, 'w');  // more than loopback's buffers take while the peer reads nothing
+  ssize_t sent = 0;
+  std::thread writer([&] { sent = send(ours_, big.data(), big.size(), 0); });
+  usleep(100000);
+  EXPECT_EQ(socket->tcp_calls(), 1);
+  std::string drained(1 << 20, '\0');
+  size_t total = 0;
+  while (total < big.size()) {
+    ssize_t n = read(peer_, drained.data(), drained.size());
+    ASSERT_GT(n, 0);
+    total += static_cast<size_t>(n);
+  }
+  writer.join();
+  EXPECT_EQ(sent, static_cast<ssize_t>(big.size()));
+  EXPECT_EQ(socket->tcp_calls(), 0);
+}
+
+// A shutdown on a connection back on TCP starts no return, even one that is due: the return's switch
+// would come to write its record on TCP after the end the shutdown sends, and reset the connection
+// (the peer reads that end where the record should be). The next call finds TCP ended and gives up.
+TEST_F(MoveBack, AShutdownStartsNoReturnThatIsDue) {
+  TrackedSocket* socket = fd_table().find(ours_);
+  UpgradeSession* first = socket->start_session();  // the upgrade that once carried it to RDMA
+  ASSERT_NE(first, nullptr);
+  ASSERT_TRUE(first->end_on_tcp());
+  ASSERT_TRUE(socket->move_path(Path::kTcp, Path::kBackOnTcp));
+  config::Rule rule;
+  rule.name = "returns";
+  socket->returns.remember(config::Decision{&rule, &rule.options});
+  socket->returns.arm(std::chrono::steady_clock::now() - std::chrono::seconds(10));  // due long ago
+  ASSERT_EQ(shutdown(ours_, SHUT_WR), 0);
+  EXPECT_EQ(socket->session(), first);  // no return session followed it
+  char byte = 0;
+  EXPECT_EQ(recv(peer_, &byte, 1, 0), 0);  // the peer reads the end
 }
 
 TEST_F(MoveBack, PollAndEpollReportThePrefixThatTheKernelCannotSee) {

@@ -26,11 +26,13 @@ logged() {
 }
 # Writes the three parts of connection $2 (to port $3): the first at once, the second after $1 (its
 # write starts the return once one is due), the third once the log says the connection is back on
-# RDMA, with rxe's counter read around it (into /tmp/sent-$2).
+# RDMA, with rxe's counter read around it (into /tmp/sent-$2). The connection stays open after it
+# until guest a's `tcp2rdma stat` has looked (late-stat-taken; 30 s at most) when that is waited for.
 paced() {
   cat /tmp/p1; eval "$1"; cat /tmp/p2
   logged ":$3: .*back on rdma"
   before=$(counter); cat /tmp/p3; touch "$T2R_WORK/$2-last"; sleep 1; echo $(( $(counter) - before )) > "/tmp/sent-$2"
+  [ "$2" != late ] || for _ in $(seq 300); do [ -f "$T2R_WORK/late-stat-taken" ] && break; sleep 0.1; done
 }
 check() {  # check NAME: the echo equal, and the third part on RDMA
   sent=$(cat "/tmp/sent-$1")

@@ -4,8 +4,12 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
+
+#include "test_sockets.h"
 
 namespace tcp2rdma::preload {
 namespace {
@@ -56,6 +60,42 @@ TEST(Refusals, OtherPortsAndAddressesAreNotTaken) {
   EXPECT_EQ(refused_for(server("10.77.0.2", 6003)), milliseconds(0));
   EXPECT_EQ(refused_for(server("::ffff:10.77.0.1", 6003)), milliseconds(0));  // another family: another key
   note_acceptance(a);
+}
+
+using transport::DeclineReason;
+using transport::Status;
+
+// A client's failed attempt on a live connection: the server's silence, or a no it would give again,
+// is remembered; a no about this connection's timing is not.
+TEST(Refusals, SilenceOrANoTheServerWouldRepeatIsRememberedANoAboutTimingIsNot) {
+  int client = -1, server_end = -1;
+  ASSERT_TRUE(test::loopback_connection(&client, &server_end));
+  EXPECT_TRUE(refusal_to_remember(client, false, Status::kTimeout, DeclineReason::kNone));
+  EXPECT_TRUE(refusal_to_remember(client, false, Status::kRejected, DeclineReason::kNone));  // no listener
+  EXPECT_TRUE(refusal_to_remember(client, false, Status::kRejected, DeclineReason::kServerStaysTcp));
+  EXPECT_TRUE(refusal_to_remember(client, false, Status::kRejected, DeclineReason::kMemoryLock));
+  for (DeclineReason timing : {DeclineReason::kBusy, DeclineReason::kExpired, DeclineReason::kTooLate,
+                               DeclineReason::kDuplicate}) {
+    EXPECT_FALSE(refusal_to_remember(client, false, Status::kRejected, timing));
+  }
+  close(client);
+  close(server_end);
+}
+
+// An attempt for a connection that ended meanwhile says nothing of the server: settled here (closed,
+// forked or exec'd away), or closed by the server's end, whose process may have taken its RDMA
+// listener along (seen: inetd's services, each ending as its client's bytes were echoed, put the
+// server aside for the connections after them).
+TEST(Refusals, AnAnswerForAConnectionThatEndedIsNotRemembered) {
+  int client = -1, server_end = -1;
+  ASSERT_TRUE(test::loopback_connection(&client, &server_end));
+  EXPECT_FALSE(refusal_to_remember(client, true, Status::kTimeout, DeclineReason::kNone));
+  close(server_end);
+  pollfd p{client, POLLRDHUP, 0};
+  ASSERT_EQ(poll(&p, 1, 2000), 1);  // the server's FIN has come
+  EXPECT_FALSE(refusal_to_remember(client, false, Status::kTimeout, DeclineReason::kNone));
+  EXPECT_FALSE(refusal_to_remember(client, false, Status::kRejected, DeclineReason::kNone));
+  close(client);
 }
 
 }  // namespace

@@ -1,0 +1,139 @@
+// failover_drain: what a stream takes from its link's completion queue when it stops its path for a
+// failover (RdmaStream::stop_path, docs/protocol.md "When the RDMA path fails"), on a link that carries
+// two channels. Run in the Soft-RoCE VM, both ends in one guest.
+//   failover_drain server PORT       accepts two streams (A, then B), once the client wrote on A
+//                                    writes 1000 bytes on B, says so in $T2R_WORK/drain-written,
+//                                    and waits for the client's verdict
+//   failover_drain client ADDR PORT  connects A, then B (a channel on A's link), writes 100 bytes on A
+//                                    (unsignalled sends that complete without a completion), waits
+//                                    until B's 1000 bytes are in, untouched, then stops A's path
+// The client checks: A's stop counts nothing received (B's message in the queue is B's, not A's: taken
+// as A's, A's failover record would claim bytes the peer never sent on A, and A's unread bytes would
+// be its ring's stale ones); B's stop counts B's 1000 bytes, and the bytes B leaves unread are the
+// server's; and A's stop returns long before the stream's timeout (the link's drain marker counts off
+// the sends that completed unsignalled; without it the drain waits out the timeout). Exit 0 only then.
+#include <sys/stat.h>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "peer_util.h"
+
+using namespace peer_util;
+
+namespace {
+
+constexpr size_t kOnB = 1000;
+constexpr int kTimeoutMs = 20000;  // the stream's timeout: a drain that waits it out is the bug
+
+std::string work_file(const char* name) {
+  const char* work = std::getenv("T2R_WORK");
+  return std::string(work != nullptr ? work : "/tmp") + "/" + name;
+}
+
+bool wait_for_file(const std::string& path, int seconds) {
+  struct stat st {};
+  for (int i = 0; i < seconds * 10; ++i) {
+    if (stat(path.c_str(), &st) == 0) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+
+StreamOptions options() {
+  StreamOptions o;
+  o.timeout_ms = kTimeoutMs;
+  return o;
+}
+
+int server(const char* port) {
+  std::unique_ptr<StreamListener> listener = listen_on(port, options());
+  if (!listener) return 1;
+  std::unique_ptr<RdmaStream> a = accept_one(*listener);
+  std::unique_ptr<RdmaStream> b = a ? accept_one(*listener) : nullptr;
+  if (!b) return 1;
+  // After the client's write on A, whose progress would have taken B's message from the queue.
+  if (!wait_for_file(work_file("drain-a-written"), 60)) return 1;
+  std::vector<uint8_t> bytes(kOnB);
+  fill(bytes.data(), bytes.size(), b->server_nonce(), 0);
+  iovec iov{bytes.data(), bytes.size()};
+  size_t done = 0;
+  if (b->write(&iov, 1, 0, &done) != Status::kOk || done != kOnB) {
+    std::fprintf(stderr, "server: the write on B took %zu of %zu bytes\n", done, kOnB);
+    return 1;
+  }
+  std::ofstream(work_file("drain-written")) << "written\n";
+  // The client's queue pair goes to the error state without a word: nothing here ends by itself.
+  return wait_for_file(work_file("drain-checked"), 120) ? 0 : 1;
+}
+
+// A second stream to the same server, from a client port of its own (the listener refuses a second
+// request for one tuple): it opens as a channel on the first one's link.
+std::unique_ptr<RdmaStream> connect_second(const char* host, const char* port) {
+  sockaddr_in addr = ipv4(host, port);
+  Pairing pairing;
+  pairing.tuple.family = AF_INET;
+  pairing.tuple.client_port = 20001;
+  pairing.tuple.server_port = static_cast<uint16_t>(std::atoi(port));
+  std::memcpy(pairing.tuple.server_addr, &addr.sin_addr, 4);
+  pairing.client_nonce = tcp2rdma::transport::random_nonce();
+  std::unique_ptr<RdmaStream> s;
+  if (Status st = RdmaStream::connect(reinterpret_cast<sockaddr*>(&addr), pairing, options(), &s); st != Status::kOk) {
+    std::fprintf(stderr, "client: connect B: %s\n", to_string(st));
+  }
+  return s;
+}
+
+int check(const char* host, const char* port) {
+  std::unique_ptr<RdmaStream> a = connect_to(host, port, options());
+  std::unique_ptr<RdmaStream> b = a ? connect_second(host, port) : nullptr;
+  if (!b) return 1;
+  if (!b->opened_on_link()) {
+    std::fprintf(stderr, "client: B did not open as a channel on A's link: nothing shares a queue\n");
+    return 1;
+  }
+  std::vector<uint8_t> out(100, 0x5a);
+  iovec iov{out.data(), out.size()};
+  size_t done = 0;
+  if (a->write(&iov, 1, 0, &done) != Status::kOk || done != out.size()) {
+    std::fprintf(stderr, "client: the write on A took %zu of %zu bytes\n", done, out.size());
+    return 1;
+  }
+  std::ofstream(work_file("drain-a-written")) << "written\n";
+  // B's message lands in the link's completion queue; nobody here polls it before A stops.
+  if (!wait_for_file(work_file("drain-written"), 60)) {
+    std::fprintf(stderr, "client: the server never wrote on B\n");
+    return 1;
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+
+  auto began = std::chrono::steady_clock::now();
+  RdmaStream::PathEnd end_a = a->stop_path();
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - began).count();
+  RdmaStream::PathEnd end_b = b->stop_path();
+  std::vector<uint8_t> unread, resend;
+  tcp2rdma::transport::FailoverError why = tcp2rdma::transport::FailoverError::kNone;
+  // Cursors are stream positions (they start where the setup put them): what arrived is the distance
+  // from what the application read. B wrote nothing, so the server has all of it.
+  Status left = b->leave_path(end_b.sent.sent, &unread, &resend, &why);
+  uint64_t on_a = end_a.received.received - end_a.received.consumed;
+  uint64_t on_b = end_b.received.received - end_b.received.consumed;
+  size_t wrong = first_difference(unread.data(), std::min(unread.size(), kOnB), b->server_nonce(), 0);
+  std::printf("client: A's stop took %lld ms and counts %llu bytes received; B's counts %llu, leaves %zu unread "
+              "(%s; first wrong byte at %zu)\n",
+              static_cast<long long>(ms), ull(on_a), ull(on_b), unread.size(), to_string(left), wrong);
+  bool ok = on_a == 0 && on_b == kOnB && left == Status::kOk && unread.size() == kOnB && wrong == kOnB &&
+            ms < kTimeoutMs / 2;
+  std::ofstream(work_file("drain-checked")) << (ok ? "ok\n" : "failed\n");
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc == 3 && std::string_view(argv[1]) == "server") return server(argv[2]);
+  if (argc == 4 && std::string_view(argv[1]) == "client") return check(argv[2], argv[3]);
+  std::fprintf(stderr, "usage: failover_drain server PORT | client ADDR PORT\n");
+  return 2;
+}
