@@ -212,8 +212,15 @@ void note_let_go(uint64_t serial) noexcept {
   auto it = r->claimed.find(serial);
   if (it == r->claimed.end()) return;
   // A fork while this process held it gave it to another process, and a child it was lent to before
-  // may still use it.
-  it->second.alone = !it->second.forked && r->by_serial.count(serial) == 0;
+  // may still use it. The claimer itself is listed until its answer is sent (note_answered): a last
+  // close during the claim's move lets go while it is, and it is no other holder.
+  bool others = false;
+  if (auto lent = r->by_serial.find(serial); lent != r->by_serial.end()) {
+    const auto& holders = lent->second.holders;
+    int claimer = it->second.channel;
+    others = std::any_of(holders.begin(), holders.end(), [claimer](int h) { return h != claimer; });
+  }
+  it->second.alone = !it->second.forked && !others;
 }
 
 bool claimed_alone_by(uint64_t serial, int channel) noexcept {

@@ -190,6 +190,18 @@ TEST(LentStreams, AClaimedConnectionIsTheChildsAloneOnceLetGo) {
   EXPECT_TRUE(claims_let_go().empty());
 }
 
+// The parent's last close may come while the claim's move is still under way (a slow guest: the
+// move's marker exchange outlasted accept_fork_echo handoff-late's 300 ms): the claiming child is
+// still listed as a holder until its answer is sent, and it does not count as another holder.
+TEST(LentStreams, TheClaimersOwnHoldDuringItsMoveDoesNotKeepItShared) {
+  lend_streams(551, {55});
+  note_claimed(55, 551);
+  note_let_go(55);  // the last hold dropped before note_answered
+  note_answered(55, 551);
+  EXPECT_TRUE(claimed_alone_by(55, 551));
+  forget_channel(551);
+}
+
 TEST(LentStreams, AnotherHolderBeforeTheLetGoKeepsItShared) {
   lend_streams(601, {60});  // another child holds it, unclaimed
   note_claimed(60, 602);
