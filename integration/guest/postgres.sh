@@ -10,15 +10,16 @@
 #                                      pgbench -i (scale 1), then TPC-B with CLIENTS connections over two
 #                                      threads for SECONDS; fails when a transaction failed or the
 #                                      balances disagree (every account, teller and branch total equals
-#                                      the history's sum of deltas). Prints pgbench's report. 3 s into
-#                                      the run it creates T2R_WORK/pgbench-running.
+#                                      the history's sum of deltas). Prints pgbench's report. As the run
+#                                      starts it creates T2R_WORK/pgbench-running.
 #   postgres.sh rounds HOST CLIENTS SECONDS ROUNDS PORT...
 #                                      the benchmark's (integration/bench-postgres.sh): tables on each
 #                                      PORT, then ROUNDS rounds of a run on each in turn, a "result" line
 #                                      each (tps, latency); the balances checked at the end
-#   postgres.sh stat-when-running TOOL FILE
-#                                      (guest A, in the background) once pgbench-running is there, TOOL
-#                                      (tcp2rdma) stat -a --json into FILE
+#   postgres.sh stat-when-running TOOL FILE LOG
+#                                      (guest A, in the background) once pgbench-running is there and
+#                                      the module's LOG says 8 more connections upgraded (60 s at most),
+#                                      TOOL (tcp2rdma) stat -a --json into FILE
 set -eu
 bin=/usr/lib/postgresql/15/bin
 data=/tmp/pg/${2:-}
@@ -59,10 +60,10 @@ server)
   ;;
 bench)
   prepare "$2" "$3"
-  # 6 s into the 10 s run, T2R_WORK/pgbench-running tells the server's guest to look at its
-  # connections (`tcp2rdma stat`) while every client is connected and its switch is done (connecting
-  # pgbench's 8 clients takes 2 to 3 s on a loaded testbed, and each switches in the background after).
-  (sleep 6 && touch "$T2R_WORK/pgbench-running") &
+  # T2R_WORK/pgbench-running tells the server's guest that the run starts: it looks at its
+  # connections (`tcp2rdma stat`) once its log says the 8 switched (in the background after each
+  # connects: connecting pgbench's 8 clients took 2 to 3 s on a loaded testbed, once 10 s).
+  touch "$T2R_WORK/pgbench-running"
   run "$2" "$3" "$4" "$5"
   cat /tmp/pgbench.log
   check "$2" "$3"
@@ -84,6 +85,11 @@ rounds)
   ;;
 stat-when-running)
   until [ -e "$T2R_WORK/pgbench-running" ]; do sleep 0.2; done
+  before=$(grep -c 'upgraded to rdma' "$4" || true)
+  for _ in $(seq 300); do
+    [ "$(grep -c 'upgraded to rdma' "$4" || true)" -ge $((before + 8)) ] && break
+    sleep 0.2
+  done
   "$2" stat -a --json > "$3.tmp" 2>&1; mv "$3.tmp" "$3"
   ;;
 *) echo "postgres.sh: init PORT | server PORT | bench HOST PORT CLIENTS SECONDS | rounds HOST CLIENTS SECONDS ROUNDS PORT..." >&2; exit 2 ;;
