@@ -19,12 +19,14 @@
 #include "device_context.h"
 #include "own_descriptors.h"
 #include "rdma_stream.h"
+#include "registry/connection_path.h"
 #include "registry/fd_table.h"
 #include "registry/lent_streams.h"
 #include "registry/socket_registry.h"
 #include "registry/stream_closer.h"
 #include "registry/upgrade_session.h"
 #include "stats/stats_writer.h"
+#include "util/log.h"
 
 namespace tcp2rdma::preload {
 
@@ -267,6 +269,22 @@ bool ends_with_reset(transport::RdmaStream* s, int linger_seconds) noexcept {
   return linger_seconds == 0 || s->readiness(false).bytes_readable > 0;
 }
 
+namespace {
+
+// ends_with_reset, and the log says so when the peer reads a reset (not for a stream whose writes went
+// back to TCP, or one already failed): such an end is the application's, and its peer's log names only
+// a reset or a broken protocol.
+bool logged_reset_at_close(const TrackedSocket* socket, transport::RdmaStream* s, int linger_seconds) noexcept {
+  if (!ends_with_reset(s, linger_seconds)) return false;
+  if (!s->writes_moved() && !s->readiness(false).failed) {
+    log_line("%s: closed %s: the peer reads a reset, as after the kernel's close", connection_label(socket),
+             linger_seconds == 0 ? "with SO_LINGER 0" : "with the peer's bytes unread");
+  }
+  return true;
+}
+
+}  // namespace
+
 void end_stream(transport::RdmaStream* s, int linger_seconds) noexcept {
   if (ends_with_reset(s, linger_seconds)) {
     s->abort();
@@ -288,7 +306,7 @@ void close_streams_at_exit() noexcept {
     for (TrackedSocket* socket : live_sockets()) {
       transport::RdmaStream* s = socket->stream();
       if (s == nullptr) continue;
-      if (ends_with_reset(s, socket->linger_seconds.load())) {
+      if (logged_reset_at_close(socket, s, socket->linger_seconds.load())) {
         s->abort();
         continue;
       }
@@ -337,6 +355,7 @@ TrackedSocket::~TrackedSocket() {
     if (is_lent(serial_)) {
       hand_over_to_children(s);  // a child holds the connection still: it goes on there, on TCP
     } else {
+      (void)logged_reset_at_close(this, s, linger_seconds.load());  // close_later decides again, alike
       close_later(s, linger_seconds.load());  // stream_closer.h: close() returns at once, as the kernel's
     }
   } else {
