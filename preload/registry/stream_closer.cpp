@@ -16,7 +16,6 @@
 #include "rdma_stream.h"
 #include "registry/lent_streams.h"
 #include "registry/tracked_socket.h"
-#include "util/log.h"
 #include "util/quiet_thread.h"
 
 namespace tcp2rdma::preload {
@@ -49,12 +48,7 @@ void end_one(const Closing& c) {
   if (c.hand_back_serial != 0) {
     hand_back(c.stream, c.hand_back_serial);
   } else {
-    // In order within the deadline, else a reset (rdma_stream.h): the peer never acknowledged our
-    // bytes or gave a receive for our end, and its log names only the reset.
-    if (c.stream->close(c.deadline) == transport::Status::kTimeout) {
-      log_line("a closed connection's end was not acknowledged in time (its timeout or linger): the peer reads a "
-               "reset");
-    }
+    log_unclean_end(c.stream, c.stream->close(c.deadline));  // in order within the deadline, else a reset
   }
   delete c.stream;
 }

@@ -19,14 +19,12 @@
 #include "device_context.h"
 #include "own_descriptors.h"
 #include "rdma_stream.h"
-#include "registry/connection_path.h"
 #include "registry/fd_table.h"
 #include "registry/lent_streams.h"
 #include "registry/socket_registry.h"
 #include "registry/stream_closer.h"
 #include "registry/upgrade_session.h"
 #include "stats/stats_writer.h"
-#include "util/log.h"
 
 namespace tcp2rdma::preload {
 
@@ -265,34 +263,6 @@ void reset_connection(int fd) noexcept {
   real().connect(fd, &unspec, sizeof unspec);
 }
 
-bool ends_with_reset(transport::RdmaStream* s, int linger_seconds) noexcept {
-  return linger_seconds == 0 || s->readiness(false).bytes_readable > 0;
-}
-
-namespace {
-
-// ends_with_reset, and the log says so when the peer reads a reset (not for a stream whose writes went
-// back to TCP, or one already failed): such an end is the application's, and its peer's log names only
-// a reset or a broken protocol.
-bool logged_reset_at_close(const TrackedSocket* socket, transport::RdmaStream* s, int linger_seconds) noexcept {
-  if (!ends_with_reset(s, linger_seconds)) return false;
-  if (!s->writes_moved() && !s->readiness(false).failed) {
-    log_line("%s: closed %s: the peer reads a reset, as after the kernel's close", connection_label(socket),
-             linger_seconds == 0 ? "with SO_LINGER 0" : "with the peer's bytes unread");
-  }
-  return true;
-}
-
-}  // namespace
-
-void end_stream(transport::RdmaStream* s, int linger_seconds) noexcept {
-  if (ends_with_reset(s, linger_seconds)) {
-    s->abort();
-  } else {
-    s->close();
-  }
-}
-
 void close_streams_at_exit() noexcept {
   // Upgrades still on TCP stay there: their thread will not outlive the process.
   settle_all_sessions();
@@ -314,7 +284,7 @@ void close_streams_at_exit() noexcept {
       deadline = transport::Deadline::later(deadline, transport::Deadline::in_ms(s->timeout_ms()));
     }
     for (TrackedSocket* socket : live_sockets()) {
-      if (transport::RdmaStream* s = socket->stream()) s->close(deadline);
+      if (transport::RdmaStream* s = socket->stream()) log_unclean_end(s, s->close(deadline));
     }
   }
   finish_closing();  // streams whose descriptors were closed before exit

@@ -20,6 +20,7 @@
 
 namespace tcp2rdma::transport {
 class RdmaStream;
+enum class Status;
 }  // namespace tcp2rdma::transport
 
 namespace tcp2rdma::preload {
@@ -337,6 +338,10 @@ void reset_connection(int fd) noexcept;
 void end_stream(transport::RdmaStream* s, int linger_seconds) noexcept;
 // Whether that end is a reset (SO_LINGER {on, 0 s}, or bytes the application never read).
 bool ends_with_reset(transport::RdmaStream* s, int linger_seconds) noexcept;
+// The log says when the peer reads a reset: ends_with_reset's (logged_reset_at_close), or a close
+// that returned `closed`, not acknowledged in time or broken by then (log_unclean_end; stream_end.cpp).
+bool logged_reset_at_close(const TrackedSocket* socket, transport::RdmaStream* s, int linger_seconds) noexcept;
+void log_unclean_end(const transport::RdmaStream* s, transport::Status closed) noexcept;
 
 // At exit: closes in order every stream this process made that is still open, as the kernel delivers
 // a socket's unsent bytes after its process exited.
