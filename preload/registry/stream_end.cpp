@@ -8,16 +8,24 @@
 // kernel's close would, and the log lines that say which when the peer could not tell why.
 namespace tcp2rdma::preload {
 
+namespace {
+// SO_LINGER {on, 0 s}, or bytes the application never read: the kernel's close resets.
+bool resets(const transport::Readiness& now, int linger_seconds) {
+  return linger_seconds == 0 || now.bytes_readable > 0;
+}
+}  // namespace
+
 bool ends_with_reset(transport::RdmaStream* s, int linger_seconds) noexcept {
-  return linger_seconds == 0 || s->readiness(false).bytes_readable > 0;
+  return resets(s->readiness(false), linger_seconds);
 }
 
 // ends_with_reset, and the log says so when the peer reads a reset (not for a stream whose writes went
 // back to TCP, or one already failed): such an end is the application's, and its peer's log names only
 // a reset or a broken protocol.
 bool logged_reset_at_close(const TrackedSocket* socket, transport::RdmaStream* s, int linger_seconds) noexcept {
-  if (!ends_with_reset(s, linger_seconds)) return false;
-  if (!s->writes_moved() && !s->readiness(false).failed) {
+  transport::Readiness now = s->readiness(false);  // one look under the stream's lock, not two
+  if (!resets(now, linger_seconds)) return false;
+  if (!s->writes_moved() && !now.failed) {
     log_line("%s: closed %s: the peer reads a reset, as after the kernel's close", connection_label(socket),
              linger_seconds == 0 ? "with SO_LINGER 0" : "with the peer's bytes unread");
   }
