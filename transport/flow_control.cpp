@@ -59,6 +59,11 @@ bool FlowControl::may_send_wakeup() const {
 
 uint64_t FlowControl::data_room(uint64_t want) const {
   if (credits() < kDataCredits || release_sent_) return 0;  // the last two credits are for signalling
+  return append_room(want);
+}
+
+uint64_t FlowControl::append_room(uint64_t want) const {
+  if (release_sent_) return 0;
   // A ring adopted but not yet announced: the peer must learn where our bytes go before they come.
   if (last_update_.moved_gen != moved_gen_) return 0;
   // After a move to a smaller ring more may be unread than the new ring holds: nothing fits yet.

@@ -91,6 +91,12 @@ class FlowControl {
   static constexpr uint64_t kDataCredits = 3;  // a data message needs this many credits left
   uint64_t peer_ring_offset() const { return sent_ & (peer_ring_size_ - 1); }
   void on_data_sent(uint64_t bytes);
+  // A message whose credit is taken (on_data_sent) and that is not posted yet may grow by the bytes
+  // that follow it in the ring (the transport holds it while the application says more follows):
+  // within the free ring space and up to the ring's end, no further credit. Zero while a ring
+  // adopted is not announced (the message would have to straddle the move).
+  uint64_t append_room(uint64_t want) const;
+  void on_data_appended(uint64_t bytes) { sent_ += bytes; }
 
   // --- Ring moves, the writer's side: the peer offers a new ring for our stream in its mailbox
   // update (on_peer_mailbox checks it). We adopt it at our cursor now, after which every byte goes

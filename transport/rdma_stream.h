@@ -83,6 +83,9 @@ inline size_t zero_copy_part(size_t len, const StreamOptions& options) {
 inline constexpr int kNonBlocking = 1;  // return kWouldBlock instead of waiting
 inline constexpr int kPeek = 2;         // read: leave the bytes in the stream
 inline constexpr int kWaitAll = 4;      // read: wait until every iovec is full (or end, or error)
+// write: more follows at once (MSG_MORE, TCP_CORK): the bytes may be held, unposted, to go in one
+// message with the next write's (docs/protocol.md, "Holding a message back").
+inline constexpr int kMore = 8;
 
 struct StreamCounters {
   uint64_t bytes_sent = 0;
@@ -153,6 +156,15 @@ class RdmaStream {
   // before write returns, so the caller may reuse its buffer at once; *zero_copied (when given) says
   // how many of *done went so.
   Status write(const iovec* iov, int iovcnt, int flags, size_t* done, size_t* zero_copied = nullptr);
+  // Posts the message that writes with kMore left held, if any (the application uncorked). Without
+  // room in the link's send queue it goes at the channel's next progress.
+  void push();
+  // Whether a write with kMore left bytes held.
+  bool holds_message() const;
+  // One tick of the caller's clock (the path watcher's, every 100 ms): a message held through two
+  // ticks goes now, as the kernel sends a corked segment after 200 ms. Returns whether bytes are
+  // still held.
+  bool push_if_aged();
   // Returns at least one byte, or *done == 0 at the end of the stream. Bytes that arrived before an
   // error are delivered before the error is reported. A blocking read or write that slept while a
   // signal handler ran returns what it moved, or kInterrupted if nothing.
@@ -466,6 +478,14 @@ class RdmaStream {
   bool post_owed_end(uint32_t which, bool credit);  // kEndClose or kEndToTcp, when credit allows
   void send_move_marker();
   void send_owed_close();
+  // Starts a data message of up to the room there is with the caller's bytes, unposted (held_), its
+  // credit taken. Returns the bytes it took (0: no room now).
+  uint64_t start_message(ByteSource& src);
+  // Appends the caller's bytes to the held message, within the ring's room and up to its end.
+  uint64_t join_held(ByteSource& src);
+  // Posts the held message. kWouldBlock: no room in the link's send queue; it goes at the channel's
+  // next serve() (held_.due).
+  Status post_held();
   // Fails the stream for good and takes its queue pair to the error state, so that the adapter flushes
   // every work request (none touches a buffer of ours or the caller's after this returns, once the
   // flushed completions are polled: drain_after_failure).
@@ -521,6 +541,21 @@ class RdmaStream {
   void note_failure(const char* what, const char* detail);
 
   bool last_send_signalled_ = true;  // our newest send asked for its completion (signal_tail)
+  // Our data message in the bounce mirror, counted as sent (its credit taken, our cursor past it) and
+  // not posted: writes said more follows. Nothing else of this channel's is posted before it (an end,
+  // a ring's adoption) but credit updates, arms and wakeups, which carry no byte of the stream.
+  // One data message carries at most 1 GiB (its length travels as the completion's 32-bit byte_len;
+  // rings are at most 512 MiB anyway).
+  static constexpr uint64_t kMaxMessage = uint64_t{1} << 30;
+  // A held message goes once it is this large: the kernel holds a corked segment until it is full;
+  // ours may be larger, but a bulk writer that corks gains nothing from a larger one.
+  static constexpr uint64_t kHoldLimit = 64 * 1024;
+  struct Held {
+    uint64_t offset = 0;  // in the peer's current ring
+    uint64_t bytes = 0;
+    bool due = false;    // to go as soon as the send queue has room (serve())
+    int ticks = 0;       // of the path watcher's, seen while held (push_if_aged)
+  } held_;
   bool writer_busy_ = false;  // a write() is in progress (writes are not interleaved)
   bool reader_busy_ = false;
 

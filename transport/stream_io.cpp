@@ -11,14 +11,6 @@
 #include "rdma_stream.h"
 
 namespace tcp2rdma::transport {
-namespace {
-
-// One data message carries at most 1 GiB (its length travels as the completion's 32-bit byte_len;
-// rings are at most 512 MiB anyway).
-constexpr uint64_t kMaxMessage = uint64_t{1} << 30;
-
-}  // namespace
-
 Status RdmaStream::write(const iovec* iov, int iovcnt, int flags, size_t* done, size_t* zero_copied) {
   OwnCalls own;  // own_calls.h
   *done = 0;
@@ -69,7 +61,12 @@ Status RdmaStream::write_piece(ByteSource& src, int flags, size_t* done, std::un
   // After the peer's end (rare): has it left too? Its disconnect shows only on the channels.
   if (flow_->peer_closed() && !disconnect_seen_) LinkProgress::take_events(*link_, *this);
   if (take_write_after_peer_left(len, done)) return Status::kOk;
-  if (size_t head = zero_copy_part(len, options_); link_->registrations() != nullptr && head > 0 && src.one_piece()) {
+  if (held_.bytes > 0 && zero_copy_part(len, options_) > 0) {
+    held_.due = true;  // a zero-copy write goes alone, after the held message
+    if (Status s = post_held(); s != Status::kOk && s != Status::kWouldBlock) return s;
+  }
+  if (size_t head = zero_copy_part(len, options_);
+      link_->registrations() != nullptr && head > 0 && src.one_piece() && held_.bytes == 0) {
     Status s = write_zero_copy(src.here(), head, flags, done, lock);
     if (s == Status::kMemoryLock || s == Status::kResources) {
       // The buffer could not be registered (RLIMIT_MEMLOCK, say): the same bytes go by copy instead.
@@ -104,13 +101,24 @@ Status RdmaStream::write_copy(ByteSource& src, int flags, size_t* done, std::uni
     if (move_sent_) return Status::kMovedToTcp;  // the rest goes on TCP, after our marker
     if (write_shut_) return Status::kShutDown;    // another thread shut our side down meanwhile
     if (disconnect_seen_) return Status::kReset;  // the peer has gone: nothing more can arrive there
-    uint64_t room = std::min(flow_->data_room(src.left()), kMaxMessage);
-    if (room == 0 || !send_queue_has_room(1)) {
-      if (room == 0) {
+    // The bytes go into the bounce mirror of the peer's ring, gathered from the caller's pieces: it
+    // may have to send them again on TCP if the path fails (stream_failover.cpp), and this region is
+    // free again once the peer has consumed them, which is after our write of them completed. They
+    // join a message held back by an earlier write, or start one (stream_held.cpp).
+    uint64_t taken = held_.bytes > 0 ? join_held(src) : 0;
+    if (taken == 0 && held_.bytes > 0) {
+      held_.due = true;  // it cannot grow (the ring's end, no room): it goes first
+      if (Status s = post_held(); s == Status::kOk) continue;
+      else if (s != Status::kWouldBlock) return s;
+    } else if (taken == 0 && send_queue_has_room(1)) {
+      taken = start_message(src);
+      if (taken == 0) {
         ++counters_.credit_stalls;
         if (Status s = request_wakeup(); s != Status::kOk) return s;
         spill_when_stuck();  // the peer may be waiting to write too (stream_spill.cpp)
       }
+    }
+    if (taken == 0) {
       if (flags & kNonBlocking) {
         bool news = false;  // as in read(): the link's event must come when room comes back
         if (arm_if_relied_on(&news) != Status::kOk) fail(Status::kReset);
@@ -120,27 +128,14 @@ Status RdmaStream::write_copy(ByteSource& src, int flags, size_t* done, std::uni
       if (Status s = wait(lock, /*interruptible=*/true); s != Status::kOk) return s;
       continue;
     }
-    uint64_t offset = flow_->peer_ring_offset();
-    uint32_t data_imm = imm(MessageType::kData, static_cast<uint32_t>(room));
-    Mirror mirror = current_mirror();  // of the ring we write into now (stream_rings.cpp)
-    // The bytes go into the bounce mirror of the peer's ring, gathered from the caller's pieces: it
-    // may have to send them again on TCP if the path fails (stream_failover.cpp), and this region is
-    // free again once the peer has consumed them, which is after our write of them completed.
-    src.copy_to(mirror.base + offset, room);
-    Status s;
-    if (room <= link_->max_inline() && room <= options_.inline_threshold) {
-      // Small: the adapter copies it into the work request now.
-      s = post_write(mirror.base + offset, static_cast<uint32_t>(room), 0, offset, data_imm, true, IBV_SEND_INLINE,
-                     kWrCopy);
-      ++counters_.inline_messages;
-    } else {
-      s = post_write(mirror.base + offset, static_cast<uint32_t>(room), mirror.mr->lkey, offset, data_imm, true, 0,
-                     kWrCopy);
+    counters_.bytes_sent += taken;
+    *done += taken;
+    // Held while the caller says more follows, up to a message of kHoldLimit; a message that would
+    // not go now for want of send queue room goes at the channel's next serve(), its bytes taken.
+    if (!(flags & kMore) || held_.bytes >= kHoldLimit) {
+      held_.due = true;
+      if (Status s = post_held(); s != Status::kOk && s != Status::kWouldBlock) return s;
     }
-    if (s != Status::kOk) return s;
-    flow_->on_data_sent(room);
-    counters_.bytes_sent += room;
-    *done += room;
   }
   return Status::kOk;
 }
@@ -395,11 +390,12 @@ Status RdmaStream::flush_locked(std::unique_lock<std::mutex>& lock, Deadline dea
   // A write is in the peer's memory once its send is acknowledged; the peer delivers what is there
   // even if a reset follows. An owed close must first go out (it waits for the peer's credit).
   // Our channel's sends, not the link's: other channels' traffic must not hold our close.
-  while ((link_->sends_of(index_) > 0 || close_owed_) && !failed() && !disconnect_seen_) {
+  if (held_.bytes > 0) held_.due = true;  // it goes at the progress below, or when room comes back
+  while ((link_->sends_of(index_) > 0 || close_owed_ || held_.bytes > 0) && !failed() && !disconnect_seen_) {
     if (deadline.passed()) return Status::kTimeout;
     progress();
     if (link_->sends_of(index_) > 0 && !close_owed_) signal_tail();
-    if (link_->sends_of(index_) > 0 || close_owed_) wait(lock, false, deadline.poll_ms());
+    if (link_->sends_of(index_) > 0 || close_owed_ || held_.bytes > 0) wait(lock, false, deadline.poll_ms());
   }
   return failed() ? outward(failure_) : Status::kOk;
 }
@@ -434,6 +430,7 @@ void RdmaStream::abort_with(uint32_t end) {
     end_on_link();
     return;
   }
+  held_ = {};  // a reset drops what was not sent, as the kernel's drops its send queue
   if (!failed() && !disconnected_ && !disconnect_seen_) {
     progress();
     // Best effort: if the abort message cannot go (or is flushed by the disconnect), the peer sees a

@@ -76,7 +76,9 @@ Status RdmaStream::post_write_to(uint32_t rkey, const void* local, uint32_t leng
   link_->on_channel_send_posted(index_);
   last_send_signalled_ = (wr.send_flags & IBV_SEND_SIGNALED) != 0;
   ++sends_since_keepalive_;
-  if (wr_kind == kWrCopy || wr_kind == kWrZeroCopy) ledger_.posted(flow_->sent() + length, wr_kind == kWrZeroCopy);
+  // A copied message is counted as sent when it starts (stream_held.cpp), a zero-copy one after its post.
+  if (wr_kind == kWrCopy) ledger_.posted(flow_->sent(), false);
+  if (wr_kind == kWrZeroCopy) ledger_.posted(flow_->sent() + length, true);
   return Status::kOk;
 }
 
@@ -310,6 +312,12 @@ Status RdmaStream::serve() {
     return failure_;
   }
   if (disconnect_seen_ || disconnected_) return Status::kOk;  // nothing can be sent any more
+  if (held_.due) {
+    if (Status s = post_held(); s != Status::kOk && s != Status::kWouldBlock) {
+      fail(s);
+      return failure_;
+    }
+  }
   if (flow_->ring_offer_pending()) answer_ring_offer();
   settle_rings();
   // After the mailbox: the peer's arm (it waits for room) comes in its update, and our answer to it
@@ -328,6 +336,11 @@ bool RdmaStream::post_owed_end(uint32_t which, bool credit) {
   // An end message (close, "to TCP") takes a receive of the peer's; without one it waits for the
   // peer's next update, and a wakeup is asked for so that one comes. Nothing of the application's
   // waits for it.
+  // Our held message first: the end comes after every byte written (stream_held.cpp).
+  if (held_.bytes > 0) {
+    held_.due = true;
+    if (post_held() != Status::kOk) return false;
+  }
   if (!credit || !send_queue_has_room(1)) {
     request_wakeup();
     return false;
@@ -461,6 +474,12 @@ Status RdmaStream::arm_if_relied_on(bool* news) {
 
 Status RdmaStream::wait(std::unique_lock<std::mutex>& lock, bool interruptible, int max_sleep_ms) {
   if (failed()) return failure_;
+  // A thread of ours that waits on this stream (for the peer's answer, say) sends what it held first,
+  // where the kernel would wait up to 200 ms to send a corked segment.
+  if (held_.bytes > 0) {
+    held_.due = true;
+    post_held();
+  }
   int sleep_ms = options_.keepalive_ms > 0 ? options_.keepalive_ms : -1;
   if (max_sleep_ms >= 0 && (sleep_ms < 0 || max_sleep_ms < sleep_ms)) sleep_ms = max_sleep_ms;
   LinkProgress::WaitEnd end = LinkProgress::wait(*link_, *this, lock, options_.busy_poll_us, sleep_ms, max_sleep_ms);

@@ -15,6 +15,12 @@ void RdmaStream::look_idle() {
 }
 
 void RdmaStream::answer_ring_offer() {
+  // A held message is in the ring we write into now: it goes before we may move to another (the
+  // offer waits for the next serve() when it cannot go yet).
+  if (held_.bytes > 0) {
+    held_.due = true;
+    if (post_held() != Status::kOk) return;
+  }
   // After our end no byte of ours goes anywhere: a refusal lets the peer free its new ring at once.
   bool ending = write_shut_ || move_sent_ || move_owed_ || close_owed_ || flow_->release_sent();
   rings_.answer_offer(*flow_, options_, ledger_, link_->pd(), peer_ring_size_, ending, &peer_rkey_);

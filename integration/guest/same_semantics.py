@@ -50,6 +50,22 @@ def call(what, fn):
     print(out, flush=True)
 
 
+def read_exactly(sock, n):
+    got = b""
+    while len(got) < n:
+        chunk = sock.recv(n - len(got))
+        if not chunk:
+            break
+        got += chunk
+    return got
+
+
+def wait_readable(sock, ms):
+    p = select.poll()
+    p.register(sock, select.POLLIN)
+    return "IN" if p.poll(ms) else "nothing"
+
+
 def upgraded_lines(log):
     try:
         with open(log) as f:
@@ -203,6 +219,32 @@ def main(address, port, log):
     call("server recv", lambda: s.recv(100))
     call("server send", lambda: s.send(b"z"))
     c.close()
+    s.close()
+
+    c, s = pair(address, port, log)
+    print("-- TCP_CORK and MSG_MORE", flush=True)
+    request = b"GET / HTTP/1.1\r\n" + bytes(range(256)) * 12
+    call("client cork", lambda: c.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1))
+    call("client send corked", lambda: c.send(request[:17]))
+    call("client send corked", lambda: c.send(request[17:]))
+    call("client uncork", lambda: c.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0))
+    call("server reads", lambda: read_exactly(s, len(request)) == request)
+    # Corked and never uncorked: the kernel sends it after 200 ms; nothing is lost waiting.
+    call("client cork", lambda: c.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1))
+    call("client send corked", lambda: c.send(b"ping"))
+    call("server poll 2 s", lambda: wait_readable(s, 2000))
+    call("server recv", lambda: s.recv(100))
+    call("client send corked", lambda: c.send(b"pong?"))
+    call("client TCP_NODELAY", lambda: c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1))
+    call("server reads", lambda: read_exactly(s, 5))
+    call("client uncork", lambda: c.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0))
+    # Small pieces that say more follows (less than a ring: nobody reads meanwhile), then the close:
+    # every byte, then the end.
+    pieces = [PAYLOAD[i:i + 3000] for i in range(0, 60000, 3000)]
+    call("client sends MSG_MORE", lambda: sum(c.send(piece, socket.MSG_MORE) for piece in pieces))
+    call("client close", c.close)
+    call("server reads", lambda: read_exactly(s, 60000) == PAYLOAD[:60000])
+    call("server recv", lambda: s.recv(100))
     s.close()
 
     print("-- a child writes, then ends with _exit", flush=True)

@@ -264,6 +264,7 @@ void run(Watcher* w) {
       }
     }
     sleep_ms = tick(w);
+    if (int held_ms = age_held(w); held_ms >= 0 && (sleep_ms < 0 || held_ms < sleep_ms)) sleep_ms = held_ms;
   }
 }
 
@@ -285,6 +286,21 @@ void watch_path(TrackedSocket* socket, int fd) noexcept {
     w->planned = next;
     wake(w);  // it sleeps until its own next look, later than this one's
   }
+}
+
+void push_held_later(TrackedSocket* socket) noexcept {
+  Watcher* w = watcher_slot();
+  if (socket->held_listed_by.exchange(w->generation) == w->generation) return;  // listed: it ticks
+  {
+    std::lock_guard lock(w->mutex);
+    if (start_locked(w)) {
+      w->held.push_back(socket->serial());
+      if (!std::exchange(w->held_ticking, true)) wake(w);
+      return;
+    }
+  }
+  socket->held_listed_by.store(0);
+  if (transport::RdmaStream* stream = socket->own_stream()) stream->push();  // no watcher: nothing waits
 }
 
 FailoverWait await_failover(TrackedSocket* socket, int fd, bool nonblocking) noexcept {

@@ -28,6 +28,11 @@ enum class FailoverWait {
 // kWouldBlock at once when `nonblocking`. Without a watcher (no thread to be had) the stream is reset.
 FailoverWait await_failover(TrackedSocket* socket, int fd, bool nonblocking) noexcept;
 
+// A write that said more follows (TCP_CORK, MSG_MORE) left a message held on the socket's stream:
+// the watcher pushes it if the application has not within 100 to 200 ms, as the kernel sends a
+// corked segment after 200 ms (held_pushes.cpp). Costs an atomic while the socket is listed.
+void push_held_later(TrackedSocket* socket) noexcept;
+
 // In a forked child: the watcher, its lock and its epoll set are the parent's; the child starts its own
 // at its first connection on RDMA.
 void forget_path_watcher_after_fork() noexcept;

@@ -1,5 +1,5 @@
-// The path watcher's state (path_watcher.cpp alone includes this): the connections it watches, the
-// failovers it runs, and the timings it keeps.
+// The path watcher's state (path_watcher.cpp and held_pushes.cpp alone include this): the
+// connections it watches, the failovers it runs, the held messages it pushes, and its timings.
 #pragma once
 
 #include <chrono>
@@ -60,7 +60,15 @@ struct Job {
 using DueQueue = std::priority_queue<std::pair<Clock::time_point, uint64_t>,
                                      std::vector<std::pair<Clock::time_point, uint64_t>>, std::greater<>>;
 
+// Each watcher made names itself anew, a forked child's and a successor's after a change of
+// credentials too: a socket listed by the one before (TrackedSocket::held_listed_by) is not listed.
+inline uint32_t next_watcher_generation() {
+  static std::atomic<uint32_t> made{0};
+  return ++made;
+}
+
 struct Watcher {
+  const uint32_t generation = next_watcher_generation();
   std::mutex mutex;  // watched, due, requests and the start; a leaf: nothing is called under it
   std::unordered_map<uint64_t, Watched> watched;  // by socket serial
   DueQueue due;
@@ -72,6 +80,16 @@ struct Watcher {
   int wake_fd = -1;
   std::unordered_map<uint64_t, Job> jobs;  // the watcher thread's alone
   std::atomic<bool> retired{false};  // replaced after a change of credentials: its thread ends
+  // Sockets whose stream holds a message (push_held_later), by serial; while there are any the
+  // watcher looks at them every kHeldTick (held_ticking).
+  std::vector<uint64_t> held;
+  bool held_ticking = false;
+  Clock::time_point held_aged{};  // the watcher thread's alone
 };
+
+constexpr auto kHeldTick = std::chrono::milliseconds(100);
+// Pushes the held messages that two ticks have seen (held_pushes.cpp); returns the ms until the
+// next tick is due, or -1 when nothing is held any more.
+int age_held(Watcher* w);
 
 }  // namespace tcp2rdma::preload::watcher

@@ -162,8 +162,13 @@ ssize_t send_on_stream(const StreamRef& ref, int fd, const iovec* iov, int iovcn
   transport::RdmaStream* stream = ref;
   size_t done = 0, zero_copied = 0;
   int flags = nonblocking(ref, msg_flags) ? transport::kNonBlocking : 0;
+  // More follows (MSG_MORE, TCP_CORK): the stream may hold the bytes back to go with the next ones,
+  // as the kernel holds a partial segment; the path watcher sends them within 200 ms if nothing else does.
+  const bool more = (msg_flags & MSG_MORE) || ref.socket()->corked.load(std::memory_order_relaxed);
+  if (more) flags |= transport::kMore;
   Status s = stream->write(iov, iovcnt, flags, &done, &zero_copied);
   while (s == Status::kInterrupted && !interrupted_call_fails()) s = stream->write(iov, iovcnt, flags, &done, &zero_copied);
+  if (more && done > 0 && stream->holds_message()) push_held_later(ref.socket());
   stats::slot_add_rdma(ref.socket()->stats_slot.load(std::memory_order_relaxed), 0, done, zero_copied);
   if (s == Status::kMovedToTcp) return tcp_after_move(ref, fd, iov, iovcnt, msg_flags, false);
   if (s == Status::kPathFailed) return after_failover(ref, fd, iov, iovcnt, msg_flags, false);
@@ -230,6 +235,11 @@ int stream_take_error(const StreamRef& ref) noexcept {
   if (ref.prefixed() || ref.session() != nullptr) return 0;
   transport::RdmaStream* stream = ref;
   return stream->take_error();
+}
+
+void push_held_now(TrackedSocket* socket) noexcept {
+  if (!socket->path_is(Path::kRdma)) return;
+  if (transport::RdmaStream* stream = socket->own_stream()) stream->push();
 }
 
 int stream_readable_bytes(transport::RdmaStream* stream) noexcept {

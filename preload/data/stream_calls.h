@@ -54,6 +54,9 @@ int stream_shutdown(const StreamRef& ref, int fd, int how) noexcept;
 // SO_ERROR's value for a connection on RDMA: the stream's pending error (RdmaStream::take_error),
 // taken; 0 when there is none, or the connection is in its upgrade or on a prefix.
 int stream_take_error(const StreamRef& ref) noexcept;
+// The application uncorked (or set TCP_NODELAY): the message its corked writes held on the
+// connection's stream goes now, if the connection is on RDMA.
+void push_held_now(TrackedSocket* socket) noexcept;
 // Bytes readable now (FIONREAD).
 int stream_readable_bytes(transport::RdmaStream* stream) noexcept;
 

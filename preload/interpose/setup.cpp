@@ -1,5 +1,8 @@
 // Socket creation, naming and connection setup. The application's descriptor is always the real kernel
 // socket: these wrappers make the real call and then record what it did.
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+
 #include <cerrno>
 #include <cstdio>
 
@@ -204,6 +207,16 @@ T2R_INTERPOSE int setsockopt(int fd, int level, int name, const void* value, soc
     if (auto socket = tcp2rdma::preload::SocketHold::of(fd)) {
       const auto* l = static_cast<const linger*>(value);
       socket->linger_seconds.store(l->l_onoff ? l->l_linger : -1);
+    }
+  }
+  // TCP_CORK holds writes back on the stream too; its removal, or TCP_NODELAY set, sends what is held,
+  // as the kernel pushes its pending segment then.
+  bool cork = level == IPPROTO_TCP && name == TCP_CORK, nodelay = level == IPPROTO_TCP && name == TCP_NODELAY;
+  if (rc == 0 && (cork || nodelay) && len >= static_cast<socklen_t>(sizeof(int))) {
+    if (auto socket = tcp2rdma::preload::SocketHold::of(fd)) {
+      bool on = *static_cast<const int*>(value) != 0;
+      if (cork) socket->corked.store(on);
+      if ((cork && !on) || (nodelay && on)) tcp2rdma::preload::push_held_now(socket.get());
     }
   }
   return rc;

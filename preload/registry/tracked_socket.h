@@ -185,9 +185,7 @@ class TrackedSocket {
   // Names this socket among every socket with a stream (hold_live), from set_stream on; never reused
   // in the process, so a watcher that keeps it finds a closed socket gone, never another one.
   uint64_t serial() const noexcept { return serial_; }
-  // The peer's bytes that had arrived on the stream unread when the connection moved back, served
-  // before the kernel's (copied into a forked child with the rest of this memory).
-  TcpPrefix prefix;
+  TcpPrefix prefix;  // the peer's bytes unread at the move back, served before the kernel's
 
   // A server connection whose background upgrade was still on TCP when its process forked: the
   // process that uses the connection next takes the upgrade up again (process/deferred_upgrade.h).
@@ -232,11 +230,12 @@ class TrackedSocket {
   // (decide_connection) until the socket goes; a forked child's inherited ones name nothing.
   std::atomic<int32_t> stats_slot{-1};
 
-  // SO_LINGER as the application last set it: -1 off, else the linger time in seconds. Followed by
-  // the setsockopt wrapper, read at the last close (end_stream()).
+  // As the application last set them (the setsockopt wrapper): SO_LINGER (-1 off, else seconds; read
+  // at the last close, end_stream()), TCP_CORK (writes then say more follows: push_held_later).
   std::atomic<int> linger_seconds{-1};
-  // The log said once why this connection's stream failed (stream_calls.cpp).
-  std::atomic<bool> failure_logged{false};
+  std::atomic<bool> corked{false};
+  std::atomic<uint32_t> held_listed_by{0};  // the path watcher whose held list has it (0: none)
+  std::atomic<bool> failure_logged{false};  // the log said why its stream failed (stream_calls.cpp)
 
   // What only a listener has (listener/listener_state.h), or null: made at its first listen() that a
   // rule may select RDMA for, ended with the socket.

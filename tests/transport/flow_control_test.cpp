@@ -36,6 +36,28 @@ TEST(FlowControl, DataRoomKeepsTwoCreditsBackAndStopsAtTheRingEnd) {
   EXPECT_FALSE(f.may_send_close());
 }
 
+TEST(FlowControl, AHeldMessageGrowsWithoutCreditsWithinTheRingAndArrivesWhole) {
+  // The writer's held message (MSG_MORE, TCP_CORK) takes one credit when it starts and grows by the
+  // bytes that follow it; the reader takes it as one message of its whole length.
+  FlowControl writer(config(4096, 3, 0, 0));
+  FlowControl reader(config(4096, 3, 0, 0));
+  ASSERT_EQ(writer.data_room(100), 100u);
+  writer.on_data_sent(100);
+  EXPECT_EQ(writer.credits(), 2u);
+  EXPECT_EQ(writer.data_room(1), 0u);         // a new message needs three credits left
+  EXPECT_EQ(writer.append_room(500), 500u);   // the held one grows without any
+  writer.on_data_appended(500);
+  EXPECT_EQ(writer.append_room(10000), 4096u - 600u);  // the ring's free space, to its end
+  writer.on_data_appended(writer.append_room(10000));
+  EXPECT_EQ(writer.append_room(1), 0u);  // the ring is full
+  EXPECT_EQ(writer.peer_ring_offset(), 0u);
+  EXPECT_EQ(reader.on_data_arrived(4096), FlowError::kNone);  // one message, one receive
+  EXPECT_EQ(reader.readable(), 4096u);
+  // One byte more than the reader advertised is an overrun, held or not.
+  FlowControl reader2(config(4096, 3, 0, 0));
+  EXPECT_EQ(reader2.on_data_arrived(4097), FlowError::kRingOverrun);
+}
+
 TEST(FlowControl, AReleaseComesLastAndOnlyAfterAnEnd) {
   // Receiving: a release before any end would let a peer stop without a word and be taken for a clean
   // end; one after an abort is fine (the abort is the end); nothing may follow it.

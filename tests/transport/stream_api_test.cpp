@@ -143,6 +143,79 @@ TEST(StreamApi, AWritevOfSmallPiecesIsOneMessageAndALargePieceBetweenThemGoesZer
   EXPECT_EQ(p.client->counters().zcopy_bytes - zcopy_before, big.size());
 }
 
+// MSG_MORE and TCP_CORK (docs/protocol.md, "Holding a message back"): a write that says more follows
+// is held, unposted, and the next one joins it; it goes with a write that does not say so, a push,
+// an end, a move's marker, a wait on the stream, or before a zero-copy write, always in order.
+TEST(StreamApi, AWriteThatSaysMoreFollowsIsHeldAndGoesWithTheNextInOneMessage) {
+  StreamOptions o = small_options();
+  o.zcopy_threshold = 16 * 1024;
+  Pair p = connect_pair(7647, o);
+  ASSERT_TRUE(p.client && p.server);
+  Status st;
+  const uint64_t inline_before = p.client->counters().inline_messages;
+  ASSERT_EQ(write_text(*p.client, "HTTP/1.1 200 OK\r\n", kMore), Status::kOk);
+  EXPECT_TRUE(p.client->holds_message());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(read_text(*p.server, 100, kNonBlocking, &st), "");  // nothing was posted
+  EXPECT_EQ(st, Status::kWouldBlock);
+  ASSERT_EQ(write_text(*p.client, "\r\nbody"), Status::kOk);
+  EXPECT_FALSE(p.client->holds_message());
+  EXPECT_EQ(p.client->counters().inline_messages - inline_before, 1u);  // header and body: one message
+  EXPECT_EQ(read_text(*p.server, 23, kWaitAll, &st), "HTTP/1.1 200 OK\r\n\r\nbody");
+  // A push (the application uncorked).
+  ASSERT_EQ(write_text(*p.client, "pushed", kMore), Status::kOk);
+  p.client->push();
+  EXPECT_EQ(read_text(*p.server, 6, kWaitAll, &st), "pushed");
+  // A wait on the stream: the request goes before the client sleeps for its answer.
+  ASSERT_EQ(write_text(*p.client, "ping", kMore), Status::kOk);
+  auto answer = std::async(std::launch::async, [&] {
+    Status rst;
+    std::string got = read_text(*p.server, 4, kWaitAll, &rst);
+    return rst == Status::kOk && got == "ping" ? write_text(*p.server, "pong") : Status::kProtocolError;
+  });
+  EXPECT_EQ(read_text(*p.client, 4, kWaitAll, &st), "pong");
+  EXPECT_EQ(answer.get(), Status::kOk);
+  // A zero-copy write goes after the held bytes, each in order.
+  std::string big(20000, 'z');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>('a' + i % 26);
+  auto reader = std::async(std::launch::async, [&] {
+    Status rst;
+    return read_text(*p.server, 5 + big.size(), kWaitAll, &rst);
+  });
+  ASSERT_EQ(write_text(*p.client, "head:", kMore), Status::kOk);
+  ASSERT_EQ(write_text(*p.client, big, kMore), Status::kOk);
+  EXPECT_EQ(reader.get(), "head:" + big);
+  // The end comes after the held bytes.
+  ASSERT_EQ(write_text(*p.client, "last words", kMore), Status::kOk);
+  ASSERT_EQ(p.client->shutdown_write(), Status::kOk);
+  EXPECT_EQ(read_text(*p.server, 100, kWaitAll, &st), "last words");
+  EXPECT_EQ(read_text(*p.server, 100, 0, &st), "");
+  EXPECT_EQ(st, Status::kOk);
+}
+
+TEST(StreamApi, AHeldMessageGoesBeforeTheMoveMarkerAndAfterTwoTicks) {
+  Pair p = connect_pair(7648);
+  ASSERT_TRUE(p.client && p.server);
+  Status st;
+  ASSERT_EQ(write_text(*p.client, "aged", kMore), Status::kOk);
+  EXPECT_TRUE(p.client->push_if_aged());   // one tick: still held
+  EXPECT_FALSE(p.client->push_if_aged());  // two: it went
+  EXPECT_EQ(read_text(*p.server, 4, kWaitAll, &st), "aged");
+  // The client's stack answers the server's marker with its own, after its held bytes, while its
+  // application blocks in a read.
+  ASSERT_EQ(write_text(*p.client, "before the marker", kMore), Status::kOk);
+  auto client_reads = std::async(std::launch::async, [&] {
+    Status rst;
+    read_text(*p.client, 100, 0, &rst);
+    return rst;
+  });
+  std::vector<uint8_t> unread;
+  bool peer_ended = true;
+  ASSERT_EQ(p.server->move_to_tcp(&unread, &peer_ended), Status::kOk);
+  EXPECT_EQ(std::string(unread.begin(), unread.end()), "before the marker");
+  EXPECT_EQ(client_reads.get(), Status::kMovedToTcp);
+}
+
 TEST(StreamApi, ShutdownIsAnEndForThePeerWhileTheOtherDirectionGoesOn) {
   Pair p = connect_pair(7603);
   ASSERT_TRUE(p.client && p.server);
