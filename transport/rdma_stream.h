@@ -483,6 +483,8 @@ class RdmaStream {
   uint64_t start_message(ByteSource& src);
   // Appends the caller's bytes to the held message, within the ring's room and up to its end.
   uint64_t join_held(ByteSource& src);
+  // A write would take a byte now: into a new message, or into the held one (writable, as polled).
+  bool takes_bytes() const;
   // Posts the held message. kWouldBlock: no room in the link's send queue; it goes at the channel's
   // next serve() (held_.due).
   Status post_held();

@@ -38,6 +38,12 @@ uint64_t RdmaStream::join_held(ByteSource& src) {
   return room;
 }
 
+bool RdmaStream::takes_bytes() const {
+  if (flow_->data_room(1) > 0) return true;
+  return held_.bytes > 0 && held_.bytes < kMaxMessage && flow_->peer_ring_offset() == held_.offset + held_.bytes &&
+         flow_->append_room(1) > 0;
+}
+
 Status RdmaStream::post_held() {
   if (held_.bytes == 0) return Status::kOk;
   // A stream that failed or lost its peer posts nothing more; the held bytes, counted as sent, are

@@ -570,8 +570,7 @@ Readiness RdmaStream::readiness(bool want_writable, bool take_link_events, bool 
     r.hung_up = (write_shut_ || wrote_after_peer_left_) && (r.peer_closed || read_shut_);
     r.bytes_readable = flow_->readable() + prefix_left();
     r.readable = r.failed || r.peer_closed || read_shut_ || r.bytes_readable > 0;
-    r.writable = r.failed || write_shut_ || move_sent_ || disconnect_seen_ ||
-                 (flow_->data_room(1) > 0 && send_queue_has_room(2));
+    r.writable = r.failed || write_shut_ || move_sent_ || disconnect_seen_ || (takes_bytes() && send_queue_has_room(2));
     r.moved = moved_locked();
     if (failover_due()) {
       // Failing over: nothing is ready until the connection is on TCP or reset (finish_leaving and
@@ -583,6 +582,10 @@ Readiness RdmaStream::readiness(bool want_writable, bool take_link_events, bool 
     // Not writable: ask the peer to tell us when it is. Either way, arm the channel so that the fd
     // fires on the next change; a completion caught while arming is news to look at first.
     if (!r.writable && !r.failed && want_writable) {
+      if (held_.bytes > 0) {  // the caller will wait for room: what it held goes first
+        held_.due = true;
+        post_held();
+      }
       request_wakeup();
       spill_when_stuck();  // a caller waiting to write may be what the peer's writer waits for
     }
@@ -601,7 +604,7 @@ RdmaStream::PollMark RdmaStream::poll_mark_locked() const {
   bool ends[] = {failed(), flow_->peer_closed(), flow_->peer_moved(), read_shut_, error_pending_, write_shut_,
                  move_sent_, disconnect_seen_, wrote_after_peer_left_, moved_locked(), failover_due()};
   for (unsigned i = 0; i < sizeof ends / sizeof ends[0]; ++i) m.ends |= ends[i] ? 1u << i : 0u;
-  m.writable = flow_->data_room(1) > 0 && link_->send_queue_has_room(2);
+  m.writable = takes_bytes() && link_->send_queue_has_room(2);
   return m;
 }
 
@@ -609,7 +612,7 @@ void RdmaStream::want_writable() {
   OwnCalls own;  // own_calls.h
   std::lock_guard lock(mu_);
   if (!flow_ || failed() || write_shut_ || move_sent_ || disconnect_seen_ || failover_due()) return;
-  if (flow_->data_room(1) == 0) request_wakeup();
+  if (!takes_bytes()) request_wakeup();
 }
 
 StreamCounters RdmaStream::counters() const {
