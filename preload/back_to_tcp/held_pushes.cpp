@@ -6,7 +6,8 @@
 // Why the watcher: an application that corks, writes a request and then waits in a call the module
 // does not see (a futex, a sleep, another program's pipe) has no call of its own that could push it.
 // The list is by serial, so a socket closed meanwhile is simply gone; a listed socket costs its
-// writes one atomic exchange (TrackedSocket::held_listed_by), and only an idle watcher is woken.
+// writes one atomic exchange (TrackedSocket::held_listed_by), and only a watcher that has not
+// ticked for a second is woken.
 #include <sys/eventfd.h>
 
 #include <algorithm>
@@ -50,7 +51,10 @@ int age_held(Watcher* w) {
   }
   std::lock_guard lock(w->mutex);
   w->held.insert(w->held.end(), still.begin(), still.end());
-  w->held_ticking = !w->held.empty();
+  // Ticking goes on a while after the last held message: an application that corks every request
+  // (nginx) would otherwise wake the watcher at most of them, a system call each.
+  w->held_idle_ticks = w->held.empty() ? w->held_idle_ticks + 1 : 0;
+  w->held_ticking = w->held_idle_ticks < kHeldIdleTicks;
   return w->held_ticking ? static_cast<int>(kHeldTick.count()) : -1;
 }
 

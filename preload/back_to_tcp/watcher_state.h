@@ -84,10 +84,12 @@ struct Watcher {
   // watcher looks at them every kHeldTick (held_ticking).
   std::vector<uint64_t> held;
   bool held_ticking = false;
+  int held_idle_ticks = 0;  // ticks in a row that found nothing held
   Clock::time_point held_aged{};  // the watcher thread's alone
 };
 
 constexpr auto kHeldTick = std::chrono::milliseconds(100);
+constexpr int kHeldIdleTicks = 10;  // the watcher stops ticking after a second with nothing held
 // Pushes the held messages that two ticks have seen (held_pushes.cpp); returns the ms until the
 // next tick is due, or -1 when nothing is held any more.
 int age_held(Watcher* w);
