@@ -161,6 +161,12 @@ Status StreamLink::watch_cm_channel() {
   return Status::kOk;
 }
 
+bool StreamLink::client_gave_up() {
+  if (cm_channel_ == nullptr || !set_nonblocking(cm_channel_->fd)) return false;
+  take_cm_events();
+  return setup_failed_ || disconnected_;
+}
+
 uint32_t StreamLink::attach(RdmaStream* channel) {
   if (channels_.empty()) {  // kLinkChannel
     channels_.push_back(nullptr);

@@ -486,8 +486,8 @@ Status StreamListener::accept_held(size_t index, uint64_t server_nonce, const St
     reject(held.id, held.request, DeclineReason::kResources);
     return made == Status::kNoDevice ? Status::kResources : made;
   }
-  // Each stream gets its own event channel, so that its events never reach the listener. This fails
-  // when the client has given up on the request meanwhile.
+  // Each stream gets its own event channel, so that its events never reach the listener, and with
+  // the request come its events not taken yet (the client's rejection, when it gave up meanwhile).
   if (rdma_migrate_id(held.id, stream->link_->cm_channel()) != 0) {
     reject(held.id);
     return Status::kReset;
@@ -497,6 +497,9 @@ Status StreamListener::accept_held(size_t index, uint64_t server_nonce, const St
   }
   Status s = stream->create_resources(held.id, sized);
   if (s == Status::kOk) s = stream->start(held.request.ring_size_log2, held.request.rkey, held.request.queue_depth, false);
+  // A request held past its client's wait: the kernel's connection is gone, and the queue pair's
+  // steps fail for that reason, not for want of resources.
+  if (s != Status::kOk && stream->link_->client_gave_up()) return Status::kReset;
   if (s != Status::kOk) {
     Decline d = decline_record(held.request, s == Status::kMemoryLock ? DeclineReason::kMemoryLock
                                              : s == Status::kRefused  ? DeclineReason::kRingTooLarge
@@ -515,6 +518,7 @@ Status StreamListener::accept_held(size_t index, uint64_t server_nonce, const St
   param.rnr_retry_count = 0;
   param.qp_num = stream->link_->qp_num();
   if (stream->link_->ready_to_send() != Status::kOk) {
+    if (stream->link_->client_gave_up()) return Status::kReset;
     Decline d = decline_record(held.request, DeclineReason::kResources);
     rdma_reject(held.id, &d, sizeof d);
     return Status::kResources;
