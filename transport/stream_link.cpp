@@ -114,7 +114,9 @@ Status StreamLink::move_qp(ibv_qp_state state) {
   ibv_qp_attr attr{};
   int mask = 0;
   attr.qp_state = state;
-  if (rdma_init_qp_attr(id_, &attr, &mask) != 0) return Status::kResources;
+  // EINVAL: the connection is in no state to move to (a held request whose client gave up and left:
+  // the kernel drops the client's rejection of a request not yet accepted, so this is the only sign).
+  if (rdma_init_qp_attr(id_, &attr, &mask) != 0) return errno == EINVAL ? Status::kReset : Status::kResources;
   if (state == IBV_QPS_RTR) {
     // The kernel's rdma_ucm sets RoCE-only attribute bits (21-23) for InfiniBand ports too, which the
     // device refuses: masked off there, as librdmacm does for its own queue pairs.
@@ -159,12 +161,6 @@ Status StreamLink::watch_cm_channel() {
   cm_watched_ = true;
   cq_armed_ = false;
   return Status::kOk;
-}
-
-bool StreamLink::client_gave_up() {
-  if (cm_channel_ == nullptr || !set_nonblocking(cm_channel_->fd)) return false;
-  take_cm_events();
-  return setup_failed_ || disconnected_;
 }
 
 uint32_t StreamLink::attach(RdmaStream* channel) {

@@ -289,10 +289,6 @@ class StreamLink {
   // it never will (a connection error, a rejection, a disconnect).
   bool established() const { return established_; }
   bool setup_failed() const { return setup_failed_; }
-  // A server's link whose setup failed on our side: whether the client had already given its request
-  // up (its rejection or disconnect is on the link's connection-event channel, where the listener's
-  // migration of the request put it). Makes the channel non-blocking to look.
-  bool client_gave_up();
   // A poll or select call's sleep saw the completion channel or the connection events readable
   // (StreamSleeper): its next look takes them (LinkProgress::take_events). A look that saw nothing
   // leaves them, since the read (and librdmacm's command write) would only find nothing: two system

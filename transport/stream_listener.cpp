@@ -486,8 +486,7 @@ Status StreamListener::accept_held(size_t index, uint64_t server_nonce, const St
     reject(held.id, held.request, DeclineReason::kResources);
     return made == Status::kNoDevice ? Status::kResources : made;
   }
-  // Each stream gets its own event channel, so that its events never reach the listener, and with
-  // the request come its events not taken yet (the client's rejection, when it gave up meanwhile).
+  // Each stream gets its own event channel, so that its events never reach the listener.
   if (rdma_migrate_id(held.id, stream->link_->cm_channel()) != 0) {
     reject(held.id);
     return Status::kReset;
@@ -497,9 +496,6 @@ Status StreamListener::accept_held(size_t index, uint64_t server_nonce, const St
   }
   Status s = stream->create_resources(held.id, sized);
   if (s == Status::kOk) s = stream->start(held.request.ring_size_log2, held.request.rkey, held.request.queue_depth, false);
-  // A request held past its client's wait: the kernel's connection is gone, and the queue pair's
-  // steps fail for that reason, not for want of resources.
-  if (s != Status::kOk && stream->link_->client_gave_up()) return Status::kReset;
   if (s != Status::kOk) {
     Decline d = decline_record(held.request, s == Status::kMemoryLock ? DeclineReason::kMemoryLock
                                              : s == Status::kRefused  ? DeclineReason::kRingTooLarge
@@ -517,11 +513,11 @@ Status StreamListener::accept_held(size_t index, uint64_t server_nonce, const St
   param.retry_count = RdmaStream::kRetryCount;
   param.rnr_retry_count = 0;
   param.qp_num = stream->link_->qp_num();
-  if (stream->link_->ready_to_send() != Status::kOk) {
-    if (stream->link_->client_gave_up()) return Status::kReset;
+  // kReset: a request held past its client's wait, whose connection the kernel ended (move_qp).
+  if (Status ready = stream->link_->ready_to_send(); ready != Status::kOk) {
     Decline d = decline_record(held.request, DeclineReason::kResources);
     rdma_reject(held.id, &d, sizeof d);
-    return Status::kResources;
+    return ready;
   }
   // Its link takes later opens from the same client process (links.md); the listener answers them.
   links_.push_back(stream->link_);

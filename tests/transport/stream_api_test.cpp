@@ -583,6 +583,26 @@ TEST(StreamApi, TheListenerHoldsARequestUntilItsTcpConnectionIsAccepted) {
   EXPECT_EQ(std::memcmp(&server->tuple(), &wanted.tuple, sizeof wanted.tuple), 0);
 }
 
+// A request held past its client's wait (a forking server whose child takes the upgrade up late):
+// the client has given up and left, and taking the request up says so (a reset), not that the
+// server lacks resources, which the failing queue-pair steps alone would suggest.
+TEST(StreamApi, ARequestWhoseClientGaveUpIsAResetNotALackOfResources) {
+  StreamOptions o = small_options();
+  std::unique_ptr<StreamListener> listener = peer_util::listen_on("7649", o);
+  ASSERT_TRUE(listener);
+  StreamOptions quick = o;
+  quick.timeout_ms = 500;
+  Pairing late = pairing_for(40009, 7649);
+  auto client = connect_in_background("7649", late, quick);
+  wait_until_held(*listener);
+  EXPECT_EQ(client.get().first, Status::kTimeout);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the client's rejection arrives
+  std::unique_ptr<RdmaStream> server;
+  Status st = listener->accept(late.tuple, 1, &server);
+  EXPECT_EQ(st, Status::kReset) << to_string(st);
+  EXPECT_EQ(server, nullptr);
+}
+
 // A pre-fork server's directory: the listener on the well-known port sends a request on to the
 // listener (on a port of its own) of the process that accepted that TCP connection; the client
 // follows the redirect once and the stream works. A request nobody maps stays held.
