@@ -21,7 +21,8 @@ upgraded_before=$(grep -c 'upgraded to rdma' "$log" 2>/dev/null || true)
 # Until the server listens (started beside this client, or in the other guest): 60 s at most, by the
 # clock, as a loaded guest once needed more than 30 tries 0.3 s apart to start it.
 give_up=$(( $(date +%s) + 60 ))
-until run iperf3 -c "$T2R_PEER" -J "$@" > /tmp/iperf3.json; do
+# iperf3 -J exits 0 when it cannot connect (3.12): its JSON's error says so.
+until run iperf3 -c "$T2R_PEER" -J "$@" > /tmp/iperf3.json && ! grep -q '"error":.*unable to connect' /tmp/iperf3.json; do
   [ "$(date +%s)" -lt "$give_up" ] || { cat /tmp/iperf3.json; exit 1; }; sleep 0.3; done
 moved=$(( $(pkts sent_pkts) + $(pkts rcvd_pkts) - before ))
 python3 - "$moved" "$expect" /tmp/iperf3.json <<'PY'
