@@ -20,6 +20,11 @@
 #                                      (guest A, in the background) once pgbench-running is there and
 #                                      the module's LOG says 8 more connections upgraded (60 s at most),
 #                                      TOOL (tcp2rdma) stat -a --json into FILE
+#   postgres.sh server-checks FILE LOG N
+#                                      (guest A, after the run) no connection stayed on TCP, LOG says N
+#                                      upgraded, and FILE (once stat-when-running has written it: 60 s
+#                                      at most, the stat starts slowly on a loaded testbed) lists 8
+#                                      server connections on rdma; each failure says which
 set -eu
 bin=/usr/lib/postgresql/15/bin
 data=/tmp/pg/${2:-}
@@ -92,5 +97,14 @@ stat-when-running)
   done
   "$2" stat -a --json > "$3.tmp" 2>&1; mv "$3.tmp" "$3"
   ;;
-*) echo "postgres.sh: init PORT | server PORT | bench HOST PORT CLIENTS SECONDS | rounds HOST CLIENTS SECONDS ROUNDS PORT..." >&2; exit 2 ;;
+server-checks)
+  ! grep 'stays tcp' "$3" || { echo "postgres.sh: a connection stayed on TCP"; exit 1; }
+  upgraded=$(grep -c 'upgraded to rdma' "$3" || true)
+  [ "$upgraded" -eq "$4" ] || { echo "postgres.sh: $upgraded connections upgraded, not $4"; exit 1; }
+  for _ in $(seq 300); do [ -e "$2" ] && break; sleep 0.2; done
+  [ -e "$2" ] || { echo "postgres.sh: no stat in 60 s"; exit 1; }
+  on_rdma=$(grep -o '.role.:.server.,.local.:.10.77.0.1:5018.,[^}]*.path.:.rdma.' "$2" | wc -l)
+  [ "$on_rdma" -eq 8 ] || { cat "$2"; echo "postgres.sh: the stat lists $on_rdma server connections on rdma, not 8"; exit 1; }
+  ;;
+*) echo "postgres.sh: init PORT | server PORT | bench HOST PORT CLIENTS SECONDS | rounds HOST CLIENTS SECONDS ROUNDS PORT... | stat-when-running TOOL FILE LOG | server-checks FILE LOG N" >&2; exit 2 ;;
 esac

@@ -174,7 +174,7 @@ ssize_t send_on_stream(const StreamRef& ref, int fd, const iovec* iov, int iovcn
   if (s == Status::kPathFailed) return after_failover(ref, fd, iov, iovcnt, msg_flags, false);
   // A blocking write cut short at our marker, or by the path's failure: the rest goes on TCP, right
   // after it (after the failover's resend).
-  if (s == Status::kOk && flags == 0 && done < iov_total(iov, iovcnt)) {
+  if (s == Status::kOk && !(flags & transport::kNonBlocking) && done < iov_total(iov, iovcnt)) {
     if (stream->writes_moved()) return rest_on_tcp(ref, fd, iov, iovcnt, msg_flags, done, false);
     if (stream->failover_pending()) return rest_after_failover(ref, fd, iov, iovcnt, msg_flags, done, false);
   }
