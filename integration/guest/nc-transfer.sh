@@ -2,7 +2,8 @@
 # nc-transfer.sh receive PORT | send PORT MIB
 # OpenBSD nc moves MIB MiB of random bytes from the sending guest to the receiving one, with -N
 # (half-close after the data). The receiver compares its sha256 with the one the sender left in
-# T2R_WORK. Both check the path the bytes took against T2R_EXPECT:
+# T2R_WORK/sent-PORT.sha256 (a file a port: a guest that sends twice in a row may write the second
+# before its peer has done with the first). Both check the path the bytes took against T2R_EXPECT:
 #   tcp   the RDMA device sent no packet meanwhile (default)
 #   probe the bytes stayed TCP, but a shim asked its peer over rdma_cm (a few connection-manager
 #         packets, fewer than 16, and nothing like the payload)
@@ -30,17 +31,18 @@ before=$(pkts); before_rcvd=$(pkts rcvd_pkts)
 case "$1" in
   receive)
     run nc ${T2R_RECEIVE_FLAGS:--N} -l "$2" > /tmp/received
-    i=0; until [ -f "$T2R_WORK/sent.sha256" ]; do i=$((i+1)); [ $i -lt 100 ] || exit 1; sleep 0.1; done
+    sums="$T2R_WORK/sent-$2.sha256"
+    i=0; until [ -f "$sums" ]; do i=$((i+1)); [ $i -lt 100 ] || { echo "no $sums from the sender"; exit 1; }; sleep 0.1; done
     got=$(sha256sum < /tmp/received | cut -d' ' -f1)
-    want=$(cat "$T2R_WORK/sent.sha256")
+    want=$(cat "$sums")
     echo "received $(wc -c < /tmp/received) bytes, sha256 $got"
     [ "$got" = "$want" ] || { echo "checksum differs from the sender's $want"; exit 1; }
     bytes=$(wc -c < /tmp/received) ;;
   send)
     bytes=$(( $3 * 1048576 ))
     head -c "$bytes" /dev/urandom > /tmp/data
-    sha256sum < /tmp/data | cut -d' ' -f1 > "$T2R_WORK/sent.sha256.tmp"
-    mv "$T2R_WORK/sent.sha256.tmp" "$T2R_WORK/sent.sha256"
+    sha256sum < /tmp/data | cut -d' ' -f1 > "$T2R_WORK/sent-$2.sha256.tmp"
+    mv "$T2R_WORK/sent-$2.sha256.tmp" "$T2R_WORK/sent-$2.sha256"
     pause=${T2R_RETRY_SLEEP:-0.2}; tries=$(awk -v p="$pause" 'BEGIN { print int(10 / p) }')  # about 10 s
     feed() {
       if [ -z "${T2R_SWITCH_AFTER_MIB:-}" ]; then cat /tmp/data; return; fi
