@@ -44,7 +44,8 @@ cat "$out"
 echo
 echo "| load | TCP rate min / median / max | RDMA rate min / median / max | RDMA / TCP | p50 µs TCP / RDMA | p99 µs TCP / RDMA | on RDMA / stayed TCP (last round) |"
 echo "| --- | --- | --- | --- | --- | --- | --- |"
-grep '^result ' "$out" | awk '
+# (no result line with 0 rounds: the calls alone)
+{ grep '^result ' "$out" || true; } | awk '
   function field(name,   i, kv) { for (i = 2; i <= NF; ++i) { split($i, kv, "="); if (kv[1] == name) return kv[2] } return "-" }
   function median(list,   n, v, i, j, t) {
     n = split(list, v, " "); if (n == 0) return "-"

@@ -225,9 +225,13 @@ def main(address, port, log):
     print("-- TCP_CORK and MSG_MORE", flush=True)
     request = b"GET / HTTP/1.1\r\n" + bytes(range(256)) * 12
     call("client cork", lambda: c.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1))
+    call("client TCP_CORK", lambda: c.getsockopt(socket.IPPROTO_TCP, socket.TCP_CORK))
     call("client send corked", lambda: c.send(request[:17]))
     call("client send corked", lambda: c.send(request[17:]))
     call("client uncork", lambda: c.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0))
+    call("client TCP_CORK", lambda: c.getsockopt(socket.IPPROTO_TCP, socket.TCP_CORK))
+    call("client TCP_CORK, 2 bytes", lambda: c.getsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 2))
+    call("client cork, 2 bytes", lambda: c.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, b"\x01\x00"))
     call("server reads", lambda: read_exactly(s, len(request)) == request)
     # Corked and never uncorked: the kernel sends it after 200 ms; nothing is lost waiting.
     call("client cork", lambda: c.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1))

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdio>
 
+#include "data/socket_cork.h"
 #include "data/stream_calls.h"
 #include "libc/interposed.h"
 #include "listener/listener_state.h"
@@ -196,10 +197,12 @@ T2R_INTERPOSE int getsockopt(int fd, int level, int name, void* value, socklen_t
       return rc;
     }
   }
+  if (tcp2rdma::preload::cork_as_set(fd, level, name, value, len)) return 0;
   return real().getsockopt(fd, level, name, value, len);
 }
 
 T2R_INTERPOSE int setsockopt(int fd, int level, int name, const void* value, socklen_t len) {
+  if (tcp2rdma::preload::cork_on_rdma(fd, level, name, value, len)) return 0;
   int rc = real().setsockopt(fd, level, name, value, len);
   // The kernel socket takes SO_LINGER too (its own close then behaves alike); the stream's end follows
   // it at the last close.

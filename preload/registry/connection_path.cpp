@@ -1,5 +1,7 @@
 #include "registry/connection_path.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -50,6 +52,16 @@ bool mark_connection_back_on_tcp(TrackedSocket* socket, int fd, bool by_mover) n
   bool asked_meanwhile = socket->on_tcp_shut_asked();
   if ((stream != nullptr && stream->write_was_shut()) || asked_meanwhile) {
     real().shutdown(fd, SHUT_WR);
+  }
+  // TCP_CORK as the application last set it on RDMA, where the kernel socket was not told: set until
+  // it holds, a setsockopt of another thread that still saw RDMA may have changed it meanwhile.
+  if (socket->cork_unsynced.exchange(false)) {
+    bool on;
+    do {
+      on = socket->corked.load();
+      int value = on ? 1 : 0;
+      real().setsockopt(fd, IPPROTO_TCP, TCP_CORK, &value, sizeof value);
+    } while (socket->corked.load() != on);
   }
   // The side that moved says so itself, with what it kept (move_back).
   if (!by_mover) log_line("%s: back on tcp (the peer moved)", connection_label(socket));

@@ -231,9 +231,10 @@ class TrackedSocket {
   std::atomic<int32_t> stats_slot{-1};
 
   // As the application last set them (the setsockopt wrapper): SO_LINGER (-1 off, else seconds; read
-  // at the last close, end_stream()), TCP_CORK (writes then say more follows: push_held_later).
+  // at the last close, end_stream()), TCP_CORK (writes then say more follows: push_held_later; while
+  // on RDMA the kernel socket is not told, cork_unsynced, until mark_connection_back_on_tcp).
   std::atomic<int> linger_seconds{-1};
-  std::atomic<bool> corked{false};
+  std::atomic<bool> corked{false}, cork_unsynced{false};
   std::atomic<uint32_t> held_listed_by{0};  // the path watcher whose held list has it (0: none)
   std::atomic<bool> failure_logged{false};  // the log said why its stream failed (stream_calls.cpp)
 

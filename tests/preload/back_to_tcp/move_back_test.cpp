@@ -4,6 +4,7 @@
 // and exec's hand-on must restore it. The
 // wrappers are linked into this program, so its calls go through them as an application's would.
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/epoll.h>
@@ -20,7 +21,9 @@
 #include <string>
 #include <thread>
 
+#include "libc/real_calls.h"
 #include "process/exec_guard.h"
+#include "registry/connection_path.h"
 #include "registry/fd_table.h"
 #include "registry/socket_registry.h"
 #include "registry/tcp_prefix.h"
@@ -272,6 +275,34 @@ TEST_F(MoveBack, ExecsHandOnIsAdoptedOncePerSocketForEveryDescriptor) {
   ASSERT_EQ(recv(ours_, buf.data() + 3, 4, MSG_WAITALL), 4);
   EXPECT_EQ(buf, "handed!");
   close(copy);
+}
+
+// TCP_CORK on a connection on RDMA is kept, not told to the kernel socket (which carries no byte
+// meanwhile: two system calls a request saved for nginx's tcp_nopush); getsockopt reads it back as
+// set, and the kernel socket has it once the connection is back on TCP.
+TEST_F(MoveBack, ACorkSetOnRdmaReachesTheKernelSocketWhenTheConnectionIsBackOnTcp) {
+  TrackedSocket* socket = fd_table().find(ours_);
+  ASSERT_TRUE(socket->move_path(Path::kTcp, Path::kRdma));
+  int on = 1, value = -1;
+  socklen_t len = sizeof value;
+  ASSERT_EQ(setsockopt(ours_, IPPROTO_TCP, TCP_CORK, &on, sizeof on), 0);
+  ASSERT_EQ(getsockopt(ours_, IPPROTO_TCP, TCP_CORK, &value, &len), 0);
+  EXPECT_EQ(value, 1);
+  EXPECT_EQ(len, sizeof value);
+  ASSERT_EQ(real().getsockopt(ours_, IPPROTO_TCP, TCP_CORK, &value, &len), 0);
+  EXPECT_EQ(value, 0);  // the kernel was not told
+  ASSERT_TRUE(mark_connection_back_on_tcp(socket, ours_));
+  ASSERT_EQ(real().getsockopt(ours_, IPPROTO_TCP, TCP_CORK, &value, &len), 0);
+  EXPECT_EQ(value, 1);
+  // On TCP the kernel's own call again.
+  int off = 0;
+  ASSERT_EQ(setsockopt(ours_, IPPROTO_TCP, TCP_CORK, &off, sizeof off), 0);
+  ASSERT_EQ(real().getsockopt(ours_, IPPROTO_TCP, TCP_CORK, &value, &len), 0);
+  EXPECT_EQ(value, 0);
+  // A short value is the kernel's to refuse, on RDMA too.
+  socket->move_path(Path::kBackOnTcp, Path::kRdma);
+  EXPECT_EQ(setsockopt(ours_, IPPROTO_TCP, TCP_CORK, &on, 2), -1);
+  EXPECT_EQ(errno, EINVAL);
 }
 
 }  // namespace
