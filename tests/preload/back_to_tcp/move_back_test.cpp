@@ -300,7 +300,7 @@ TEST_F(MoveBack, ACorkSetOnRdmaReachesTheKernelSocketWhenTheConnectionIsBackOnTc
   ASSERT_EQ(real().getsockopt(ours_, IPPROTO_TCP, TCP_CORK, &value, &len), 0);
   EXPECT_EQ(value, 0);
   // A short value is the kernel's to refuse, on RDMA too.
-  socket->move_path(Path::kBackOnTcp, Path::kRdma);
+  ASSERT_TRUE(socket->move_path(Path::kBackOnTcp, Path::kRdma));
   EXPECT_EQ(setsockopt(ours_, IPPROTO_TCP, TCP_CORK, &on, 2), -1);
   EXPECT_EQ(errno, EINVAL);
 }
