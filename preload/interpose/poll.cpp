@@ -76,6 +76,9 @@ int poll_streams_once(pollfd* fds, nfds_t nfds, const timespec* timeout, const s
     bool moved = false;
     // Descriptors we answer for: a stream, or a socket back on TCP with a prefix (ready at once).
     auto ours = [&](nfds_t i) { return streams[i] != nullptr || streams[i].prefixed(); };
+    // Descriptors of the caller's that only the kernel can report on.
+    nfds_t kernel_fds = 0;
+    for (nfds_t i = 0; i < nfds; ++i) kernel_fds += !ours(i) && fds[i].fd >= 0;
     for (;;) {
       int ready = 0;
       polled.next_round_for_looks();
@@ -123,6 +126,10 @@ int poll_streams_once(pollfd* fds, nfds_t nfds, const timespec* timeout, const s
       // eventfd: looked at now, where a sleep would have returned at once.
       if (polled.end_round() && ready == 0 && !moved) continue;
       if (moved && ready == 0) break;
+      // Nothing but streams (and unused entries) asked about, one of them ready: the kernel has no
+      // descriptor of the caller's to report, and a look at the sleeper's would only cost a call (a
+      // poll loop's every call whose stream is ready at once, and its every look after a sleep).
+      if (ready > 0 && kernel_fds == 0) return ready;
       timespec left = ready == 0 ? deadline.left_timespec() : timespec{0, 0};
       bool forever = ready == 0 && deadline.never_ends() && !blind && bells.empty();
       constexpr timespec kSlice{0, tcp2rdma::preload::UpgradeSession::kBlindSleepMs * 1000000L};
