@@ -258,6 +258,15 @@ FlowError FlowControl::on_release_arrived(bool peer_aborted) {
   return FlowError::kNone;
 }
 
+FlowError FlowControl::on_close_release_arrived() {
+  if (peer_released_) return FlowError::kDuplicateRelease;
+  if (peer_closed_) return FlowError::kDuplicateClose;
+  if (peer_moved_) return FlowError::kDataAfterClose;
+  peer_closed_ = true;
+  peer_released_ = true;
+  return FlowError::kNone;
+}
+
 bool FlowControl::update_due() const {
   if (release_sent_) return false;  // we write nothing more into the peer's memory
   if (armed_ != last_update_.armed) return true;

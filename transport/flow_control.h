@@ -136,6 +136,12 @@ class FlowControl {
   // so that a release never waits for a credit (a side that has released sends no more updates).
   bool may_send_release() const { return !release_sent_; }
   void on_release_sent() { release_sent_ = true; }
+  // Our close and release in one, on the release's receive (wire.h, kEndCloseRelease): no credit.
+  bool may_send_close_release() const { return !close_sent_ && !release_sent_; }
+  void on_close_release_sent() {
+    close_sent_ = true;
+    release_sent_ = true;
+  }
   bool release_sent() const { return release_sent_; }
 
   // The peer's mailbox update, read from our mailbox.
@@ -154,6 +160,8 @@ class FlowControl {
   // must have ended first: a release says nothing more is written, and a stream that simply stops
   // without an end must read as a reset, never as a clean end.
   FlowError on_release_arrived(bool peer_aborted);
+  // The peer's close and release in one, on the same reserved receive: its end, then its release.
+  FlowError on_close_release_arrived();
   bool peer_released() const { return peer_released_; }
   uint64_t readable() const { return produced_ - consumed_; }
   // The peer's stream is here up to `produced` (arrived), and read by our application up to `consumed`.

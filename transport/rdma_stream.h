@@ -367,6 +367,7 @@ class RdmaStream {
   int receive_quota() const { return options_.recv_queue_depth + 1; }  // its depth and its release
   void send_release();
   void end_on_link();  // after close or abort: our release, or the link's disconnect
+  void send_close_with_release();  // a close owed for want of a receive: close and release in one
   void abort_with(uint32_t end);  // abort(), with the end message's argument (wire.h)
   Status progress_unstarted();  // progress() while our open waits for its answer
   // The link for `id` (stream_link.h), then our ring in its protection domain.

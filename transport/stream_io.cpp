@@ -412,6 +412,7 @@ Status RdmaStream::close(Deadline deadline) {
   // after this is dropped, as TCP drops it.
   Status s = writes_moved() ? Status::kOk : shutdown_write();
   std::unique_lock lock(mu_);
+  if (s == Status::kOk) send_close_with_release();
   if (s == Status::kOk) s = flush_locked(lock, deadline);
   end_on_link();
   return move_sent_ ? Status::kOk : s;
@@ -453,6 +454,25 @@ void RdmaStream::end_on_link() {
   if (!disconnected_ && link_.use_count() > 1 && !link_->stopped()) send_release();
   if (link_.use_count() == 1) link_->disconnect();
   disconnected_ = true;
+}
+
+void RdmaStream::send_close_with_release() {
+  // Our close still waits for a receive of the peer's: its module gives receives back at its own
+  // progress, which may not come before our deadline (its application busy elsewhere, its path
+  // watcher's look seconds away), and a release after that deadline without the close read as a
+  // reset. A closed stream owes the peer nothing after its end but the release, whose receive the
+  // peer always keeps: the two go as one message on it, as the kernel's FIN goes whatever the peer's
+  // application does. Not with a held message still unsent (its bytes come before the end, and need
+  // credit of their own).
+  if (!close_owed_ || held_.bytes > 0 || failed() || disconnect_seen_ || disconnected_ || !flow_ ||
+      !flow_->may_send_close_release() || link_->stopped() || !send_queue_has_room(1)) {
+    return;
+  }
+  if (post_write(nullptr, 0, 0, 0, imm(MessageType::kEnd, kEndCloseRelease), true, 0, kWrSignal) != Status::kOk) return;
+  flow_->on_close_release_sent();
+  close_owed_ = false;
+  release_owed_ = false;
+  cv_.notify_all();
 }
 
 void RdmaStream::send_release() {

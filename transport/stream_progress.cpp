@@ -238,10 +238,13 @@ Status RdmaStream::handle_completion(const ibv_wc& wc) {
         if (!link_->stopped()) link_->post_receive();  // the link goes on: the receive is the link's
         return Status::kReset;
       }
-      if (imm_arg(imm) == kEndRelease) {
+      if (imm_arg(imm) == kEndRelease || imm_arg(imm) == kEndCloseRelease) {
         // The peer writes nothing more here (links.md, "Ending a channel"): like a disconnect of this
-        // channel alone, answered by our own release. Its receive was the one kept for it.
-        if (FlowError r = flow_->on_release_arrived(peer_aborted_); r != FlowError::kNone) {
+        // channel alone, answered by our own release. Its receive was the one kept for it. A close
+        // may come with it (the peer had no receive of ours for its close alone): the end, then this.
+        FlowError r = imm_arg(imm) == kEndCloseRelease ? flow_->on_close_release_arrived()
+                                                        : flow_->on_release_arrived(peer_aborted_);
+        if (r != FlowError::kNone) {
           note_failure("the peer broke the protocol", to_string(r));
           return Status::kProtocolError;
         }

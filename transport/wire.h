@@ -136,7 +136,7 @@ inline constexpr size_t kMailboxSize = sizeof(MailboxRecord);
 // answers (one arm is outstanding at a time). An end's: 0 close, 1 abort, 2 "to TCP" (the sender's
 // bytes go on on the TCP connection from here; docs/protocol.md, "Back to TCP"), 3 release, 4 an
 // abort that asks again, 5 "to TCP" from a side whose process will wait for the connection's return to
-// RDMA at once (docs/architecture.md, "Back to RDMA").
+// RDMA at once (docs/architecture.md, "Back to RDMA"), 6 close and release in one.
 enum class MessageType : uint32_t { kData = 0, kWakeup = 1, kArm = 2, kEnd = 3 };
 inline constexpr uint32_t kEndClose = 0;
 inline constexpr uint32_t kEndAbort = 1;
@@ -149,6 +149,10 @@ inline constexpr uint32_t kEndAskAgain = 4;
 // "to TCP", and the cause of the move is gone as soon as it is done (a change of credentials: the
 // process goes on using the connection): the peer may ask for the return at its next call.
 inline constexpr uint32_t kEndToTcpReturning = 5;
+// A close and the release in one message, on the receive the peer keeps for the release: sent by a
+// side that closes while the peer has given it no receive for its close (docs/protocol.md, "End of
+// a stream"); what the peer reads of it is a close followed by a release.
+inline constexpr uint32_t kEndCloseRelease = 6;
 inline constexpr uint32_t kImmArgBits = 16;
 inline constexpr uint32_t kImmArgMask = (uint32_t{1} << kImmArgBits) - 1;
 inline constexpr uint32_t kChannelBits = 14;

@@ -80,6 +80,34 @@ TEST(FlowControl, AReleaseComesLastAndOnlyAfterAnEnd) {
   EXPECT_EQ(h.on_release_arrived(false), FlowError::kNone);
 }
 
+TEST(FlowControl, ACloseWithItsReleaseNeedsNoCreditAndEndsTheStreamOnce) {
+  // Sending: a close owed for want of a receive may go with the release, on the receive kept for it.
+  FlowControl w(config(4096, 0));
+  EXPECT_EQ(w.credits(), 0u);
+  EXPECT_FALSE(w.may_send_close());
+  EXPECT_TRUE(w.may_send_close_release());
+  w.on_close_release_sent();
+  EXPECT_TRUE(w.release_sent());
+  EXPECT_FALSE(w.may_send_close_release());
+  EXPECT_FALSE(w.may_send_release());
+  // Receiving: the end, then the release, with no advertised receive left; once only, and never
+  // after another end.
+  FlowControl f(config(4096, 1));
+  EXPECT_EQ(f.on_data_arrived(10), FlowError::kNone);
+  EXPECT_EQ(f.on_close_release_arrived(), FlowError::kNone);
+  EXPECT_TRUE(f.peer_closed());
+  EXPECT_TRUE(f.peer_released());
+  EXPECT_EQ(f.readable(), 10u);
+  EXPECT_EQ(f.on_close_release_arrived(), FlowError::kDuplicateRelease);
+  EXPECT_EQ(f.on_data_arrived(1), FlowError::kAfterRelease);
+  FlowControl g(config(4096, 4));
+  EXPECT_EQ(g.on_close_arrived(), FlowError::kNone);
+  EXPECT_EQ(g.on_close_release_arrived(), FlowError::kDuplicateClose);
+  FlowControl h(config(4096, 4));
+  EXPECT_EQ(h.on_move_arrived(), FlowError::kNone);
+  EXPECT_EQ(h.on_close_release_arrived(), FlowError::kDataAfterClose);
+}
+
 TEST(FlowControl, AfterItsReleaseASideSendsNothing) {
   FlowControl f(config(4096, 8));
   f.on_data_sent(100);

@@ -336,7 +336,7 @@ int main(int argc, char** argv) {
     std::printf("hostile: the server %s the link\n", dropped ? "disconnected" : "did NOT disconnect");
     return dropped ? 0 : 1;
   } else if (mode == "bad-end") {
-    write_imm(0, encode_imm(MessageType::kEnd, kFirstChannel, kEndToTcpReturning + 1), 0);  // none of the six
+    write_imm(0, encode_imm(MessageType::kEnd, kFirstChannel, kEndCloseRelease + 1), 0);  // none of the seven
   } else {
     return 2;
   }

@@ -538,6 +538,46 @@ TEST(StreamApi, ShutdownAndCloseReturnInTimeWhenThePeerMakesNoCall) {
   EXPECT_EQ(first_difference(in.data(), got, 9, 0), got);
 }
 
+TEST(StreamApi, ACloseWithoutAReceiveOfThePeersReachesAPeerThatMakesNoCallAsAnEnd) {
+  Pair p = connect_pair(7649);
+  ASSERT_TRUE(p.client && p.server);
+  // The server fills the client's ring and arms (a non-blocking write: no thread of its waits), then
+  // makes no call. The client spends its data credits on small writes and arms too; its read of the
+  // server's bytes frees room, for which it wakes the server with its last credit. Its close then
+  // has no receive of the server's, and none comes back while the server makes no call.
+  std::vector<uint8_t> big(1 << 20);
+  fill(big.data(), big.size(), 3, 0);
+  size_t served = fill_until_blocked(*p.server, big, big.size());
+  ASSERT_GT(served, 0u);
+  std::vector<uint8_t> small(1 << 16);
+  fill(small.data(), small.size(), 4, 0);
+  size_t written = fill_until_blocked(*p.client, small, 1);
+  ASSERT_GT(written, 0u);
+  std::vector<uint8_t> in(served);
+  iovec iov{in.data(), in.size()};
+  size_t got = 0;
+  ASSERT_EQ(p.client->read(&iov, 1, kWaitAll, &got), Status::kOk);
+  ASSERT_EQ(first_difference(in.data(), got, 3, 0), served);
+  ASSERT_EQ(p.client->shutdown_write(), Status::kOk);
+  ASSERT_EQ(p.client->counters().end_waiting, 1u) << "the close found a receive: the case is not made";
+  // The close goes with the release on the receive the server keeps for it: no deadline passes.
+  EXPECT_EQ(p.client->close(Deadline::in(std::chrono::milliseconds(2000))), Status::kOk);
+  // The server then reads every byte and a clean end, as from kernel TCP's FIN.
+  std::vector<uint8_t> back(written + 1);
+  size_t taken = 0;
+  Status st = Status::kOk;
+  for (;;) {
+    iovec piece{back.data() + taken, back.size() - taken};
+    size_t done = 0;
+    st = p.server->read(&piece, 1, 0, &done);
+    if (st != Status::kOk || done == 0) break;
+    taken += done;
+  }
+  EXPECT_EQ(st, Status::kOk) << to_string(st);
+  EXPECT_EQ(taken, written);
+  EXPECT_EQ(first_difference(back.data(), taken, 4, 0), taken);
+}
+
 // A client connecting from another thread with `pairing` (a stream, or why not), and the wait until
 // `listener` holds its request.
 // What a connect gave: its status, the stream, and the server's word when it declined.
