@@ -44,7 +44,8 @@
 //                                                 until the peer's receives run out, then shuts down
 //                                                 and closes: exits 0 only if its end was owed (no
 //                                                 receive left for it), shutdown returned at once and
-//                                                 close by its deadline, with a failure (the peer
+//                                                 close by its deadline, with a failure (the peer,
+//                                                 which keeps no receive for the release either,
 //                                                 never had the end: a reset, never a clean end)
 // Environment: PEER_RING_LOG2 and PEER_DEPTH set the ring size and receive queue depth (default 16
 // and 8: small, so that credits run out often); PEER_EXPECT_STALLS=1 makes the client fail unless it
