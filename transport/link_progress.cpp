@@ -77,8 +77,7 @@ Status LinkProgress::dispatch_one(StreamLink& link, const ibv_wc& wc, RdmaStream
     // close), its receive reposted; its release lets the link free its memory.
     uint32_t imm = ntohl(wc.imm_data);
     if (!link.stopped() && link.post_receive() != Status::kOk) return Status::kResources;
-    link.on_retired_message(index, imm_type(imm) == MessageType::kEnd &&
-                                       (imm_arg(imm) == kEndRelease || imm_arg(imm) == kEndCloseRelease));
+    link.on_retired_message(index, imm_type(imm) == MessageType::kEnd && is_release(imm_arg(imm)));
     return Status::kOk;
   }
   if (target == nullptr || (kind == StreamLink::kWrReceive && !target->flow_)) {

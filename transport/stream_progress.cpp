@@ -238,7 +238,7 @@ Status RdmaStream::handle_completion(const ibv_wc& wc) {
         if (!link_->stopped()) link_->post_receive();  // the link goes on: the receive is the link's
         return Status::kReset;
       }
-      if (imm_arg(imm) == kEndRelease || imm_arg(imm) == kEndCloseRelease) {
+      if (is_release(imm_arg(imm))) {
         // The peer writes nothing more here (links.md, "Ending a channel"): like a disconnect of this
         // channel alone, answered by our own release. Its receive was the one kept for it. A close
         // may come with it (the peer had no receive of ours for its close alone): the end, then this.

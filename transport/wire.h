@@ -153,6 +153,8 @@ inline constexpr uint32_t kEndToTcpReturning = 5;
 // side that closes while the peer has given it no receive for its close (docs/protocol.md, "End of
 // a stream"); what the peer reads of it is a close followed by a release.
 inline constexpr uint32_t kEndCloseRelease = 6;
+// Whether an end message with this argument is its sender's release (alone, or with its close).
+inline constexpr bool is_release(uint32_t end) { return end == kEndRelease || end == kEndCloseRelease; }
 inline constexpr uint32_t kImmArgBits = 16;
 inline constexpr uint32_t kImmArgMask = (uint32_t{1} << kImmArgBits) - 1;
 inline constexpr uint32_t kChannelBits = 14;

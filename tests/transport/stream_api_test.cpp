@@ -505,6 +505,18 @@ size_t fill_until_blocked(RdmaStream& s, std::vector<uint8_t>& buf, size_t piece
   }
 }
 
+// Reads `s` into `buf` until its end or a failure: the bytes read in *got, how it ended returned.
+Status read_to_end(RdmaStream& s, std::vector<uint8_t>& buf, size_t* got) {
+  *got = 0;
+  for (;;) {
+    iovec iov{buf.data() + *got, buf.size() - *got};
+    size_t done = 0;
+    Status st = s.read(&iov, 1, 0, &done);
+    if (st != Status::kOk || done == 0) return st;
+    *got += done;
+  }
+}
+
 TEST(StreamApi, ShutdownAndCloseReturnInTimeWhenThePeerMakesNoCall) {
   Pair p = connect_pair(7614);
   ASSERT_TRUE(p.client && p.server);
@@ -525,14 +537,7 @@ TEST(StreamApi, ShutdownAndCloseReturnInTimeWhenThePeerMakesNoCall) {
   EXPECT_LT(Clock::now() - started, std::chrono::seconds(2));
   // Every byte written arrives, nothing else; then the end if it got out in time, else a reset.
   size_t got = 0;
-  Status st = Status::kOk;
-  for (;;) {
-    iovec iov{in.data() + got, in.size() - got};
-    size_t done = 0;
-    st = p.server->read(&iov, 1, 0, &done);
-    if (st != Status::kOk || done == 0) break;
-    got += done;
-  }
+  Status st = read_to_end(*p.server, in, &got);
   EXPECT_TRUE(st == Status::kOk || st == Status::kReset) << to_string(st);
   EXPECT_EQ(got, taken);
   EXPECT_EQ(first_difference(in.data(), got, 9, 0), got);
@@ -565,14 +570,7 @@ TEST(StreamApi, ACloseWithoutAReceiveOfThePeersReachesAPeerThatMakesNoCallAsAnEn
   // The server then reads every byte and a clean end, as from kernel TCP's FIN.
   std::vector<uint8_t> back(written + 1);
   size_t taken = 0;
-  Status st = Status::kOk;
-  for (;;) {
-    iovec piece{back.data() + taken, back.size() - taken};
-    size_t done = 0;
-    st = p.server->read(&piece, 1, 0, &done);
-    if (st != Status::kOk || done == 0) break;
-    taken += done;
-  }
+  Status st = read_to_end(*p.server, back, &taken);
   EXPECT_EQ(st, Status::kOk) << to_string(st);
   EXPECT_EQ(taken, written);
   EXPECT_EQ(first_difference(back.data(), taken, 4, 0), taken);
