@@ -21,6 +21,14 @@ enum class ForkMode : uint8_t {
   kParent,  // it stays on RDMA in the parent; the child's copy fails loudly (ENOTCONN, EPIPE)
 };
 
+// Whether a spin gives the CPU away between its polls (sched_yield): a software device's work (Soft-RoCE,
+// Soft-iWARP) runs on the host's own CPUs, which a spin would take from it; a NIC's runs on the NIC.
+enum class PollYield : uint8_t {
+  kAuto,  // yield on a software device only
+  kOn,    // always
+  kOff,   // never
+};
+
 constexpr uint64_t kKiB = 1024;
 constexpr uint64_t kMiB = 1024 * kKiB;
 constexpr uint64_t kMicrosPerMilli = 1000;
@@ -47,6 +55,7 @@ struct ConnectionOptions {
   // before sleeping").
   uint64_t busy_poll_us = 1 * kMicrosPerMilli;
   bool busy_poll_adaptive = true;
+  PollYield busy_poll_yield = PollYield::kAuto;
 
   bool operator==(const ConnectionOptions&) const = default;
 };
@@ -54,5 +63,6 @@ struct ConnectionOptions {
 const char* to_string(Transport transport);
 const char* to_string(UpgradeMode mode);
 const char* to_string(ForkMode mode);
+const char* to_string(PollYield yield);
 
 }  // namespace tcp2rdma::config

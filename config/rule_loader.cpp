@@ -24,14 +24,14 @@ namespace {
 
 constexpr std::array<std::string_view, 3> kTopKeys = {"version", "defaults", "rules"};
 constexpr std::array<std::string_view, 6> kMatchKeys = {"program", "role", "remote", "local", "ports", "user"};
-constexpr std::array<std::string_view, 14> kOptionKeys = {
+constexpr std::array<std::string_view, 15> kOptionKeys = {
     "transport",        "upgrade",          "on_fork",       "buffer_size",     "zcopy_threshold", "inline_threshold",
     "send_queue_depth", "recv_queue_depth", "link_channels", "connect_timeout", "upgrade_timeout", "keepalive",
-    "linked_wait",      "busy_poll"};
-constexpr std::array<std::string_view, 16> kRuleKeys = {
+    "linked_wait",      "busy_poll",        "busy_poll_yield"};
+constexpr std::array<std::string_view, 17> kRuleKeys = {
     "name",     "match",           "transport",        "upgrade",          "on_fork",         "buffer_size",
     "zcopy_threshold", "inline_threshold", "send_queue_depth", "recv_queue_depth", "link_channels",
-    "connect_timeout", "upgrade_timeout", "keepalive", "linked_wait", "busy_poll"};
+    "connect_timeout", "upgrade_timeout", "keepalive", "linked_wait", "busy_poll", "busy_poll_yield"};
 
 template <size_t N>
 std::string one_of(const std::array<std::string_view, N>& keys) {
@@ -195,6 +195,16 @@ class Parser {
       options->linked_wait_us = *micros;
     } else if (key == "busy_poll") {
       parse_busy_poll(value, options);
+    } else if (key == "busy_poll_yield") {
+      if (text == "auto") {
+        options->busy_poll_yield = PollYield::kAuto;
+      } else if (text == "on") {
+        options->busy_poll_yield = PollYield::kOn;
+      } else if (text == "off") {
+        options->busy_poll_yield = PollYield::kOff;
+      } else {
+        return error(value, "busy_poll_yield: expected auto, on or off, got '" + text + "'");
+      }
     } else {  // the three durations
       auto micros = parse_duration_us(text, &why);
       if (!micros) return error(value, key + ": " + why);

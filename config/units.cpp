@@ -80,6 +80,18 @@ const char* to_string(ForkMode mode) {
   return mode == ForkMode::kTcp ? "tcp" : "parent";
 }
 
+const char* to_string(PollYield yield) {
+  switch (yield) {
+    case PollYield::kAuto:
+      return "auto";
+    case PollYield::kOn:
+      return "on";
+    case PollYield::kOff:
+      return "off";
+  }
+  return "?";
+}
+
 const char* to_string(UpgradeMode mode) {
   switch (mode) {
     case UpgradeMode::kBackground:

@@ -14,6 +14,8 @@
 # (perf trace -s of one more run of redis GET -c 8, memcslap get, wrk and sockperf's ping-pong on each
 # path, the client's with its setup, the server's processes' during the run:
 # guest/bench-calls-server.sh); redis's with the setup left out are bench-syscalls.sh's.
+# BENCH_LOADS=REGEX counts only the loads whose name matches (redis-get-c8, memcslap-get-c8,
+# nginx-wrk-c32, sockperf-pp-64B); BENCH_CALLS_ALL=1 lists every call, not the four commonest.
 # Figures with date, commit and machine go to docs/benchmarks.md.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -38,7 +40,7 @@ before="ln -sf /usr/bin/redis-check-rdb /tmp/redis-server && mkdir -p /tmp/www &
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 status=0
-bench_pair bench-rr "$servers" "ROUNDS=$rounds BENCH_CALLS=${BENCH_CALLS:-0} sh $root/integration/guest/bench-rr-client.sh $lib $rules" "$before" > "$out" || status=$?
+bench_pair bench-rr "$servers" "ROUNDS=$rounds BENCH_CALLS=${BENCH_CALLS:-0} BENCH_LOADS='${BENCH_LOADS:-.}' BENCH_CALLS_ALL=${BENCH_CALLS_ALL:-0} sh $root/integration/guest/bench-rr-client.sh $lib $rules" "$before" > "$out" || status=$?
 cat "$out"
 [ $status -eq 0 ] || exit $status
 echo

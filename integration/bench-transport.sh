@@ -6,7 +6,8 @@
 # Each measurement runs ROUNDS times (default 3), interleaved with its reference so that drift hits
 # both alike; the table shows medians and the ratios. Goals: throughput >= 0.9 x
 # ib_write_bw at 64 KiB, latency <= 1.3 x ib_send_lat.
-# Environment: BENCH_ZCOPY_THRESHOLD and BENCH_BUSY_POLL_US are passed to stream_bench.
+# Environment: BENCH_ZCOPY_THRESHOLD, BENCH_BUSY_POLL_US and BENCH_BUSY_POLL_YIELD (on or off; unset:
+# on a software device only) are passed to stream_bench.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 rounds=${1:-3}
@@ -15,7 +16,7 @@ bench=$build/tests/transport/stream_bench
 [ -x "$bench" ] || { echo "no $bench: build first (integration/test-all or cmake --build build)" >&2; exit 1; }
 work=$(mktemp -d /var/tmp/tcp2rdma-bench.XXXXXX)
 trap 'rm -rf "$work"' EXIT
-envs="BENCH_ZCOPY_THRESHOLD=${BENCH_ZCOPY_THRESHOLD:-} BENCH_BUSY_POLL_US=${BENCH_BUSY_POLL_US:-}"
+envs="BENCH_ZCOPY_THRESHOLD=${BENCH_ZCOPY_THRESHOLD:-} BENCH_BUSY_POLL_US=${BENCH_BUSY_POLL_US:-} BENCH_BUSY_POLL_YIELD=${BENCH_BUSY_POLL_YIELD:-}"
 envs=$(echo "$envs" | tr ' ' '\n' | grep -v '=$' | tr '\n' ' ' || true)
 
 # The guest script: every line of results it prints starts with "R ". Its directory is shared with the

@@ -89,6 +89,7 @@ void print_options(const config::ConnectionOptions& o) {
                           : o.busy_poll_adaptive ? "adaptive (up to " + config::format_duration_us(o.busy_poll_us) + ")"
                                                  : config::format_duration_us(o.busy_poll_us);
   std::printf("  busy_poll         %s\n", busy_poll.c_str());
+  std::printf("  busy_poll_yield   %s\n", config::to_string(o.busy_poll_yield));
 }
 
 std::string endpoint_text(const sockaddr_storage& s) {

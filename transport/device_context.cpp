@@ -1,10 +1,12 @@
 // Device contexts by device and epoch (device_context.h).
 #include "device_context.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <mutex>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -40,6 +42,12 @@ ibv_context* open_placed(ibv_device* device) {
 }
 
 }  // namespace
+
+bool runs_on_host_cpus(const char* ibdev_path) {
+  // No descriptor opened: open and close are the module's own wrappers (os_calls.h).
+  std::string device = std::string(ibdev_path) + "/device";
+  return faccessat(AT_FDCWD, device.c_str(), F_OK, AT_SYMLINK_NOFOLLOW) != 0;
+}
 
 DeviceContext::~DeviceContext() {
   if (epoch_.pid == getpid()) ibv_close_device(context_);

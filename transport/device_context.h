@@ -17,9 +17,17 @@
 
 namespace tcp2rdma::transport {
 
+// Whether the device whose sysfs directory is `ibdev_path` (ibv_device::ibdev_path) does its work on
+// this host's CPUs: Soft-RoCE and Soft-iWARP are virtual devices with no bus device behind them (no
+// `device` entry), a NIC has one (its PCI function). A directory that cannot be read counts as
+// software: a spin that yields when it need not costs calls, one that does not when it should takes
+// the CPU from the device's work.
+bool runs_on_host_cpus(const char* ibdev_path);
+
 class DeviceContext {
  public:
-  explicit DeviceContext(ibv_context* context) : context_(context), epoch_(current_epoch()) {}
+  explicit DeviceContext(ibv_context* context)
+      : context_(context), epoch_(current_epoch()), software_(runs_on_host_cpus(context->device->ibdev_path)) {}
   // Closed in the process that opened it; a forked child never closes its parent's (the close would
   // not reach the parent, but an object built on it might still be in use by a copy of a link).
   ~DeviceContext();
@@ -27,10 +35,13 @@ class DeviceContext {
   DeviceContext& operator=(const DeviceContext&) = delete;
 
   ibv_context* get() const { return context_; }
+  // The device's work runs on this host's CPUs (runs_on_host_cpus).
+  bool software() const { return software_; }
 
  private:
   ibv_context* context_;
   Epoch epoch_;
+  bool software_;
 };
 
 // The context of `device` for this epoch, opened on first use (its two descriptors above the

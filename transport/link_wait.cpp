@@ -1,13 +1,12 @@
 // A channel's own thread with its link (link_progress.h): the completions it takes for itself, the
 // link's events it takes for its looks, and the one place a blocked call waits for the link's news.
 // Everything here runs with the link's lock held (a wait lets go of it while it sleeps or yields).
-#include <sched.h>
-
 #include <cerrno>
 #include <chrono>
 
 #include "link_progress.h"
 #include "rdma_stream.h"
+#include "spin_pause.h"
 #include "stream_link.h"
 
 namespace tcp2rdma::transport {
@@ -100,6 +99,10 @@ std::optional<LinkProgress::WaitEnd> LinkProgress::spin_for(StreamLink& link, Rd
   if (spin_us <= 0 || link.spinning_) return std::nullopt;
   link.spinning_ = true;
   auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
+  const bool yield = link.spin_yields();
+  // Reading the clock can be a system call (no vDSO clock in some guests): not on every poll. A poll
+  // without a yield takes a fraction of a microsecond.
+  const unsigned clock_every = yield ? 32 : 256;
   for (unsigned polls = 1;; ++polls) {
     ibv_wc wc;
     int n = link.poll(&wc, 1);
@@ -111,16 +114,15 @@ std::optional<LinkProgress::WaitEnd> LinkProgress::spin_for(StreamLink& link, Rd
       serve_touched(link, &caller);
       return s == Status::kOk ? WaitEnd{} : WaitEnd{Woke::kFailed, s};
     }
-    // Give the CPU to anyone who wants it between polls: on a software device (rxe) the adapter's
-    // own work needs the CPU we would spin on. Measured (docs/benchmarks.md): without yielding, a
-    // long spin halves throughput; with it, a 1 ms spin costs nothing and saves sleeps.
+    // On a software device (rxe) the adapter's own work needs the CPU we would spin on: it is given
+    // away between polls (spin_pause.h). Measured (docs/benchmarks.md): without yielding, a long spin
+    // halves throughput there; with it, a 1 ms spin costs nothing and saves sleeps.
     lock.unlock();
-    sched_yield();
+    spin_pause(yield);
     lock.lock();
     // Another thread may have taken our news meanwhile: the caller looks again.
     if (caller.failed() || caller.touched_ || link.dispatched_ != seen) break;
-    // Reading the clock can be a system call (no vDSO clock in some guests): not on every poll.
-    if (polls % 32 == 0 && std::chrono::steady_clock::now() >= until) break;
+    if (polls % clock_every == 0 && std::chrono::steady_clock::now() >= until) break;
   }
   link.spinning_ = false;
   if (caller.failed()) return WaitEnd{Woke::kFailed, caller.failure_};

@@ -104,6 +104,11 @@ int LinkWatch::busy_poll_us(bool* adaptive) const {
   return link->busy_poll_us(adaptive);
 }
 
+bool LinkWatch::spin_yields() const {
+  std::shared_ptr<StreamLink> link = link_.lock();
+  return link != nullptr && link->spin_yields();
+}
+
 bool LinkWatch::arm_for_sleep(std::shared_ptr<StreamLink>* held) {
   *held = link_.lock();
   if (*held == nullptr) return false;

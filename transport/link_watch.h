@@ -66,6 +66,8 @@ class LinkWatch {
   // How long the link's channels ask an event loop to poll before it sleeps, and whether adaptively
   // (StreamLink::busy_poll_us).
   int busy_poll_us(bool* adaptive) const;
+  // Whether a spin on the link gives the CPU away between polls (StreamLink::spin_yields).
+  bool spin_yields() const;
 
   // A thread about to sleep on the set: the link's queue armed and the thread counted as relying on
   // its event until end_sleep(*held) (held keeps the link for it). True when completions came before

@@ -52,8 +52,9 @@ struct StreamOptions {
   size_t zcopy_threshold = 64 * 1024;  // a contiguous piece at least this long goes from the caller's
                                        // buffer by RDMA Write (0: never)
   uint32_t inline_threshold = 128;  // pieces up to this long travel inside the work request
-  int busy_poll_us = 1000;          // a blocked call polls this long (yielding the CPU) before it sleeps
+  int busy_poll_us = 1000;          // a blocked call polls this long before it sleeps
   bool busy_poll_adaptive = true;   // an event loop's wait polls up to busy_poll_us, as it pays (spin_budget.h)
+  SpinYield busy_poll_yield = SpinYield::kSoftwareDevice;  // and gives the CPU away between polls
   int keepalive_ms = 5000;          // a blocked call probes an idle peer this often (0: never)
   // A grown ring goes back to its first size when the peer sent nothing between two periodic looks
   // at the stream (the path watcher's, or a blocked call's keepalive: every keepalive_ms) and all it

@@ -73,7 +73,7 @@ Status RdmaStream::open_on_link(const std::shared_ptr<StreamLink>& link, const P
     return Status::kResources;
   }
   stream->options_ = sized;
-  link->note_busy_poll(sized.busy_poll_us, sized.busy_poll_adaptive);
+  link->note_busy_poll(sized.busy_poll_us, sized.busy_poll_adaptive, sized.busy_poll_yield);
   stream->link_open_ = true;
   stream->tuple_ = pairing.tuple;
   stream->client_nonce_ = pairing.client_nonce;
@@ -155,7 +155,7 @@ Status RdmaStream::accept_on_link(const std::shared_ptr<StreamLink>& link, uint3
   stream.reset(new RdmaStream(link));
   if (stream->index_ == kLinkChannel) return refuse(DeclineReason::kResources, Status::kResources);
   stream->options_ = sized;
-  link->note_busy_poll(sized.busy_poll_us, sized.busy_poll_adaptive);
+  link->note_busy_poll(sized.busy_poll_us, sized.busy_poll_adaptive, sized.busy_poll_yield);
   stream->link_open_ = true;
   stream->tuple_ = open.tuple;
   stream->client_nonce_ = open.client_nonce;

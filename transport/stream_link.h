@@ -33,6 +33,13 @@
 namespace tcp2rdma::transport {
 
 struct StreamOptions;
+
+// Whether a spin on a link gives the CPU away between its polls (sched_yield).
+enum class SpinYield : uint8_t {
+  kSoftwareDevice,  // only on a device whose work runs on this host's CPUs (DeviceContext::software)
+  kAlways,
+  kNever,
+};
 class RdmaStream;
 
 class StreamLink {
@@ -137,17 +144,23 @@ class StreamLink {
   bool relied_on() const { return eager_ || sleeper_ || event_sleepers_ > 0; }
   // The longest busy_poll_us among its channels' options: how long an event loop that holds the link
   // polls its queue before it sleeps (epoll_wait.cpp), and whether every one of them says adaptive
-  // (*adaptive is cleared when one does not). Read without the lock.
-  void note_busy_poll(int us, bool adaptive) {
+  // (*adaptive is cleared when one does not); and whether a spin gives the CPU away between polls:
+  // when a channel's options say always, or say so for a software device and the link's is one.
+  // Noted once the link has its device (create()); read without the lock.
+  void note_busy_poll(int us, bool adaptive, SpinYield yield) {
     int now = busy_poll_us_.load(std::memory_order_relaxed);
     while (us > now && !busy_poll_us_.compare_exchange_weak(now, us, std::memory_order_relaxed)) {
     }
     if (!adaptive) busy_poll_adaptive_.store(false, std::memory_order_relaxed);
+    if (yield == SpinYield::kAlways || (yield == SpinYield::kSoftwareDevice && device_->software())) {
+      spin_yields_.store(true, std::memory_order_relaxed);
+    }
   }
   int busy_poll_us(bool* adaptive) const {
     if (!busy_poll_adaptive_.load(std::memory_order_relaxed)) *adaptive = false;
     return busy_poll_us_.load(std::memory_order_relaxed);
   }
+  bool spin_yields() const { return spin_yields_.load(std::memory_order_relaxed); }
   // Channels with news another channel's thread handed them (LinkProgress::serve_touched serves these), and
   // channels that left something undone for want of room in the send queue (touch_room_waiters).
   void note_touched(uint32_t channel) { touched_.add(channel); }
@@ -348,6 +361,7 @@ class StreamLink {
   bool eager_ = false;
   std::atomic<int> busy_poll_us_{0};
   std::atomic<bool> busy_poll_adaptive_{true};
+  std::atomic<bool> spin_yields_{false};
   ChannelQueue touched_;
   ChannelQueue room_waiters_;
   static_assert(kSetupRecord <= kMailboxSlot, "a setup record (wire.h) is sent from a mailbox slot");

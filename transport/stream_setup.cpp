@@ -76,9 +76,9 @@ uint64_t random_nonce() {
 
 Status RdmaStream::create_resources(rdma_cm_id* id, const StreamOptions& options) {
   options_ = options;
-  link_->note_busy_poll(options.busy_poll_us, options.busy_poll_adaptive);
   link_->adopt_id(id);
   if (Status s = link_->create(options); s != Status::kOk) return s;
+  link_->note_busy_poll(options.busy_poll_us, options.busy_poll_adaptive, options.busy_poll_yield);
   return create_channel_memory(true);
 }
 

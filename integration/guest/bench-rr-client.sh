@@ -101,18 +101,22 @@ calls() {
 }
 
 # calls_line TEST MODE SIDE REQUESTS SUMMARY: perf trace's summary (one table per thread) as a
-# "calls" line: calls a request, and the four commonest.
+# "calls" line: calls a request, and the four commonest (every call with BENCH_CALLS_ALL=1).
 calls_line() {
   [ -s "$5" ] || { echo "calls test=$1 mode=$2 side=$3 per_request=- (not counted)"; return; }
-  awk -v t="$1" -v m="$2" -v side="$3" -v n="$4" '
+  awk -v t="$1" -v m="$2" -v side="$3" -v n="$4" -v shown="$([ "${BENCH_CALLS_ALL:-0}" = 1 ] && echo 99 || echo 4)" '
     $1 ~ /^[a-z_0-9]+$/ && $2 ~ /^[0-9]+$/ && NF >= 8 { calls[$1] += $2; total += $2 }
     END {
       if (n + 0 == 0) { print "calls test=" t " mode=" m " side=" side " per_request=- (no requests counted)"; exit }
-      top = ""; for (k = 0; k < 4; ++k) { best = ""; for (s in calls) if (best == "" || calls[s] + 0 > calls[best] + 0) best = s
+      top = ""; for (k = 0; k < shown; ++k) { best = ""; for (s in calls) if (best == "" || calls[s] + 0 > calls[best] + 0) best = s
         if (best == "") break; top = top sprintf(" %s %.2f", best, calls[best] / n); delete calls[best] }
       printf "calls test=%s mode=%s side=%s requests=%d per_request=%.2f:%s\n", t, m, side, n, total / n, top
     }' "$5"
 }
+
+# BENCH_LOADS (an extended regular expression, default every load): the counted runs of the loads
+# whose test name matches it, alone.
+counted() { echo "$1" | grep -Eq "${BENCH_LOADS:-.}"; }
 
 for r in $(seq "${ROUNDS:-3}"); do
   for c in 1 8 50 1000; do
@@ -137,13 +141,13 @@ if [ "${BENCH_CALLS:-0}" = 1 ]; then
   mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing
   for mode in tcp rdma; do
     port=5020; [ $mode = rdma ] && port=5010
-    calls redis-get-c8 $mode $port '/GET/ { n = 10000 } END { print n }' redis-benchmark -h "$peer" -p $port -c 8 -n 10000 -t get -P 1 --csv
+    counted redis-get-c8 && calls redis-get-c8 $mode $port '/GET/ { n = 10000 } END { print n }' redis-benchmark -h "$peer" -p $port -c 8 -n 10000 -t get -P 1 --csv
     port=5021; [ $mode = rdma ] && port=5011
-    calls memcslap-get-c8 $mode $port '/Time to get/ { for (i = 1; i <= NF; ++i) if ($i == "keys") print $(i - 1) }' memcslap --servers="$peer:$port" --concurrency=8 --execute-number=1000 --test=get
+    counted memcslap-get-c8 && calls memcslap-get-c8 $mode $port '/Time to get/ { for (i = 1; i <= NF; ++i) if ($i == "keys") print $(i - 1) }' memcslap --servers="$peer:$port" --concurrency=8 --execute-number=1000 --test=get
     port=5029; [ $mode = rdma ] && port=5019
-    calls nginx-wrk-c32 $mode $port '/requests in/ { print $1 }' wrk -t2 -c32 -d5s "http://$peer:$port/small"
+    counted nginx-wrk-c32 && calls nginx-wrk-c32 $mode $port '/requests in/ { print $1 }' wrk -t2 -c32 -d5s "http://$peer:$port/small"
     port=5022; [ $mode = rdma ] && port=5012
-    calls sockperf-pp-64B $mode $port '!n && match($0, /ReceivedMessages=[0-9]+/) { n = substr($0, RSTART + 17, RLENGTH - 17) } END { print n + 0 }' sockperf pp --tcp -i "$peer" -p $port -t 5 -m 64
+    counted sockperf-pp-64B && calls sockperf-pp-64B $mode $port '!n && match($0, /ReceivedMessages=[0-9]+/) { n = substr($0, RSTART + 17, RLENGTH - 17) } END { print n + 0 }' sockperf pp --tcp -i "$peer" -p $port -t 5 -m 64
   done
 fi
 touch "$T2R_WORK/calls-over"

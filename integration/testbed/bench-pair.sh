@@ -28,9 +28,19 @@ bench_pair() {
 
 # The module to measure (TCP2RDMA_LIB, default the build tree's) and the rule file (BENCH_RULES,
 # default $1), as absolute paths in $lib and $rules.
+# BENCH_POLL_YIELD (auto, on or off) sets busy_poll_yield in every rule of a copy of that file, in the
+# build tree the guests share (docs/rules.md).
 bench_module_and_rules() {
   lib=${TCP2RDMA_LIB:-$root/build/preload/libtcp2rdma.so}
   [ -f "$lib" ] || { echo "no $lib: build first (integration/test-all or cmake --build build)" >&2; exit 1; }
   rules=${BENCH_RULES:-$1}
   rules=$(cd "$(dirname "$rules")" && pwd)/$(basename "$rules")
+  if [ -n "${BENCH_POLL_YIELD:-}" ]; then
+    local copy
+    copy="$(dirname "$(dirname "$lib")")/bench-rules/$(basename "$rules" .yaml)-yield-$BENCH_POLL_YIELD.yaml"
+    mkdir -p "$(dirname "$copy")"
+    # Each rule's `transport:` line, at its indentation, gains a busy_poll_yield line after it.
+    sed -E "s/^( +)transport: (.*)$/&\n\1busy_poll_yield: $BENCH_POLL_YIELD/" "$rules" > "$copy"
+    rules=$copy
+  fi
 }

@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
-#include <sched.h>
 #include <mutex>
 #include <new>
 #include <vector>
@@ -16,6 +15,7 @@
 #include "libc/real_calls.h"
 #include "own_calls.h"
 #include "rdma_stream.h"
+#include "spin_pause.h"
 #include "stream_link.h"
 #include "readiness/epoll_entries.h"
 #include "readiness/epoll_report.h"
@@ -102,34 +102,40 @@ bool expand_record(const void* data, int epfd, std::vector<Entry*>* looks) {
   return true;
 }
 
-// The rule for a wait on epfd's spin: the longest busy_poll_us of its links' channels (0: none), and
-// whether all of them say adaptive.
-int spin_rule_locked(int epfd, bool* adaptive) {
+// The rule for a wait on epfd's spin: the longest busy_poll_us of its links' channels (0: none),
+// whether all of them say adaptive, and whether any of its links' spins gives the CPU away.
+int spin_rule_locked(int epfd, bool* adaptive, bool* yields) {
   int us = 0;
   *adaptive = true;
+  *yields = false;
   if (const std::vector<Record*>* mine = records_of_set_locked(epfd)) {
     for (Record* r : *mine) {
-      if (r->entries > 0) us = std::max(us, r->watch.busy_poll_us(adaptive));
+      if (r->entries == 0) continue;
+      us = std::max(us, r->watch.busy_poll_us(adaptive));
+      *yields = *yields || r->watch.spin_yields();
     }
   }
   return us;
 }
 
-// Before the kernel's sleep: the set's links polled for up to spin_us (yielding the CPU between
-// polls, as RdmaStream::wait does: on Soft-RoCE the adapter's work needs it), and the kernel's set
-// looked at without sleeping every few polls, for the application's own descriptors. A reply that
-// arrives within the spin costs no arming, no event and no sleep. g_mutex held, and let go between
-// polls so that other threads' epoll_ctl and waits get in. Returns -1 when the kernel's set gave
-// nothing (the report may hold entries of ours), else the kernel's result, its events written at
-// events[report.count()...] for the caller to translate (errno set when negative); *polls_made, the
-// polls it took.
-int spin_locked(int epfd, int spin_us, EpollReport& report, epoll_event* events, int maxevents, RealEpollWait wait,
-                const void* context, unsigned* polls_made) {
+// Before the kernel's sleep: the set's links polled for up to spin_us (`yields`: giving the CPU away
+// between polls, as RdmaStream::wait does, for a software device's work: spin_pause.h), and the
+// kernel's set looked at without sleeping every few polls, for the application's own descriptors. A
+// reply that arrives within the spin costs no arming, no event and no sleep. g_mutex held, and let go
+// between polls so that other threads' epoll_ctl and waits get in. Returns -1 when the kernel's set
+// gave nothing (the report may hold entries of ours), else the kernel's result, its events written at
+// events[report.count()...] for the caller to translate (errno set when negative); *calls_made, the
+// system calls it made (yields and looks at the kernel's set).
+int spin_locked(int epfd, int spin_us, bool yields, EpollReport& report, epoll_event* events, int maxevents,
+                RealEpollWait wait, const void* context, unsigned* calls_made) {
   static thread_local std::vector<void*> news;
   static thread_local std::vector<Entry*> looks;
   auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
+  // The kernel's set and the clock (a system call in some guests) every few polls: a poll that yields
+  // takes as long as a look, one that does not a fraction of a microsecond.
+  const unsigned look_every = yields ? 4 : 64;
+  *calls_made = 0;
   for (unsigned polls = 1;; ++polls) {
-    *polls_made = polls;
     looks.clear();
     if (const std::vector<Record*>* mine = records_of_set_locked(epfd)) {
       for (size_t i = 0; i < mine->size(); ++i) {
@@ -142,14 +148,15 @@ int spin_locked(int epfd, int spin_us, EpollReport& report, epoll_event* events,
     }
     for (Entry* e : looks) report.report_carried(e);  // reported if the stream has their events now
     if (report.count() > 0 || report.any_gone()) return -1;
-    if (polls % 4 == 0) {
+    if (polls % look_every == 0) {
+      ++*calls_made;
       int rc = wait(epfd, events + report.count(), maxevents - report.count(), 0, context);
       if (rc != 0) return rc;
-      // Reading the clock can be a system call (no vDSO clock in some guests): not on every poll.
       if (std::chrono::steady_clock::now() >= until) return -1;
     }
     g_mutex.unlock();
-    sched_yield();
+    transport::spin_pause(yields);
+    *calls_made += yields;
     g_mutex.lock();
   }
 }
@@ -239,18 +246,18 @@ bool epoll_wait_upgraded(int epfd, epoll_event* events, int maxevents, int timeo
     bool waited = false;
     if (!report.full() && wait_ms != 0 && !spun) {
       spun = true;
-      bool adaptive = true;
-      int rule_us = spin_rule_locked(epfd, &adaptive);
+      bool adaptive = true, yields = true;
+      int rule_us = spin_rule_locked(epfd, &adaptive, &yields);
       int spin_us = budget.next_us(rule_us, adaptive);
       if (wait_ms > 0) spin_us = std::min(spin_us, wait_ms * 1000);  // never past the caller's timeout
       if (spin_us >= SpinBudget::kLeastUs) {
-        unsigned polls = 0;
-        rc = spin_locked(epfd, spin_us, report, events, maxevents, wait, context, &polls);
+        unsigned calls = 0;
+        rc = spin_locked(epfd, spin_us, yields, report, events, maxevents, wait, context, &calls);
         wait_errno = errno;
         waited = rc != -1;
         if (!waited) rc = 0;
         if (report.count() > 0 || report.any_gone() || rc > 0) {
-          budget.caught(static_cast<int>(polls));
+          budget.caught(static_cast<int>(calls));
           kernel_ms = 0;
         } else {
           budget.ran_out();

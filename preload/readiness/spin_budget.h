@@ -33,13 +33,14 @@ class SpinBudget {
     if (us_ < 0) us_ = max_us;  // a thread's first wait starts with the whole budget
     return std::min(us_, max_us);
   }
-  // The spin caught news after `polls` polls, or ran out. A catch that took more polls than a sleep
-  // costs calls (the arming, the sleep and the event's read: kPollsWorthACatch) cost more than it
-  // saved where each poll yields the CPU (Soft-RoCE: a sched_yield a poll): it counts as running out.
-  // A NIC's reply comes within a few polls.
-  void caught(int polls = 1) {
+  // The spin caught news after making `calls` system calls, or ran out. A catch that cost as many
+  // calls as a sleep (the arming, the sleep and the event's read: kCallsOfASleep) saved nothing: it
+  // counts as running out. Where each poll yields the CPU (a software device: a sched_yield a poll)
+  // that is a catch at the fourth poll; a NIC's spin makes no call but a look at the kernel's set every
+  // 64 polls, and its reply comes within a few polls.
+  void caught(int calls = 0) {
     if (!adaptive_) return;
-    if (polls > kPollsWorthACatch) {
+    if (calls >= kCallsOfASleep) {
       ran_out();
       return;
     }
@@ -74,7 +75,7 @@ class SpinBudget {
 
  private:
   static constexpr int kMostMisses = 10;
-  static constexpr int kPollsWorthACatch = 3;
+  static constexpr int kCallsOfASleep = 3;
 
   int us_ = -1;
   int misses_ = 0;     // spins started again by a quick wakeup that came to nothing, in a row

@@ -159,6 +159,9 @@ transport::StreamOptions stream_options(const config::ConnectionOptions& o) {
   s.keepalive_ms = static_cast<int>(o.keepalive_us / 1000);
   s.busy_poll_us = static_cast<int>(o.busy_poll_us);
   s.busy_poll_adaptive = o.busy_poll_adaptive;
+  s.busy_poll_yield = o.busy_poll_yield == config::PollYield::kOn    ? transport::SpinYield::kAlways
+                      : o.busy_poll_yield == config::PollYield::kOff ? transport::SpinYield::kNever
+                                                                     : transport::SpinYield::kSoftwareDevice;
   // A path that fails hands the connection to the path watcher (back_to_tcp/path_watcher.h), which
   // carries it on over TCP: the application sees a pause, not a reset.
   s.fail_over = true;

@@ -77,6 +77,7 @@ TEST(DocumentedDefaults, RulesMdStatesTheParsersDefaultOfEveryOption) {
       {"keepalive", [&](const std::string& s) { return duration_of(s) == d.keepalive_us; }},
       {"linked_wait", [&](const std::string& s) { return duration_of(s) == d.linked_wait_us; }},
       {"busy_poll", [&](const std::string& s) { return s == "adaptive" && d.busy_poll_adaptive && d.busy_poll_us > 0; }},
+      {"busy_poll_yield", [&](const std::string& s) { return s == to_string(d.busy_poll_yield); }},
   };
   auto rows = documented_defaults();
   ASSERT_FALSE(rows.empty()) << "no option rows found in " << TCP2RDMA_RULES_DOC;

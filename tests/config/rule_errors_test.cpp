@@ -84,6 +84,8 @@ const BadFile kBadFiles[] = {
     {"linked wait not a duration", "version: 1\ndefaults:\n  linked_wait: soon\n", 3, 16, "linked_wait: "},
     {"busy poll not a mode", "version: 1\ndefaults:\n  busy_poll: sometimes\n", 3, 14,
      "busy_poll: expected off, adaptive or a duration"},
+    {"busy poll yield not a mode", "version: 1\ndefaults:\n  busy_poll_yield: sometimes\n", 3, 20,
+     "busy_poll_yield: expected auto, on or off"},
     {"busy poll too long", "version: 1\ndefaults:\n  busy_poll: 1s\n", 3, 14, "busy_poll must be at most 100ms"},
     {"duration without unit", "version: 1\ndefaults:\n  connect_timeout: 5\n", 3, 20, "needs a unit"},
     {"unknown duration unit", "version: 1\ndefaults:\n  keepalive: 1h\n", 3, 14, "unknown unit 'h'"},

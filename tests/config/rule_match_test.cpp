@@ -189,7 +189,7 @@ TEST_F(RuleMatch, DefaultsApplyToEveryRuleAndRulesOverrideThem) {
        "rules:\n"
        "  - {name: plain, match: {ports: 1}}\n"
        "  - {name: own, match: {ports: 2}, buffer_size: 64KiB, upgrade: before-return, keepalive: 250us,\n"
-       "     on_fork: parent, link_channels: 3000, linked_wait: 0ms, busy_poll: 250us}\n"
+       "     on_fork: parent, link_channels: 3000, linked_wait: 0ms, busy_poll: 250us, busy_poll_yield: off}\n"
        "  - {name: quiet, match: {ports: 4}, busy_poll: off}\n");
   decide("x", Role::kClient, "10.0.0.1", 1);
   ConnectionOptions expected;
@@ -216,6 +216,7 @@ TEST_F(RuleMatch, DefaultsApplyToEveryRuleAndRulesOverrideThem) {
   expected.linked_wait_us = 0;
   expected.busy_poll_us = 250;
   expected.busy_poll_adaptive = false;
+  expected.busy_poll_yield = PollYield::kOff;
   EXPECT_EQ(*last_.options, expected);
   decide("x", Role::kClient, "10.0.0.1", 4);
   EXPECT_EQ(*last_.options, quiet);

@@ -43,7 +43,7 @@ Inventory soft_roce() {
             {gid(0, "fe80::5054:ff:fe12:3456", "eth0"), gid(1, "10.77.0.1", "eth0", false), gid(2, "10.77.0.1", "eth0"),
              gid(3, "fd77::1", "eth0")}};
   Inventory inventory;
-  inventory.devices.push_back(Device{"rxe0", "", {port}});
+  inventory.devices.push_back(Device{"rxe0", "", {port}, true});
   inventory.addresses = {address("lo", "127.0.0.1"), address("eth0", "10.77.0.1"), address("eth0", "fd77::1")};
   return inventory;
 }
@@ -62,7 +62,10 @@ TEST(DoctorChecks, NoDeviceFailsWithTheDriverFix) {
 
 TEST(DoctorChecks, ASoftRoceDeviceOnAnAddressedInterfacePasses) {
   Inventory inventory = soft_roce();
+  EXPECT_EQ(format_line(check_devices(inventory)), "ok    devices: rxe0 (1 port, software: runs on this host's CPUs)");
+  inventory.devices.front().software = false;  // a NIC's
   EXPECT_EQ(format_line(check_devices(inventory)), "ok    devices: rxe0 (1 port)");
+  inventory.devices.front().software = true;
   EXPECT_EQ(format_line(check_ports(inventory)), "ok    ports: rxe0 port 1 ACTIVE (eth0)");
   Check c = check_addresses(inventory);
   EXPECT_EQ(c.verdict, Verdict::kOk) << c.finding;

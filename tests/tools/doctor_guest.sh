@@ -28,6 +28,7 @@ has() { echo "$out" | grep -q "$1" || fail "no line matching '$1'"; }
 
 run "root, --peer $T2R_PEER" 0 "$tool" doctor --peer "$T2R_PEER"
 for check in devices ports addresses "device files" rdma_cm module rules peer; do has "^ok    $check: "; done
+has "^ok    devices: rxe0 (1 port, software: runs on this host's CPUs)"
 has "^ok    addresses: .*$T2R_PEER (rxe0 port 1, GID [0-9]*, RoCE v2)"
 has "^ok    peer: $T2R_PEER resolves through rxe0 port 1, source GID ::ffff:$T2R_PEER"
 

@@ -95,6 +95,11 @@ int main(int argc, char** argv) {
   StreamOptions options;
   if (const char* t = std::getenv("BENCH_ZCOPY_THRESHOLD")) options.zcopy_threshold = std::strtoull(t, nullptr, 10);
   if (const char* b = std::getenv("BENCH_BUSY_POLL_US")) options.busy_poll_us = std::atoi(b);
+  // on, off (a spin that never gives the CPU away), or unset: on a software device only.
+  if (const char* y = std::getenv("BENCH_BUSY_POLL_YIELD"); y != nullptr && *y != '\0') {
+    options.busy_poll_yield = std::string_view(y) == "on" ? tcp2rdma::transport::SpinYield::kAlways
+                                                                  : tcp2rdma::transport::SpinYield::kNever;
+  }
   if (argc == 6 && role == "server") {
     std::unique_ptr<StreamListener> listener = listen_on(argv[2], options);
     std::unique_ptr<RdmaStream> s = listener ? accept_one(*listener) : nullptr;

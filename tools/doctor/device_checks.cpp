@@ -116,7 +116,9 @@ Check check_devices(const Inventory& inventory) {
   for (const Device& device : inventory.devices) {
     size_t ports = device.ports.size();
     std::string count = std::to_string(ports) + (ports == 1 ? " port" : " ports");
-    names.push_back(device.name + " (" + (device.error.empty() ? count : device.error) + ")");
+    // A software device's spin yields the CPU between polls (rules.md, busy_poll_yield).
+    std::string kind = device.software ? ", software: runs on this host's CPUs" : "";
+    names.push_back(device.name + " (" + (device.error.empty() ? count : device.error) + kind + ")");
   }
   return passed("devices", join(names));
 }

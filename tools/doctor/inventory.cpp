@@ -11,6 +11,8 @@
 #include <span>
 #include <string_view>
 
+#include "device_context.h"
+
 namespace tcp2rdma::tools::doctor {
 namespace {
 
@@ -118,6 +120,7 @@ void read_ports(ibv_device* device, ibv_context* context, Device* out) {
 Device read_device(ibv_device* device) {
   Device out;
   out.name = ibv_get_device_name(device);
+  out.software = transport::runs_on_host_cpus(device->ibdev_path);
   ibv_context* context = ibv_open_device(device);
   if (context == nullptr) {
     out.error = std::string("cannot open it: ") + std::strerror(errno);

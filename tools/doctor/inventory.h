@@ -33,6 +33,7 @@ struct Device {
   std::string name;
   std::string error;  // why it could not be opened or queried; then `ports` is empty
   std::vector<Port> ports;
+  bool software = false;  // its work runs on this host's CPUs (transport/device_context.h)
 };
 
 struct InterfaceAddress {
