@@ -11,11 +11,11 @@
 # Prints every run's line, then a table: for each load the rate's min/median/max over the rounds on
 # each path, the ratio of the medians (RDMA / TCP), and the medians of p50 and p99 (microseconds); a
 # stall shows as a spread. BENCH_CALLS=1 adds, after the rounds, both ends' system calls a request
-# (perf trace -s of one more run of redis GET -c 8, memcslap get, wrk and sockperf's ping-pong on each
+# (perf trace -s of one more run of redis GET -c 8, memcslap get, wrk and sockperf's ping-pong, blocking and in poll(), on each
 # path, the client's with its setup, the server's processes' during the run:
 # guest/bench-calls-server.sh); redis's with the setup left out are bench-syscalls.sh's.
 # BENCH_LOADS=REGEX counts only the loads whose name matches (redis-get-c8, memcslap-get-c8,
-# nginx-wrk-c32, sockperf-pp-64B); BENCH_CALLS_ALL=1 lists every call, not the four commonest.
+# nginx-wrk-c32, sockperf-pp-64B, sockperf-pp-poll-64B: its client waiting in poll); BENCH_CALLS_ALL=1 lists every call, not the four commonest.
 # Figures with date, commit and machine go to docs/benchmarks.md.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

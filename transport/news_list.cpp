@@ -78,6 +78,11 @@ bool NewsList::end_take() {
   return !tags_.empty() || lost_;
 }
 
+bool NewsList::holds_news() {
+  std::lock_guard lock(mu_);
+  return !tags_.empty() || lost_;
+}
+
 NewsList::~NewsList() {
   if (fd_ >= 0) os().close(fd_);
 }

@@ -40,6 +40,9 @@ class NewsList {
   // Ends begin_take() without a take: whether the list holds news now (the taker's own pushes wrote
   // no eventfd, and others' found the list not quiet: the taker must look again before it sleeps).
   bool end_take();
+  // Whether the list holds news now, the take going on (a poller's spin between begin_take() and
+  // end_take(): its own pushes write no eventfd).
+  bool holds_news();
 
  private:
   std::mutex mu_;  // a leaf lock

@@ -291,7 +291,17 @@ class RdmaStream {
   // take() takes them. `only_fired`: a poll or select call that sleeps on the link's descriptors
   // takes from them only what its sleeps saw fire (note_link_fired): a descriptor left with an event
   // stays readable and fires its next sleep at once.
-  Readiness readiness(bool want_writable = true, bool take_link_events = true, bool only_fired = false);
+  // `arm`: false for a poll or select call that spins before it sleeps (spin_link): it arms the
+  // link in a look after its spin, just before the sleep, since a completion its spin takes from an
+  // armed queue still raises the event, which its next sleep would find at once.
+  Readiness readiness(bool want_writable = true, bool take_link_events = true, bool only_fired = false,
+                      bool arm = true);
+  // A poll or select call's spin before it sleeps: the link's completions handed out and their
+  // channels told (LinkProgress::spin), no system call when none came. Returns how many came.
+  int spin_link();
+  // The link's rule for such a spin: its busy_poll_us (*adaptive cleared unless adaptive), and
+  // whether it gives the CPU away between polls (StreamLink::spin_yields).
+  int spin_rule(bool* adaptive, bool* yields) const;
   // A poller's sleep saw the link's completion channel (or its connection events) readable.
   void note_link_fired(bool completions, bool cm);
   // A caller that looked without wanting to write and now does (a second poll entry for the same

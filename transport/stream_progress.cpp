@@ -558,7 +558,17 @@ void RdmaStream::link_descriptors(int* completions, int* cm_events) const {
   *cm_events = link_->cm_watched() ? link_->cm_fd() : -1;
 }
 
-Readiness RdmaStream::readiness(bool want_writable, bool take_link_events, bool only_fired) {
+int RdmaStream::spin_link() {
+  std::lock_guard lock(mu_);
+  return LinkProgress::spin(*link_);
+}
+
+int RdmaStream::spin_rule(bool* adaptive, bool* yields) const {
+  *yields = link_->spin_yields();
+  return link_->busy_poll_us(adaptive);
+}
+
+Readiness RdmaStream::readiness(bool want_writable, bool take_link_events, bool only_fired, bool arm) {
   OwnCalls own;  // own_calls.h
   std::unique_lock lock(mu_);
   polled_ = true;
@@ -594,7 +604,7 @@ Readiness RdmaStream::readiness(bool want_writable, bool take_link_events, bool 
     }
     // A poll or select call sleeps on the link's event next: armed now. An epoll set's wait arms its
     // links itself, just before it sleeps (link_watch.h, arm_for_sleep), unless the link is eager.
-    if (!take_link_events && !link_->eager()) return r;
+    if ((!take_link_events || !arm) && !link_->eager()) return r;
     bool news = false;
     if (LinkProgress::arm(*link_, *this, &news) != Status::kOk) fail(Status::kReset);
     if (!news && !failed()) return r;

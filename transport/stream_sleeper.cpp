@@ -47,6 +47,27 @@ void StreamSleeper::take_news_for_looks() {
   news_.begin_take();
 }
 
+int StreamSleeper::spin() {
+  int taken = 0;
+  for (const LinkFd& l : link_fds_) {
+    if (!l.cm) taken += l.stream->spin_link();  // each link once: its completion channel's entry
+  }
+  return taken;
+}
+
+int StreamSleeper::spin_rule(bool* adaptive, bool* yields) const {
+  int us = 0;
+  *adaptive = true;
+  *yields = false;
+  for (const LinkFd& l : link_fds_) {
+    if (l.cm) continue;
+    bool yield = false;
+    us = std::max(us, l.stream->spin_rule(adaptive, &yield));
+    *yields = *yields || yield;
+  }
+  return us;
+}
+
 void StreamSleeper::append_pollfds(std::vector<pollfd>* out) const {
   if (news_.fd() >= 0) out->push_back({news_.fd(), POLLIN, 0});
   for (const LinkFd& l : link_fds_) out->push_back({l.fd, POLLIN, 0});

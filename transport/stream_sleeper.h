@@ -42,6 +42,16 @@ class StreamSleeper {
   // After the looks: true when news came meanwhile (its own, or another thread's while the list
   // held it): look again instead of sleeping.
   bool end_looks() { return news_.end_take(); }
+  // A spin before the sleep (after end_looks() found no news): begin_spin(), then spin() a poll, each
+  // link's completions handed out (RdmaStream::spin_link: the news they bring this sleeper writes no
+  // eventfd), news() whether any came for it, and end_spin() as end_looks().
+  void begin_spin() { news_.begin_take(); }
+  int spin();
+  bool news() { return news_.holds_news(); }
+  bool end_spin() { return news_.end_take(); }
+  // The spin's rule: the longest busy_poll_us of the links (*adaptive cleared unless all say
+  // adaptive), and whether any gives the CPU away between polls.
+  int spin_rule(bool* adaptive, bool* yields) const;
   // What to sleep on, appended to *out: the list's eventfd and each link's descriptors, once.
   void append_pollfds(std::vector<pollfd>* out) const;
   // After the sleep: `slept` is what append_pollfds appended, with the kernel's revents. Each link

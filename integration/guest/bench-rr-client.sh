@@ -148,6 +148,10 @@ if [ "${BENCH_CALLS:-0}" = 1 ]; then
     counted nginx-wrk-c32 && calls nginx-wrk-c32 $mode $port '/requests in/ { print $1 }' wrk -t2 -c32 -d5s "http://$peer:$port/small"
     port=5022; [ $mode = rdma ] && port=5012
     counted sockperf-pp-64B && calls sockperf-pp-64B $mode $port '!n && match($0, /ReceivedMessages=[0-9]+/) { n = substr($0, RSTART + 17, RLENGTH - 17) } END { print n + 0 }' sockperf pp --tcp -i "$peer" -p $port -t 5 -m 64
+    # The same client waiting in poll() rather than in a blocking read (-F, which takes its
+    # connections from a file).
+    printf 'T:%s:%s\n' "$peer" $port > /tmp/bench-rr-sockperf.list
+    counted sockperf-pp-poll-64B && calls sockperf-pp-poll-64B $mode $port '!n && match($0, /ReceivedMessages=[0-9]+/) { n = substr($0, RSTART + 17, RLENGTH - 17) } END { print n + 0 }' sockperf pp -f /tmp/bench-rr-sockperf.list -F poll -t 5 -m 64
   done
 fi
 touch "$T2R_WORK/calls-over"

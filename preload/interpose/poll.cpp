@@ -16,6 +16,7 @@
 #include "libc/interposed.h"
 #include "rdma_stream.h"
 #include "readiness/epoll_sets.h"
+#include "readiness/poll_spin.h"
 #include "readiness/polled_streams.h"
 #include "readiness/stream_events.h"
 #include "registry/fd_table.h"
@@ -60,6 +61,9 @@ int poll_streams_once(pollfd* fds, nfds_t nfds, const timespec* timeout, const s
     }
   } let_go;
   auto deadline = Deadline::in_timespec(timeout);
+  // A call spins once at most, before its first sleep (poll_spin.h).
+  bool spun = timeout != nullptr && timeout->tv_sec == 0 && timeout->tv_nsec == 0;
+  using tcp2rdma::preload::PollSpin;
   for (;;) {
     polled.clear();  // the descriptors are looked up again: their streams may have changed
     streams.resize(nfds);
@@ -81,6 +85,8 @@ int poll_streams_once(pollfd* fds, nfds_t nfds, const timespec* timeout, const s
     for (nfds_t i = 0; i < nfds; ++i) kernel_fds += !ours(i) && fds[i].fd >= 0;
     for (;;) {
       int ready = 0;
+      // Looks before a spin leave the links unarmed; those after it arm them for the sleep.
+      const bool spin_next = !spun && PollSpin::expected();
       polled.next_round_for_looks();
       bells.clear();  // each round finds the bells it sleeps on anew
       for (nfds_t i = 0; i < nfds; ++i) {
@@ -101,7 +107,8 @@ int poll_streams_once(pollfd* fds, nfds_t nfds, const timespec* timeout, const s
           shadow[i] = {fds[i].revents != 0 ? -1 : fds[i].fd, fds[i].events, 0};
           continue;
         }
-        tcp2rdma::transport::Readiness r = polled.look(streams[i], (fds[i].events & (POLLOUT | POLLWRNORM)) != 0);
+        tcp2rdma::transport::Readiness r =
+            polled.look(streams[i], (fds[i].events & (POLLOUT | POLLWRNORM)) != 0, !spin_next);
         bool gone = r.moved;
         // A stream whose bytes a relay takes: input is its queue's, the rest the stream's.
         bool relayed = prefix.present();
@@ -130,6 +137,13 @@ int poll_streams_once(pollfd* fds, nfds_t nfds, const timespec* timeout, const s
       // descriptor of the caller's to report, and a look at the sleeper's would only cost a call (a
       // poll loop's every call whose stream is ready at once, and its every look after a sleep).
       if (ready > 0 && kernel_fds == 0) return ready;
+      if (spin_next && ready == 0 && !moved) {
+        // Whatever the spin finds, the next round looks (and arms the links if it is to sleep):
+        // news, a descriptor of the kernel's ready, or none come.
+        spun = true;
+        if (!blind && bells.empty()) PollSpin::run(polled, shadow.data(), sessions_end, deadline);
+        continue;
+      }
       timespec left = ready == 0 ? deadline.left_timespec() : timespec{0, 0};
       bool forever = ready == 0 && deadline.never_ends() && !blind && bells.empty();
       constexpr timespec kSlice{0, tcp2rdma::preload::UpgradeSession::kBlindSleepMs * 1000000L};

@@ -19,10 +19,10 @@ void PolledStreams::next_round_for_looks() {
   for (Polled& p : polled_) p.looked = false;
 }
 
-transport::Readiness PolledStreams::look(transport::RdmaStream* stream, bool want_writable) {
+transport::Readiness PolledStreams::look(transport::RdmaStream* stream, bool want_writable, bool arm) {
   Polled& p = find_or_add(stream);
   if (!p.looked) {
-    p.readiness = stream->readiness(want_writable, true, p.subscribed);
+    p.readiness = stream->readiness(want_writable, true, p.subscribed, arm);
     p.looked = true;
     p.for_writing = want_writable;
   } else if (want_writable && !p.for_writing) {

@@ -37,7 +37,14 @@ class PolledStreams {
   // The stream's readiness in this round: looked at on its first entry, the same for the others.
   // `want_writable`: this entry asks for POLLOUT (only then is the peer asked to say when room comes
   // back: RdmaStream::readiness).
-  transport::Readiness look(transport::RdmaStream* stream, bool want_writable);
+  // `arm`: false when a spin comes next (poll_spin.h): the link is armed in a look after it.
+  transport::Readiness look(transport::RdmaStream* stream, bool want_writable, bool arm = true);
+  // A spin before the sleep (StreamSleeper's, poll_spin.h).
+  void begin_spin() { sleeper_.begin_spin(); }
+  int spin() { return sleeper_.spin(); }
+  bool news() { return sleeper_.news(); }
+  bool end_spin() { return sleeper_.end_spin(); }
+  int spin_rule(bool* adaptive, bool* yields) const { return sleeper_.spin_rule(adaptive, yields); }
   // What the call sleeps on between rounds, appended to *out.
   void append_pollfds(std::vector<pollfd>* out) const { sleeper_.append_pollfds(out); }
   // After every sleep, with what append_pollfds appended (the kernel's revents in it): the next
