@@ -44,11 +44,12 @@ class StreamSleeper {
   bool end_looks() { return news_.end_take(); }
   // A spin before the sleep (after end_looks() found no news): begin_spin(), then spin() a poll, each
   // link's completions handed out (RdmaStream::spin_link: the news they bring this sleeper writes no
-  // eventfd), news() whether any came for it, and end_spin() as end_looks().
+  // eventfd), news() whether any came for it, and end_spin() after it (news from then on writes the
+  // eventfd: the next round's take_news_for_looks() takes it).
   void begin_spin() { news_.begin_take(); }
   int spin();
   bool news() { return news_.holds_news(); }
-  bool end_spin() { return news_.end_take(); }
+  void end_spin() { (void)news_.end_take(); }
   // The spin's rule: the longest busy_poll_us of the links (*adaptive cleared unless all say
   // adaptive), and whether any gives the CPU away between polls.
   int spin_rule(bool* adaptive, bool* yields) const;

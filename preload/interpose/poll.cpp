@@ -138,8 +138,7 @@ int poll_streams_once(pollfd* fds, nfds_t nfds, const timespec* timeout, const s
       // poll loop's every call whose stream is ready at once, and its every look after a sleep).
       if (ready > 0 && kernel_fds == 0) return ready;
       if (spin_next && ready == 0 && !moved) {
-        // Whatever the spin finds, the next round looks (and arms the links if it is to sleep):
-        // news, a descriptor of the kernel's ready, or none come.
+        // Whatever ended the spin, the next round looks (and arms the links if it is to sleep).
         spun = true;
         if (!blind && bells.empty()) PollSpin::run(polled, shadow.data(), sessions_end, deadline);
         continue;

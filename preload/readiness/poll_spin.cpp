@@ -23,7 +23,7 @@ ThreadSpin& mine() {
 
 bool PollSpin::expected() { return mine().rule_us != 0; }
 
-PollSpin::End PollSpin::run(PolledStreams& polled, pollfd* kernel, size_t kernel_count,
+void PollSpin::run(PolledStreams& polled, pollfd* kernel, size_t kernel_count,
                             const transport::Deadline& deadline) {
   ThreadSpin& t = mine();
   bool yields = true, adaptive = true;
@@ -35,7 +35,7 @@ PollSpin::End PollSpin::run(PolledStreams& polled, pollfd* kernel, size_t kernel
     int64_t left_us = static_cast<int64_t>(left.tv_sec) * 1000000 + left.tv_nsec / 1000;
     if (left_us < spin_us) spin_us = static_cast<int>(left_us);  // never past the caller's timeout
   }
-  if (spin_us < SpinBudget::kLeastUs) return End::kNone;
+  if (spin_us < SpinBudget::kLeastUs) return;
   auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
   // The kernel's descriptors and the clock (a system call in some guests) every few polls: a poll
   // that yields takes as long as a look, one that does not a fraction of a microsecond.
@@ -43,27 +43,18 @@ PollSpin::End PollSpin::run(PolledStreams& polled, pollfd* kernel, size_t kernel
   // Streams alone (their entries are -1 in `kernel`): nothing for the kernel to look at.
   bool kernel_asked = false;
   for (size_t i = 0; i < kernel_count; ++i) kernel_asked |= kernel[i].fd >= 0;
-  End end = End::kNothing;
   polled.begin_spin();
   for (unsigned polls = 1;; ++polls) {
     polled.spin();
-    if (polled.news()) {
-      end = End::kNews;
-      break;
-    }
+    if (polled.news()) break;
     if (polls % look_every == 0) {
       constexpr timespec kNow{0, 0};
-      if (kernel_asked && real().ppoll(kernel, kernel_count, &kNow, nullptr) > 0) {
-        end = End::kKernel;
-        break;
-      }
+      if (kernel_asked && real().ppoll(kernel, kernel_count, &kNow, nullptr) > 0) break;
       if (std::chrono::steady_clock::now() >= until) break;
     }
     transport::spin_pause(yields);
   }
-  // News that came after the last look (another thread's push) is the next round's.
-  if (polled.end_spin() && end == End::kNothing) end = End::kNews;
-  return end;
+  polled.end_spin();
 }
 
 }  // namespace tcp2rdma::preload

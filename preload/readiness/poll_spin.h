@@ -20,21 +20,16 @@ namespace tcp2rdma::preload {
 
 class PollSpin {
  public:
-  enum class End {
-    kNone,    // no spin (the rule says none, or the budget is down to none)
-    kNews,    // news for a stream of the call: look again
-    kKernel,  // a descriptor the kernel reports on is ready: the sleep returns at once
-    kNothing, // the spin ran out
-  };
 
   // Whether this call's looks should leave the links unarmed for a spin: the thread's last call found
   // a fixed rule (a first call guesses so).
   static bool expected();
-  // The spin, after a round of looks that found nothing ready and no news. `kernel`: what the call
-  // sleeps on but the streams' sleeper (the caller's descriptors the kernel reports on, the
-  // sessions' wake descriptors), looked at without sleeping every few polls; the spin ends by the
-  // deadline at the latest.
-  static End run(PolledStreams& polled, pollfd* kernel, size_t kernel_count, const transport::Deadline& deadline);
+  // The spin, after a round of looks that found nothing ready and no news; it ends at news for a
+  // stream of the call, at a descriptor in `kernel` the kernel reports ready (what the call sleeps on
+  // but the streams' sleeper: the caller's own descriptors, the sessions' wake descriptors, looked at
+  // without sleeping every few polls), at the rule's time or at the deadline. The caller looks again
+  // whatever ended it (and sleeps, arming the links, if nothing is ready).
+  static void run(PolledStreams& polled, pollfd* kernel, size_t kernel_count, const transport::Deadline& deadline);
 };
 
 }  // namespace tcp2rdma::preload

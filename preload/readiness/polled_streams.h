@@ -43,7 +43,7 @@ class PolledStreams {
   void begin_spin() { sleeper_.begin_spin(); }
   int spin() { return sleeper_.spin(); }
   bool news() { return sleeper_.news(); }
-  bool end_spin() { return sleeper_.end_spin(); }
+  void end_spin() { sleeper_.end_spin(); }
   int spin_rule(bool* adaptive, bool* yields) const { return sleeper_.spin_rule(adaptive, yields); }
   // What the call sleeps on between rounds, appended to *out.
   void append_pollfds(std::vector<pollfd>* out) const { sleeper_.append_pollfds(out); }
