@@ -248,10 +248,15 @@ Status RdmaStream::handle_completion(const ibv_wc& wc) {
           note_failure("the peer broke the protocol", to_string(r));
           return Status::kProtocolError;
         }
-        disconnect_seen_ = true;
         if (!link_->stopped()) link_->post_receive();
+        // Answered at once, whatever our application does (else at the next serve). Our close may
+        // still wait for a receive of the peer's, which a peer that released gives back no more
+        // (its update may even be unread, behind this completion): it goes with the answer, as a
+        // close that finds no receive goes with its release, never a release alone before it.
+        if (close_owed_) send_close_with_release();
+        disconnect_seen_ = true;
         release_owed_ = !flow_->release_sent();
-        send_release();  // at once, whatever our application does (else at the next serve)
+        send_release();
         return Status::kOk;
       }
       if (imm_arg(imm) == kEndToTcp || imm_arg(imm) == kEndToTcpReturning) {

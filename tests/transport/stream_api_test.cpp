@@ -576,6 +576,57 @@ TEST(StreamApi, ACloseWithoutAReceiveOfThePeersReachesAPeerThatMakesNoCallAsAnEn
   EXPECT_EQ(first_difference(back.data(), taken, 4, 0), taken);
 }
 
+// A close still owed for want of a receive of the peer's when the peer's release comes: the client
+// shuts its side down with none left (as in the test above), then blocks in a read; the server
+// closes. The client's blocked read takes the server's end and release straight off the link,
+// before it reads the server's credit update, and answers the release at once: its close must go
+// with that answer. A release alone there, before the client's close, is what the server reads as
+// "a release before its end", a protocol violation where both sides ended in order.
+TEST(StreamApi, AnOwedCloseGoesWithTheAnswerToThePeersRelease) {
+  Pair p = connect_pair(7650);
+  ASSERT_TRUE(p.client && p.server);
+  std::vector<uint8_t> big(1 << 20);
+  fill(big.data(), big.size(), 5, 0);
+  size_t served = fill_until_blocked(*p.server, big, big.size());
+  ASSERT_GT(served, 0u);
+  std::vector<uint8_t> small(1 << 16);
+  fill(small.data(), small.size(), 6, 0);
+  size_t written = fill_until_blocked(*p.client, small, 1);
+  ASSERT_GT(written, 0u);
+  std::vector<uint8_t> in(served);
+  iovec iov{in.data(), in.size()};
+  size_t got = 0;
+  ASSERT_EQ(p.client->read(&iov, 1, kWaitAll, &got), Status::kOk);
+  ASSERT_EQ(p.client->shutdown_write(), Status::kOk);
+  ASSERT_EQ(p.client->counters().end_waiting, 1u) << "the close found a receive: the case is not made";
+  std::vector<uint8_t> rest(64);
+  size_t taken = 0;
+  auto reader = std::async(std::launch::async, [&] { return read_to_end(*p.client, rest, &taken); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the client's read sleeps on the link
+  // The server reads the client's bytes and ends (no end of the client's has come: a close, not a
+  // read to the end).
+  std::vector<uint8_t> back(written);
+  iovec back_iov{back.data(), back.size()};
+  size_t read = 0;
+  ASSERT_EQ(p.server->read(&back_iov, 1, kWaitAll, &read), Status::kOk);
+  EXPECT_EQ(first_difference(back.data(), read, 6, 0), written);
+  EXPECT_EQ(p.server->close(Deadline::in(std::chrono::milliseconds(2000))), Status::kOk);
+  ASSERT_EQ(reader.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  Status st = reader.get();
+  EXPECT_EQ(st, Status::kOk) << to_string(st);
+  EXPECT_EQ(taken, 0u);
+  // The server takes the answer: the client's end, in order.
+  Readiness r;
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  do {
+    r = p.server->readiness(false);
+    if (r.peer_closed || r.failed) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  } while (std::chrono::steady_clock::now() < until);
+  EXPECT_FALSE(r.failed) << "the server read the client's answer as a violation";
+  EXPECT_TRUE(r.peer_closed);
+}
+
 // A client connecting from another thread with `pairing` (a stream, or why not), and the wait until
 // `listener` holds its request.
 // What a connect gave: its status, the stream, and the server's word when it declined.
