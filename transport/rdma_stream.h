@@ -297,8 +297,8 @@ class RdmaStream {
   Readiness readiness(bool want_writable = true, bool take_link_events = true, bool only_fired = false,
                       bool arm = true);
   // A poll or select call's spin before it sleeps: the link's completions handed out and their
-  // channels told (LinkProgress::spin), no system call when none came. Returns how many came.
-  int spin_link();
+  // channels told (LinkProgress::spin), no system call when none came.
+  void spin_link();
   // The link's rule for such a spin: its busy_poll_us (*adaptive cleared unless adaptive), and
   // whether it gives the CPU away between polls (StreamLink::spin_yields).
   int spin_rule(bool* adaptive, bool* yields) const;

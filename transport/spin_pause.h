@@ -1,5 +1,5 @@
 // What a spin does between two polls of a completion queue (LinkProgress::wait, an event loop's spin
-// in epoll_wait.cpp). On a software device (Soft-RoCE) the adapter's work runs on this host's CPUs,
+// in epoll_wait.cpp, a poll or select call's in poll_spin.cpp). On a software device (Soft-RoCE) the adapter's work runs on this host's CPUs,
 // maybe on the one the spin holds: the spin gives the CPU away, a sched_yield a poll. On a NIC the
 // completion comes without our CPU, and a yield would be a system call a poll for nothing: a pause
 // instruction only (it tells the core, and a hyperthread sibling, that this is a spin).
@@ -20,5 +20,10 @@ inline void spin_pause(bool yield) {
   asm volatile("yield");
 #endif
 }
+
+// How many polls a spin makes between two looks at the caller's kernel descriptors (and at the clock,
+// a system call in some guests): a poll that yields takes as long as a look, one that does not a
+// fraction of a microsecond.
+inline unsigned polls_per_look(bool yield) { return yield ? 4 : 64; }
 
 }  // namespace tcp2rdma::transport

@@ -563,9 +563,9 @@ void RdmaStream::link_descriptors(int* completions, int* cm_events) const {
   *cm_events = link_->cm_watched() ? link_->cm_fd() : -1;
 }
 
-int RdmaStream::spin_link() {
+void RdmaStream::spin_link() {
   std::lock_guard lock(mu_);
-  return LinkProgress::spin(*link_);
+  LinkProgress::spin(*link_);
 }
 
 int RdmaStream::spin_rule(bool* adaptive, bool* yields) const {

@@ -47,12 +47,10 @@ void StreamSleeper::take_news_for_looks() {
   news_.begin_take();
 }
 
-int StreamSleeper::spin() {
-  int taken = 0;
+void StreamSleeper::spin() {
   for (const LinkFd& l : link_fds_) {
-    if (!l.cm) taken += l.stream->spin_link();  // each link once: its completion channel's entry
+    if (!l.cm) l.stream->spin_link();  // each link once: its completion channel's entry
   }
-  return taken;
 }
 
 int StreamSleeper::spin_rule(bool* adaptive, bool* yields) const {

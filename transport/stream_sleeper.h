@@ -47,7 +47,7 @@ class StreamSleeper {
   // eventfd), news() whether any came for it, and end_spin() after it (news from then on writes the
   // eventfd: the next round's take_news_for_looks() takes it).
   void begin_spin() { news_.begin_take(); }
-  int spin();
+  void spin();
   bool news() { return news_.holds_news(); }
   void end_spin() { (void)news_.end_take(); }
   // The spin's rule: the longest busy_poll_us of the links (*adaptive cleared unless all say

@@ -131,9 +131,7 @@ int spin_locked(int epfd, int spin_us, bool yields, EpollReport& report, epoll_e
   static thread_local std::vector<void*> news;
   static thread_local std::vector<Entry*> looks;
   auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
-  // The kernel's set and the clock (a system call in some guests) every few polls: a poll that yields
-  // takes as long as a look, one that does not a fraction of a microsecond.
-  const unsigned look_every = yields ? 4 : 64;
+  const unsigned look_every = transport::polls_per_look(yields);
   *calls_made = 0;
   for (unsigned polls = 1;; ++polls) {
     looks.clear();

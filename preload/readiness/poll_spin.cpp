@@ -23,8 +23,7 @@ ThreadSpin& mine() {
 
 bool PollSpin::expected() { return mine().rule_us != 0; }
 
-void PollSpin::run(PolledStreams& polled, pollfd* kernel, size_t kernel_count,
-                            const transport::Deadline& deadline) {
+void PollSpin::run(PolledStreams& polled, pollfd* kernel, size_t kernel_count, const transport::Deadline& deadline) {
   ThreadSpin& t = mine();
   bool yields = true, adaptive = true;
   int spin_us = polled.spin_rule(&adaptive, &yields);
@@ -37,9 +36,7 @@ void PollSpin::run(PolledStreams& polled, pollfd* kernel, size_t kernel_count,
   }
   if (spin_us < SpinBudget::kLeastUs) return;
   auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
-  // The kernel's descriptors and the clock (a system call in some guests) every few polls: a poll
-  // that yields takes as long as a look, one that does not a fraction of a microsecond.
-  const unsigned look_every = yields ? 4 : 64;
+  const unsigned look_every = transport::polls_per_look(yields);
   // Streams alone (their entries are -1 in `kernel`): nothing for the kernel to look at.
   bool kernel_asked = false;
   for (size_t i = 0; i < kernel_count; ++i) kernel_asked |= kernel[i].fd >= 0;

@@ -20,7 +20,6 @@ namespace tcp2rdma::preload {
 
 class PollSpin {
  public:
-
   // Whether this call's looks should leave the links unarmed for a spin: the thread's last call found
   // a fixed rule (a first call guesses so).
   static bool expected();

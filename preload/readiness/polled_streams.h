@@ -41,7 +41,7 @@ class PolledStreams {
   transport::Readiness look(transport::RdmaStream* stream, bool want_writable, bool arm = true);
   // A spin before the sleep (StreamSleeper's, poll_spin.h).
   void begin_spin() { sleeper_.begin_spin(); }
-  int spin() { return sleeper_.spin(); }
+  void spin() { sleeper_.spin(); }
   bool news() { return sleeper_.news(); }
   void end_spin() { sleeper_.end_spin(); }
   int spin_rule(bool* adaptive, bool* yields) const { return sleeper_.spin_rule(adaptive, yields); }
