@@ -253,7 +253,10 @@ FlowError FlowControl::on_move_arrived() {
 
 FlowError FlowControl::on_release_arrived(bool peer_aborted) {
   if (peer_released_) return FlowError::kDuplicateRelease;
-  if (!peer_closed_ && !peer_moved_ && !peer_aborted) return FlowError::kReleaseWithoutEnd;
+  // Without an end before it, a release would be a peer that stops without a word taken for a clean
+  // end; but once ours went (our application closed), nothing of ours reads the channel: the peer's
+  // release answers it, whatever end of its own was still owed for want of a credit.
+  if (!peer_closed_ && !peer_moved_ && !peer_aborted && !release_sent_) return FlowError::kReleaseWithoutEnd;
   peer_released_ = true;
   return FlowError::kNone;
 }

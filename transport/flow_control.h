@@ -158,7 +158,8 @@ class FlowControl {
   FlowError on_move_arrived();  // the peer's "to TCP": nothing more comes on the stream
   // The peer's release, on its reserved receive (not counted against the advertised ones). The peer
   // must have ended first: a release says nothing more is written, and a stream that simply stops
-  // without an end must read as a reset, never as a clean end.
+  // without an end must read as a reset, never as a clean end. Unless our release went first: then
+  // nothing of ours reads the stream, and the peer's release only answers ours.
   FlowError on_release_arrived(bool peer_aborted);
   // The peer's close and release in one, on the same reserved receive: its end, then its release.
   FlowError on_close_release_arrived();

@@ -80,6 +80,23 @@ TEST(FlowControl, AReleaseComesLastAndOnlyAfterAnEnd) {
   EXPECT_EQ(h.on_release_arrived(false), FlowError::kNone);
 }
 
+TEST(FlowControl, AfterOurReleaseThePeersAloneEndsTheChannel) {
+  // Our release went first (our application closed): nothing of ours reads the channel any more, so
+  // the peer's release needs no end of its own before it. It answers ours when the peer's own end
+  // was still owed for want of a credit (a "to TCP" marker, or a close behind a held message).
+  FlowControl f(config(4096, 4));
+  EXPECT_EQ(f.on_data_arrived(10), FlowError::kNone);
+  f.on_release_sent();
+  EXPECT_EQ(f.on_release_arrived(false), FlowError::kNone);
+  EXPECT_TRUE(f.peer_released());
+  EXPECT_EQ(f.on_release_arrived(false), FlowError::kDuplicateRelease);
+  EXPECT_EQ(f.on_data_arrived(1), FlowError::kAfterRelease);
+  // The same after our close went with our release.
+  FlowControl g(config(4096, 4));
+  g.on_close_release_sent();
+  EXPECT_EQ(g.on_release_arrived(false), FlowError::kNone);
+}
+
 TEST(FlowControl, ACloseWithItsReleaseNeedsNoCreditAndEndsTheStreamOnce) {
   // Sending: a close owed for want of a receive may go with the release, on the receive kept for it.
   FlowControl w(config(4096, 0));
