@@ -16,9 +16,11 @@ mkdir -p "$cache"
 # dependency, yet without it rxe cannot compute its ICRC and `rdma link add` fails. tcp_diag (with
 # inet_diag): sock_diag for `ss -ti` and `tcp2rdma stat`, which read TCP connections' byte counts there.
 # sch_prio and cls_u32: a fault that drops only some of a guest's frames (tests/preload/back_to_tcp/
-# fault_agent.sh, kill-after-record).
+# fault_agent.sh, kill-after-record). virtio_rng: the host's entropy (vm's virtio-rng-pci), without which
+# the kernel's random pool became ready only 1 to 5 s after boot, and the first getrandom(2) of a guest
+# (a stream's nonce, python's start) waited for it.
 modules=(virtio_pci 9pnet_virtio 9p virtio_net crc32_generic rdma_rxe rdma_ucm ib_uverbs dummy veth sch_netem tcp_diag
-         sch_prio cls_u32)
+         sch_prio cls_u32 virtio_rng)
 
 fetch_kernel() {
   local pkg="$1" dir="$2"
