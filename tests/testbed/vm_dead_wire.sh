@@ -12,8 +12,12 @@ work=$(mktemp -d /var/tmp/tcp2rdma-dead-wire.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "vm_dead_wire: $*" >&2; exit 1; }
 
+# B fails only once A's command runs (A's file in the shared work directory): a guest may boot seconds
+# after the other under load, and B's failure before it (a wire with nobody at its end yet, or still
+# up) would test something else.
+after_a() { echo "i=0; until [ -e \"\$T2R_WORK/$1\" ]; do i=\$((i+1)); [ \$i -lt 600 ] || break; sleep 0.1; done; false"; }
 out=$(TCP2RDMA_VM_WIRE_CHECK_S=5 "$vm" pair --timeout 120 --work "$work/alive" \
-  'sleep 100 && echo this must never end' 'sleep 1 && false' 2>&1)
+  'touch "$T2R_WORK/a-runs" && sleep 100 && echo this must never end' "$(after_a a-runs)" 2>&1)
 status=$?
 echo "$out"
 [ "$status" -eq 1 ] || fail "working wire: status $status, wanted 1 (the command's own)"
@@ -22,8 +26,8 @@ grep -q 'wire-check: 10.77.0.1 answered after' <<<"$out" || fail "working wire: 
 grep -q 'the virtual wire' <<<"$out" && fail "working wire: a stall was said"
 
 out=$(TCP2RDMA_VM_STALL_RETRIES=1 TCP2RDMA_VM_WIRE_CHECK_S=5 "$vm" pair --timeout 120 --work "$work/dead" \
-  'ip link set eth0 down && sleep 100 && echo this must never end' \
-  'sleep 1 && false' 2>&1)
+  'ip link set eth0 down && touch "$T2R_WORK/a-cut" && sleep 100 && echo this must never end' \
+  "$(after_a a-cut)" 2>&1)
 status=$?
 echo "$out"
 [ "$status" -eq 95 ] || fail "dead wire: status $status, wanted 95"
