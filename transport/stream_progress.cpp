@@ -418,15 +418,23 @@ void RdmaStream::take_drained(const ibv_wc& wc) {
     return;
   }
   if (wc.status != IBV_WC_SUCCESS) {
-    // Flushed (or the failure itself): counted off, no channel's news.
+    // Flushed (or the failure itself): ours counted off.
     uint32_t index = StreamLink::work_channel(wc.wr_id);
     RdmaStream* target = send ? link_->channel(index) : this;
-    if (target == nullptr || target == this) ++counters_.completions;
+    if (send && target != nullptr && target != this) {
+      // Another channel's send, flushed by the link's stop: its path is gone too, and it is told as
+      // dispatch tells it (a failure it may fail over from). Counted off in silence, a zero-copy
+      // write of its that waited for this completion returned as if its bytes had arrived, and they
+      // were in no mirror when its failover resent them: stale bytes on TCP (integration/soak-chaos).
+      take_completion(wc);
+      return;
+    }
+    ++counters_.completions;
     if (!send) return;
-    if (target != nullptr) {
-      target->note_send_completion(wc);
+    if (target == this) {
+      note_send_completion(wc);
     } else {
-      link_->on_send_completed();
+      link_->on_send_completed();  // a send of the link's own, or of a channel that went
     }
     link_->on_channel_send_completed(index);
     return;
