@@ -35,6 +35,10 @@ if [ "$role" = a ]; then
   servers=$!
   env LD_PRELOAD="$shim" TCP2RDMA_RULES="$rules" TCP2RDMA_LOG="$log" /usr/sbin/inetd -i -R 100000 /tmp/inetd-plain.conf &
   servers="$servers $!"
+  # The clients start once every port listens: inetd under the module can take more than the
+  # clients' second to bind on a loaded guest (their first connections were refused).
+  i=0
+  until [ "$(ss -Hltn | grep -c -E ':(5026|5027|5016) ')" -ge 3 ] || [ $i -ge 300 ]; do i=$((i+1)); sleep 0.2; done
   touch "$T2R_WORK/servers-up"
   until [ -f "$T2R_WORK/clients-done" ]; do sleep 0.2; done
   kill $servers 2>/dev/null
