@@ -1,6 +1,7 @@
 // What a spin does between two polls of a completion queue (LinkProgress::wait, an event loop's spin
-// in epoll_wait.cpp, a poll or select call's in poll_spin.cpp). On a software device (Soft-RoCE) the adapter's work runs on this host's CPUs,
-// maybe on the one the spin holds: the spin gives the CPU away, a sched_yield a poll. On a NIC the
+// in epoll_wait.cpp, a poll or select call's in poll_spin.cpp). On a software device (Soft-RoCE) the
+// adapter's work runs on this host's CPUs, maybe on the one the spin holds: the spin gives the CPU
+// away, a sched_yield a poll. On a NIC the
 // completion comes without our CPU, and a yield would be a system call a poll for nothing: a pause
 // instruction only (it tells the core, and a hyperthread sibling, that this is a spin).
 #pragma once
