@@ -10,7 +10,12 @@ run() { env LD_PRELOAD="$shim" TCP2RDMA_RULES="$rules" TCP2RDMA_LOG="$T2R_WORK/s
 if [ "$side" = a ]; then
   CHAOS_STOP=$T2R_WORK/stop run $py server 5013 3600 & job=$!
   server=$(i=0; until pgrep -f "chaos_echo.py server" || [ $i -ge 50 ]; do i=$((i+1)); sleep 0.1; done)
-  until [ -e "$T2R_WORK/stop" ] || ! kill -0 $server 2>/dev/null; do sleep 1; done
+  until [ -e "$T2R_WORK/stop" ] || [ -e "$T2R_WORK/look" ] || ! kill -0 $server 2>/dev/null; do sleep 1; done
+  if [ -e "$T2R_WORK/look" ] && kill -0 $server 2>/dev/null; then
+    "$(dirname "$shim")/../tools/tcp2rdma" stat -a > "$T2R_WORK/server-stat-hang" 2>&1
+    gdb -p $server -batch -ex "thread apply all bt" > "$T2R_WORK/server-stacks-hang" 2>&1
+    until [ -e "$T2R_WORK/stop" ] || ! kill -0 $server 2>/dev/null; do sleep 1; done
+  fi
   # A look while the server waits for its handlers: its connections as the module sees them, and
   # where its threads are.
   sleep 15
@@ -37,6 +42,17 @@ if [ "$4" -gt 0 ]; then
   run $py client "$T2R_PEER" 5013 16 100 2 &
   # The python process itself (the shell that runs it may stay its parent).
   sleep "$4"; pkill -9 -f "chaos_echo.py client $T2R_PEER 5013 16 100 2" && echo "chaos: killed the second client"
+fi
+# A first client still running after 360 s hangs: its stacks and connections, and the
+# server's (a looks when it sees the file "look"), are taken before it is killed.
+i=0; while kill -0 $first 2>/dev/null && [ $i -lt 360 ]; do i=$((i+1)); sleep 1; done
+if kill -0 $first 2>/dev/null; then
+  echo "chaos: the first client hangs; its threads' stacks in $T2R_WORK/client-stacks"
+  client=$(pgrep -f "chaos_echo.py client $T2R_PEER 5013 $5 $6 1")
+  "$(dirname "$shim")/../tools/tcp2rdma" stat -a > "$T2R_WORK/client-stat" 2>&1
+  gdb -p $client -batch -ex "thread apply all bt" > "$T2R_WORK/client-stacks" 2>&1
+  touch "$T2R_WORK/look"; sleep 20
+  kill -9 $client
 fi
 wait $first; status=$?
 run $py final "$T2R_PEER" 5013 20 || status=1

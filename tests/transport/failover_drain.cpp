@@ -12,15 +12,30 @@
 // be its ring's stale ones); B's stop counts B's 1000 bytes, and the bytes B leaves unread are the
 // server's; and A's stop returns long before the stream's timeout (the link's drain marker counts off
 // the sends that completed unsignalled; without it the drain waits out the timeout). Exit 0 only then.
+//
+//   failover_drain inflight-server PORT       accepts A and B, reads nothing;
+//                                             once A's path is stopped, stops B's and says in
+//                                             $T2R_WORK/inflight-received how far B's bytes arrived
+//   failover_drain inflight-client ADDR PORT  connects A and B, starts a zero-copy write of 512 KiB
+//                                             on B in a thread and, while it is in flight (the pair's
+//                                             wire delays frames), stops A's path
+// A's stop puts the link's queue pair in the error state and drains its completion queue: B's send,
+// flushed there, is B's failure, not an acknowledgement. B's write copies the bytes it took into the
+// bounce mirror on its way out, and B's failover resends from the server's received cursor: the
+// resend must be B's bytes. Counted off in silence by A's drain, B's send looked acknowledged, its
+// write made no copy, and its resend was the mirror's stale bytes (integration/soak-chaos found it).
 #include <sys/stat.h>
 
+#include <cstdio>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include "deadline.h"
 #include "peer_util.h"
 
 using namespace peer_util;
+using tcp2rdma::transport::Deadline;
 
 namespace {
 
@@ -70,7 +85,7 @@ int server(const char* port) {
 
 // A second stream to the same server, from a client port of its own (the listener refuses a second
 // request for one tuple): it opens as a channel on the first one's link.
-std::unique_ptr<RdmaStream> connect_second(const char* host, const char* port) {
+std::unique_ptr<RdmaStream> connect_second(const char* host, const char* port, const StreamOptions& options) {
   sockaddr_in addr = ipv4(host, port);
   Pairing pairing;
   pairing.tuple.family = AF_INET;
@@ -79,7 +94,7 @@ std::unique_ptr<RdmaStream> connect_second(const char* host, const char* port) {
   std::memcpy(pairing.tuple.server_addr, &addr.sin_addr, 4);
   pairing.client_nonce = tcp2rdma::transport::random_nonce();
   std::unique_ptr<RdmaStream> s;
-  if (Status st = RdmaStream::connect(reinterpret_cast<sockaddr*>(&addr), pairing, options(), &s); st != Status::kOk) {
+  if (Status st = RdmaStream::connect(reinterpret_cast<sockaddr*>(&addr), pairing, options, &s); st != Status::kOk) {
     std::fprintf(stderr, "client: connect B: %s\n", to_string(st));
   }
   return s;
@@ -87,7 +102,7 @@ std::unique_ptr<RdmaStream> connect_second(const char* host, const char* port) {
 
 int check(const char* host, const char* port) {
   std::unique_ptr<RdmaStream> a = connect_to(host, port, options());
-  std::unique_ptr<RdmaStream> b = a ? connect_second(host, port) : nullptr;
+  std::unique_ptr<RdmaStream> b = a ? connect_second(host, port, options()) : nullptr;
   if (!b) return 1;
   if (!b->opened_on_link()) {
     std::fprintf(stderr, "client: B did not open as a channel on A's link: nothing shares a queue\n");
@@ -129,11 +144,80 @@ int check(const char* host, const char* port) {
   return ok ? 0 : 1;
 }
 
+// Less than the peer's ring (1 MiB): one message, posted whole, that the write waits to see
+// acknowledged; in flight for the client guest's netem delay at least (the test's link delays frames).
+constexpr size_t kInFlight = size_t{512} << 10;
+
+int inflight_server(const char* port) {
+  std::unique_ptr<StreamListener> listener = listen_on(port, options());
+  if (!listener) return 1;
+  std::unique_ptr<RdmaStream> a = accept_one(*listener);
+  std::unique_ptr<RdmaStream> b = a ? accept_one(*listener) : nullptr;
+  if (!b) return 1;
+  if (!wait_for_file(work_file("inflight-stopped"), 60)) return 1;
+  // The client's queue pair is in the error state: what arrived here is all that ever will.
+  RdmaStream::PathEnd end = b->stop_path();
+  std::ofstream(work_file("inflight-received.tmp")) << end.received.received << "\n";
+  std::rename(work_file("inflight-received.tmp").c_str(), work_file("inflight-received").c_str());
+  return wait_for_file(work_file("inflight-checked"), 120) ? 0 : 1;
+}
+
+int inflight_check(const char* host, const char* port) {
+  std::unique_ptr<RdmaStream> a = connect_to(host, port, options());
+  std::unique_ptr<RdmaStream> b = a ? connect_second(host, port, options()) : nullptr;
+  if (!b) return 1;
+  if (!b->opened_on_link()) {
+    std::fprintf(stderr, "client: B did not open as a channel on A's link\n");
+    return 1;
+  }
+  std::vector<uint8_t> out(kInFlight);
+  fill(out.data(), out.size(), b->client_nonce(), 0);
+  Status wrote = Status::kOk;
+  size_t done = 0;
+  std::thread writer([&] {
+    iovec iov{out.data(), out.size()};
+    wrote = b->write(&iov, 1, 0, &done);
+  });
+  // B's message posted (its zero-copy bytes counted), then A stops the link under it.
+  auto posted = Deadline::in_ms(10000);
+  while (b->counters().zcopy_bytes == 0 && !posted.passed()) std::this_thread::yield();
+  a->stop_path();
+  std::ofstream(work_file("inflight-stopped")) << "stopped\n";
+  writer.join();
+  RdmaStream::PathEnd end_b = b->stop_path();
+  uint64_t received = 0;
+  if (!wait_for_file(work_file("inflight-received"), 60) ||
+      !(std::ifstream(work_file("inflight-received")) >> received)) {
+    std::fprintf(stderr, "client: the server never said how far B's bytes arrived\n");
+    return 1;
+  }
+  std::vector<uint8_t> unread, resend;
+  tcp2rdma::transport::FailoverError why = tcp2rdma::transport::FailoverError::kNone;
+  Status left = b->leave_path(received, &unread, &resend, &why);
+  // The resend ends where B's sent cursor does, at the write's last byte.
+  uint64_t sent = end_b.sent.sent;
+  size_t from = resend.size() <= done ? done - resend.size() : 0;
+  size_t wrong = resend.size() <= done ? first_difference(resend.data(), resend.size(), b->client_nonce(), from)
+                                       : 0;
+  std::printf("client: B's write of %zu bytes returned %s with %zu taken; the server has %llu of them, "
+              "the resend holds %zu (%s; first wrong byte at %zu)\n",
+              out.size(), to_string(wrote), done, ull(done - (sent - received)), resend.size(), to_string(left),
+              wrong);
+  bool exercised = !resend.empty();
+  if (!exercised) std::fprintf(stderr, "client: B's write was not in flight when A stopped the link\n");
+  bool ok = exercised && left == Status::kOk && wrong == resend.size();
+  std::ofstream(work_file("inflight-checked")) << (ok ? "ok\n" : "failed\n");
+  return ok ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc == 3 && std::string_view(argv[1]) == "server") return server(argv[2]);
   if (argc == 4 && std::string_view(argv[1]) == "client") return check(argv[2], argv[3]);
-  std::fprintf(stderr, "usage: failover_drain server PORT | client ADDR PORT\n");
+  if (argc == 3 && std::string_view(argv[1]) == "inflight-server") return inflight_server(argv[2]);
+  if (argc == 4 && std::string_view(argv[1]) == "inflight-client") return inflight_check(argv[2], argv[3]);
+  std::fprintf(stderr, "usage: failover_drain server PORT | client ADDR PORT | inflight-server PORT | "
+                       "inflight-client ADDR PORT\n");
   return 2;
 }
