@@ -504,6 +504,9 @@ class RdmaStream {
   // every work request (none touches a buffer of ours or the caller's after this returns, once the
   // flushed completions are polled: drain_after_failure).
   void fail_and_stop(Status s);
+  // After the stream failed by its peer's word, on a link that works: its zero-copy sends in flight
+  // are waited for (polled), up to the stream's timeout, instead of stopping the link.
+  void wait_out_sends(std::unique_lock<std::mutex>& lock);
   void drain_after_failure(std::unique_lock<std::mutex>& lock);
   void take_drained(const ibv_wc& wc);  // one completion the drain polled (or an older send's)
   bool moved_locked() const;

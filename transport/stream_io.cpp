@@ -192,12 +192,14 @@ Status RdmaStream::write_zero_copy(const uint8_t* src, size_t len, int flags, si
   }
   // The caller owns its buffer again when we return: wait until the adapter has read all of it. That
   // takes acknowledgements only, never the peer application's reading. A stream that fails meanwhile
-  // (the peer's violation, a lost connection) stops its queue pair first: the adapter must not read
-  // the caller's buffer after we return, nor send it anywhere.
+  // by its peer's word waits for them still (wait_out_sends); one whose path failed, or whose sends
+  // never complete, stops its queue pair first: the adapter must not read the caller's buffer after
+  // we return, nor send it anywhere.
   while (ledger_.zero_copy_in_flight() > 0 && !failed()) {
     if (Status s = progress(); s != Status::kOk || ledger_.zero_copy_in_flight() == 0) break;
     wait(lock);
   }
+  if (ledger_.zero_copy_in_flight() > 0 && !path_failed_) wait_out_sends(lock);
   if (ledger_.zero_copy_in_flight() > 0) {
     fail_and_stop(failed() ? failure_ : Status::kReset);
     drain_after_failure(lock);

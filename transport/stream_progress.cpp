@@ -384,6 +384,25 @@ void RdmaStream::fail_and_stop(Status s) {
   link_->stop();  // handle_completion reposts no receive from here
 }
 
+void RdmaStream::wait_out_sends(std::unique_lock<std::mutex>& lock) {
+  // A channel that failed by its peer's word (its abort, a lie in its cursors) on a link that works:
+  // its sends still complete as the peer's adapter acknowledges them. The peer's ring stays registered
+  // until our release, which goes after them (RC order; docs/links.md, "Ending a channel"). Stopping
+  // the link instead would fail every other channel of it over to TCP, and reset those whose
+  // application had closed, for one connection's reset (integration/soak-chaos).
+  auto deadline = Deadline::in_ms(options_.timeout_ms);
+  while (ledger_.zero_copy_in_flight() > 0 && !link_->stopped() && !deadline.passed()) {
+    if (LinkProgress::poll(*link_, this) > 0) {
+      LinkProgress::serve_touched(*link_, this);
+      link_->cv().notify_all();
+      continue;
+    }
+    lock.unlock();
+    sched_yield();  // on a software device the adapter's work needs this CPU (spin_pause.h)
+    lock.lock();
+  }
+}
+
 void RdmaStream::drain_after_failure(std::unique_lock<std::mutex>& lock) {
   // A queue pair in the error state flushes every outstanding work request with a completion; until
   // each is polled, the adapter may still be reading its buffer. The completions queued before the

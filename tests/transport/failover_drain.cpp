@@ -24,8 +24,6 @@
 // bounce mirror on its way out, and B's failover resends from the server's received cursor: the
 // resend must be B's bytes. Counted off in silence by A's drain, B's send looked acknowledged, its
 // write made no copy, and its resend was the mirror's stale bytes (integration/soak-chaos found it).
-#include <sys/stat.h>
-
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -42,20 +40,6 @@ namespace {
 constexpr size_t kOnB = 1000;
 constexpr int kTimeoutMs = 20000;  // the stream's timeout: a drain that waits it out is the bug
 
-std::string work_file(const char* name) {
-  const char* work = std::getenv("T2R_WORK");
-  return std::string(work != nullptr ? work : "/tmp") + "/" + name;
-}
-
-bool wait_for_file(const std::string& path, int seconds) {
-  struct stat st {};
-  for (int i = 0; i < seconds * 10; ++i) {
-    if (stat(path.c_str(), &st) == 0) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return false;
-}
-
 StreamOptions options() {
   StreamOptions o;
   o.timeout_ms = kTimeoutMs;
@@ -69,7 +53,7 @@ int server(const char* port) {
   std::unique_ptr<RdmaStream> b = a ? accept_one(*listener) : nullptr;
   if (!b) return 1;
   // After the client's write on A, whose progress would have taken B's message from the queue.
-  if (!wait_for_file(work_file("drain-a-written"), 60)) return 1;
+  if (!wait_for_work_file("drain-a-written", 60)) return 1;
   std::vector<uint8_t> bytes(kOnB);
   fill(bytes.data(), bytes.size(), b->server_nonce(), 0);
   iovec iov{bytes.data(), bytes.size()};
@@ -78,31 +62,14 @@ int server(const char* port) {
     std::fprintf(stderr, "server: the write on B took %zu of %zu bytes\n", done, kOnB);
     return 1;
   }
-  std::ofstream(work_file("drain-written")) << "written\n";
+  write_work_file("drain-written", "written");
   // The client's queue pair goes to the error state without a word: nothing here ends by itself.
-  return wait_for_file(work_file("drain-checked"), 120) ? 0 : 1;
-}
-
-// A second stream to the same server, from a client port of its own (the listener refuses a second
-// request for one tuple): it opens as a channel on the first one's link.
-std::unique_ptr<RdmaStream> connect_second(const char* host, const char* port, const StreamOptions& options) {
-  sockaddr_in addr = ipv4(host, port);
-  Pairing pairing;
-  pairing.tuple.family = AF_INET;
-  pairing.tuple.client_port = 20001;
-  pairing.tuple.server_port = static_cast<uint16_t>(std::atoi(port));
-  std::memcpy(pairing.tuple.server_addr, &addr.sin_addr, 4);
-  pairing.client_nonce = tcp2rdma::transport::random_nonce();
-  std::unique_ptr<RdmaStream> s;
-  if (Status st = RdmaStream::connect(reinterpret_cast<sockaddr*>(&addr), pairing, options, &s); st != Status::kOk) {
-    std::fprintf(stderr, "client: connect B: %s\n", to_string(st));
-  }
-  return s;
+  return wait_for_work_file("drain-checked", 120) ? 0 : 1;
 }
 
 int check(const char* host, const char* port) {
   std::unique_ptr<RdmaStream> a = connect_to(host, port, options());
-  std::unique_ptr<RdmaStream> b = a ? connect_second(host, port, options()) : nullptr;
+  std::unique_ptr<RdmaStream> b = a ? connect_on_link(host, port, 20001, options()) : nullptr;
   if (!b) return 1;
   if (!b->opened_on_link()) {
     std::fprintf(stderr, "client: B did not open as a channel on A's link: nothing shares a queue\n");
@@ -115,9 +82,9 @@ int check(const char* host, const char* port) {
     std::fprintf(stderr, "client: the write on A took %zu of %zu bytes\n", done, out.size());
     return 1;
   }
-  std::ofstream(work_file("drain-a-written")) << "written\n";
+  write_work_file("drain-a-written", "written");
   // B's message lands in the link's completion queue; nobody here polls it before A stops.
-  if (!wait_for_file(work_file("drain-written"), 60)) {
+  if (!wait_for_work_file("drain-written", 60)) {
     std::fprintf(stderr, "client: the server never wrote on B\n");
     return 1;
   }
@@ -140,7 +107,7 @@ int check(const char* host, const char* port) {
               static_cast<long long>(ms), ull(on_a), ull(on_b), unread.size(), to_string(left), wrong);
   bool ok = on_a == 0 && on_b == kOnB && left == Status::kOk && unread.size() == kOnB && wrong == kOnB &&
             ms < kTimeoutMs / 2;
-  std::ofstream(work_file("drain-checked")) << (ok ? "ok\n" : "failed\n");
+  write_work_file("drain-checked", ok ? "ok" : "failed");
   return ok ? 0 : 1;
 }
 
@@ -154,17 +121,16 @@ int inflight_server(const char* port) {
   std::unique_ptr<RdmaStream> a = accept_one(*listener);
   std::unique_ptr<RdmaStream> b = a ? accept_one(*listener) : nullptr;
   if (!b) return 1;
-  if (!wait_for_file(work_file("inflight-stopped"), 60)) return 1;
+  if (!wait_for_work_file("inflight-stopped", 60)) return 1;
   // The client's queue pair is in the error state: what arrived here is all that ever will.
   RdmaStream::PathEnd end = b->stop_path();
-  std::ofstream(work_file("inflight-received.tmp")) << end.received.received << "\n";
-  std::rename(work_file("inflight-received.tmp").c_str(), work_file("inflight-received").c_str());
-  return wait_for_file(work_file("inflight-checked"), 120) ? 0 : 1;
+  write_work_file("inflight-received", std::to_string(end.received.received));
+  return wait_for_work_file("inflight-checked", 120) ? 0 : 1;
 }
 
 int inflight_check(const char* host, const char* port) {
   std::unique_ptr<RdmaStream> a = connect_to(host, port, options());
-  std::unique_ptr<RdmaStream> b = a ? connect_second(host, port, options()) : nullptr;
+  std::unique_ptr<RdmaStream> b = a ? connect_on_link(host, port, 20001, options()) : nullptr;
   if (!b) return 1;
   if (!b->opened_on_link()) {
     std::fprintf(stderr, "client: B did not open as a channel on A's link\n");
@@ -182,11 +148,11 @@ int inflight_check(const char* host, const char* port) {
   auto posted = Deadline::in_ms(10000);
   while (b->counters().zcopy_bytes == 0 && !posted.passed()) std::this_thread::yield();
   a->stop_path();
-  std::ofstream(work_file("inflight-stopped")) << "stopped\n";
+  write_work_file("inflight-stopped", "stopped");
   writer.join();
   RdmaStream::PathEnd end_b = b->stop_path();
   uint64_t received = 0;
-  if (!wait_for_file(work_file("inflight-received"), 60) ||
+  if (!wait_for_work_file("inflight-received", 60) ||
       !(std::ifstream(work_file("inflight-received")) >> received)) {
     std::fprintf(stderr, "client: the server never said how far B's bytes arrived\n");
     return 1;
@@ -206,7 +172,7 @@ int inflight_check(const char* host, const char* port) {
   bool exercised = !resend.empty();
   if (!exercised) std::fprintf(stderr, "client: B's write was not in flight when A stopped the link\n");
   bool ok = exercised && left == Status::kOk && wrong == resend.size();
-  std::ofstream(work_file("inflight-checked")) << (ok ? "ok\n" : "failed\n");
+  write_work_file("inflight-checked", ok ? "ok" : "failed");
   return ok ? 0 : 1;
 }
 

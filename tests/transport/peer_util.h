@@ -3,13 +3,16 @@
 
 #include <arpa/inet.h>
 #include <netdb.h>
+#include <sys/stat.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <random>
+#include <string>
 #include <thread>
 
 #include "rdma_stream.h"
@@ -85,6 +88,46 @@ inline std::unique_ptr<RdmaStream> connect_to(const char* host, const char* port
   }
   if (st != Status::kOk) std::fprintf(stderr, "connect: %s\n", to_string(st));
   return s;
+}
+
+// A second stream to the same server from a client port of its own (the listener refuses a second
+// request for one tuple): it opens as a channel on the first one's link.
+inline std::unique_ptr<RdmaStream> connect_on_link(const char* host, const char* port, uint16_t client_port,
+                                                   const StreamOptions& options) {
+  sockaddr_in addr = ipv4(host, port);
+  Pairing pairing;
+  pairing.tuple.family = AF_INET;
+  pairing.tuple.client_port = client_port;
+  pairing.tuple.server_port = static_cast<uint16_t>(std::atoi(port));
+  std::memcpy(pairing.tuple.server_addr, &addr.sin_addr, 4);
+  pairing.client_nonce = tcp2rdma::transport::random_nonce();
+  std::unique_ptr<RdmaStream> s;
+  if (Status st = RdmaStream::connect(reinterpret_cast<sockaddr*>(&addr), pairing, options, &s); st != Status::kOk) {
+    std::fprintf(stderr, "connect on the link: %s\n", to_string(st));
+  }
+  return s;
+}
+
+// The two ends of a test in a pair (or loop) of guests meet through files in the shared work
+// directory ($T2R_WORK).
+inline std::string work_file(const char* name) {
+  const char* work = std::getenv("T2R_WORK");
+  return std::string(work != nullptr ? work : "/tmp") + "/" + name;
+}
+
+inline void write_work_file(const char* name, const std::string& text) {
+  std::string tmp = work_file(name) + ".tmp";
+  std::ofstream(tmp) << text << "\n";
+  std::rename(tmp.c_str(), work_file(name).c_str());  // whole, or not there
+}
+
+inline bool wait_for_work_file(const char* name, int seconds) {
+  struct stat st {};
+  for (int i = 0; i < seconds * 100; ++i) {
+    if (stat(work_file(name).c_str(), &st) == 0) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
 }
 
 inline unsigned long long ull(uint64_t v) { return static_cast<unsigned long long>(v); }
