@@ -533,6 +533,10 @@ class RdmaStream {
   void keep_unacknowledged(const uint8_t* src, uint64_t src_cursor);
   SentCursors sent_cursors() const;
   bool peer_done() const { return flow_->peer_closed() || flow_->peer_moved(); }  // a started stream's
+  // The peer's application is done with the channel: its close and its release (links.md, "Ending a
+  // channel"), or its move to TCP. Only then is a disconnect the connection's end: after a shutdown
+  // alone the peer still reads, and a disconnect is its path failing (or its process gone).
+  bool peer_left() const { return flow_->peer_moved() || (flow_->peer_closed() && flow_->peer_released()); }
 
   // Data path (stream_io.cpp), with mu_ held.
   // One zero-copy piece of the caller's, or a run of pieces sent by copy (byte_source.h).

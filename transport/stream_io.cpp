@@ -80,9 +80,8 @@ Status RdmaStream::write_piece(ByteSource& src, int flags, size_t* done, std::un
 }
 
 bool RdmaStream::take_write_after_peer_left(size_t len, size_t* done) {
-  // Its end came first: every byte it sent is here, and it ended in order (a release, or its link's
-  // disconnect when the channel was the link's last).
-  if (!disconnect_seen_ || wrote_after_peer_left_ || failed() || !flow_->peer_closed()) return false;
+  // Its end and its release came first: every byte it sent is here, and its application closed.
+  if (!disconnect_seen_ || wrote_after_peer_left_ || failed() || !flow_->peer_closed() || !peer_left()) return false;
   wrote_after_peer_left_ = true;
   error_pending_ = true;
   *done += len;
@@ -361,7 +360,7 @@ Status RdmaStream::shutdown_write() {
   if (move_sent_) return Status::kMovedToTcp;  // our end now goes on TCP
   if (write_shut_) return Status::kOk;
   Status s = progress();
-  if (flow_->peer_closed() && (disconnect_seen_ || disconnected_)) {
+  if (flow_->peer_closed() && peer_left() && (disconnect_seen_ || disconnected_)) {
     // The peer ended its side in order and is gone: kernel TCP's shutdown() succeeds there (its FIN
     // goes to a closed peer); nobody is left to read an end of ours.
     write_shut_ = true;
@@ -414,8 +413,19 @@ Status RdmaStream::close(Deadline deadline) {
   // after this is dropped, as TCP drops it.
   Status s = writes_moved() ? Status::kOk : shutdown_write();
   std::unique_lock lock(mu_);
-  if (s == Status::kOk) send_close_with_release();
-  if (s == Status::kOk) s = flush_locked(lock, deadline);
+  if (s == Status::kOk) {
+    // Our release says our application is gone (a disconnect without it is the path failing, for a
+    // peer whose application may still read: links.md, "Ending a channel"). It goes behind our end,
+    // with it or at once after it, and the flush waits for both; a close that had to wait for the
+    // peer's credit sends its release once it went.
+    send_close_with_release();
+    if (!close_owed_) send_release();
+    s = flush_locked(lock, deadline);
+    if (s == Status::kOk && flow_ && !flow_->release_sent() && !disconnect_seen_) {
+      send_release();
+      s = flush_locked(lock, deadline);
+    }
+  }
   end_on_link();
   return move_sent_ ? Status::kOk : s;
 }

@@ -193,14 +193,14 @@ Status RdmaStream::handle_completion(const ibv_wc& wc) {
   if (!flow_) return is_send ? Status::kOk : Status::kProtocolError;  // an open not answered yet
   if (is_send) note_send_completion(wc);
   if (wc.status != IBV_WC_SUCCESS) {
-    // After an orderly end from the peer, or once we disconnected, the queue pair's flushed work is
-    // the expected tail of the connection. So is a credit update or keepalive that finds the peer
-    // gone after its close, when every byte of ours was acknowledged before it (RC completes in
-    // order): the peer had all it asked for and ended its side; it may have closed its stream before
-    // our update reached it, and what is left to read here is whole. Anything else is the connection
-    // failing: bytes of ours it may not have got.
-    bool flushed_tail = wc.status == IBV_WC_WR_FLUSH_ERR && (disconnected_ || (disconnect_seen_ && peer_done()));
-    bool late_signal = StreamLink::work_kind(wc.wr_id) == kWrSignal && flow_->peer_closed() && ledger_.in_flight() == 0 && !close_owed_;
+    // Once the peer's application left the channel in order (peer_left), or once we disconnected,
+    // the queue pair's flushed work is the expected tail of the connection. So is a credit update or
+    // keepalive that finds the peer gone after it left, when every byte of ours was acknowledged
+    // before it (RC completes in order): the peer had all it asked for; it may have closed its stream
+    // before our update reached it, and what is left to read here is whole. Anything else is the
+    // connection failing: bytes of ours it may not have got (after a shutdown alone it still reads).
+    bool flushed_tail = wc.status == IBV_WC_WR_FLUSH_ERR && (disconnected_ || (disconnect_seen_ && peer_left()));
+    bool late_signal = StreamLink::work_kind(wc.wr_id) == kWrSignal && peer_left() && ledger_.in_flight() == 0 && !close_owed_;
     if (!flushed_tail && !late_signal) {
       note_failure(is_send ? "a send failed" : "a receive failed", ibv_wc_status_str(wc.status));
       path_failed_ = true;
@@ -286,7 +286,7 @@ void RdmaStream::on_cm_news(const StreamLink::CmNews& news) {
     return;
   }
   if (news.disconnected) disconnect_seen_ = true;
-  if (news.device_removed && !peer_done()) {
+  if (news.device_removed && !peer_left()) {
     note_failure("the RDMA device", "was removed");
     path_failed_ = true;
   }
@@ -302,10 +302,11 @@ Status RdmaStream::progress() {
 Status RdmaStream::serve() {
   if (!flow_) return Status::kOk;  // an open not answered yet: nothing of ours to serve
   if (release_owed_) send_release();
-  // After the peer's orderly close a disconnect is the normal end; before it, the peer (or its
-  // process, or the link) is gone: a reset, never a clean end of stream.
-  if (disconnect_seen_ && !peer_done() && !disconnected_) {
-    note_failure("the peer disconnected", "without an end of its stream");
+  // After the peer left in order (its close and release) a disconnect is the normal end; before it,
+  // the peer (or its process, or the link) is gone: a reset, never a clean end of stream, nor bytes
+  // of ours taken for a reader who may still wait for them (after its shutdown alone).
+  if (disconnect_seen_ && !peer_left() && !disconnected_) {
+    note_failure("the peer disconnected", peer_done() ? "after its end, without its release" : "without an end of its stream");
     path_failed_ = true;  // or the peer died: its TCP socket tells (docs/protocol.md)
     fail(Status::kReset);
     return failure_;

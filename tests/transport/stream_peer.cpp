@@ -47,6 +47,15 @@
 //                                                 close by its deadline, with a failure (the peer,
 //                                                 which keeps no receive for the release either,
 //                                                 never had the end: a reset, never a clean end)
+//   stream_peer server-answer-after-exit PORT    accepts a stream, reads until its end (then says so in
+//                                                 $T2R_WORK/read-end), waits for $T2R_WORK/client-exited
+//                                                 and a second more, and answers: exits 0 only if the
+//                                                 answer failed as the path's failure (the client shut
+//                                                 its side down and its process ended without a close:
+//                                                 a disconnect without a release, never the end of a
+//                                                 peer that only shut down its side and may still read)
+//   stream_peer client-shut-exit ADDR PORT       writes "request", shuts its side down, and once the
+//                                                 server read the end, ends its process without a close
 // Environment: PEER_RING_LOG2 and PEER_DEPTH set the ring size and receive queue depth (default 16
 // and 8: small, so that credits run out often); PEER_EXPECT_STALLS=1 makes the client fail unless it
 // ran out of credits at least once. PEER_START_RING_LOG2 starts the rings at that size, growing to
@@ -369,6 +378,46 @@ int run_client(int argc, char** argv, const StreamOptions& options) {
 
 }  // namespace
 
+int answer_after_exit(const char* port, const StreamOptions& options) {
+  std::unique_ptr<StreamListener> listener = listen_on(port, options);
+  std::unique_ptr<RdmaStream> s = listener ? accept_one(*listener) : nullptr;
+  if (!s) return 1;
+  std::string got;
+  for (;;) {
+    char buf[64];
+    iovec iov{buf, sizeof buf};
+    size_t done = 0;
+    if (Status st = s->read(&iov, 1, 0, &done); st != Status::kOk) {
+      std::printf("server: the read failed before the end: %s\n", to_string(st));
+      return 1;
+    }
+    if (done == 0) break;
+    got.append(buf, done);
+  }
+  write_work_file("read-end", got);
+  if (!wait_for_work_file("client-exited", 60)) return 1;
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // its disconnect is here by now
+  const std::string answer = "answer";
+  iovec iov{const_cast<char*>(answer.data()), answer.size()};
+  size_t done = 0;
+  Status st = s->write(&iov, 1, 0, &done);
+  if (st == Status::kOk) st = s->write(&iov, 1, 0, &done);  // an error after bytes taken comes next
+  std::printf("server: read \"%s\" and its end; the answer after the client's exit: %s, path failed: %d (%s)\n",
+              got.c_str(), to_string(st), s->path_failed(), s->failure_detail().c_str());
+  return got == "request" && st != Status::kOk && s->path_failed() ? 0 : 1;
+}
+
+int shut_and_exit(const char* host, const char* port, const StreamOptions& options) {
+  std::unique_ptr<RdmaStream> s = connect_to(host, port, options);
+  if (!s) return 1;
+  const std::string request = "request";
+  iovec iov{const_cast<char*>(request.data()), request.size()};
+  size_t done = 0;
+  if (s->write(&iov, 1, 0, &done) != Status::kOk || s->shutdown_write() != Status::kOk) return 1;
+  if (!wait_for_work_file("read-end", 60)) return 1;
+  std::_Exit(0);  // no close, no release: the kernel ends the connection
+}
+
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   StreamOptions options = test_options();
@@ -495,6 +544,8 @@ int main(int argc, char** argv) {
     send_random(*s, std::strtoull(argv[4], nullptr, 10), ~uint64_t{0} >> 1, std::mt19937_64(1));
     return 1;  // only a kill should end it
   }
+  if (argc == 3 && mode == "server-answer-after-exit") return answer_after_exit(argv[2], options);
+  if (argc == 4 && mode == "client-shut-exit") return shut_and_exit(argv[2], argv[3], options);
   std::fprintf(stderr, "usage: see the comment at the top of stream_peer.cpp\n");
   return 2;
 }
