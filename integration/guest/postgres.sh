@@ -95,7 +95,15 @@ stat-when-running)
     [ "$(grep -c 'upgraded to rdma' "$4" || true)" -ge $((before + 8)) ] && break
     sleep 0.2
   done
-  "$2" stat -a --json > "$3.tmp" 2>&1; mv "$3.tmp" "$3"
+  # The stat again (up to 5 times, a second apart) while it lists fewer than the run's 8: once, in a
+  # full run, one backend's entry was missing from a stat taken 2 s after its upgrade (not yet
+  # explained; docs/testbed.md). A stat that never lists them all still fails the checks.
+  for _ in 1 2 3 4 5; do
+    "$2" stat -a --json > "$3.tmp" 2>&1
+    [ "$(grep -o '.role.:.server.,.local.:.10.77.0.1:5018.,[^}]*.path.:.rdma.' "$3.tmp" | wc -l)" -ge 8 ] && break
+    sleep 1
+  done
+  mv "$3.tmp" "$3"
   ;;
 server-checks)
   ! grep 'stays tcp' "$3" || { echo "postgres.sh: a connection stayed on TCP"; exit 1; }
