@@ -14,7 +14,6 @@
 #include "libc/real_calls.h"
 #include "path_failover.h"
 #include "registry/connection_path.h"
-#include "registry/stream_closer.h"
 #include "util/log.h"
 #include "util/nonce_pair.h"
 
@@ -26,15 +25,6 @@ using transport::Status;
 Failover::Failover(SocketHold socket, int tcp)
     : socket_(std::move(socket)), stream_(socket_->own_stream()), tcp_(tcp),
       started_(std::chrono::steady_clock::now()) {
-  begin();
-}
-
-Failover::Failover(transport::RdmaStream* closed, int tcp)
-    : stream_(closed), tcp_(tcp), started_(std::chrono::steady_clock::now()) {
-  begin();
-}
-
-void Failover::begin() {
   end_ = stream_->stop_path();  // the queue pair is dead from here; every completion queued is taken
   reason_ = stream_->failure_detail();
   if (!stream_->path_failed()) {
@@ -164,17 +154,6 @@ short Failover::confirm() {
 
 void Failover::finish() {
   size_t kept = unread_.size();
-  if (!socket_) {
-    // Closed: nobody reads the peer's bytes (the kernel drops what reaches a closed socket); ours and
-    // our end are with the peer's kernel, and closing our descriptor ends the TCP connection.
-    phase_ = Phase::kOver;
-    stream_->finish_leaving();
-    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started_);
-    log_line("a closed connection's rdma path failed (%s): its last %zu bytes and its end went on tcp, %zu of "
-             "the peer's dropped (%lld ms)",
-             reason_.c_str(), resend_.size(), kept, static_cast<long long>(ms.count()));
-    return;
-  }
   if (!socket_->prefix.set(unread_, false)) {
     give_up(Status::kReset, "no memory for the peer's bytes to read first");
     return;
@@ -218,40 +197,8 @@ void reset_instead_of_failover(TrackedSocket* socket, Status s, const std::strin
 
 void Failover::give_up(Status s, const std::string& why) {
   phase_ = Phase::kOver;
-  gave_up_ = true;
   reset_connection(tcp_);  // the peer, if it is there, must not wait for our record or resend
-  if (socket_) {
-    reset_instead_of_failover(socket_.get(), s, why);
-    return;
-  }
-  stream_->give_up_path(s, why.c_str());
-  log_line("a closed connection's rdma path failed (%s; no failover: %s): the peer reads a reset", reason_.c_str(),
-           why.c_str());
-}
-
-// The closer runs a closed stream's failover with it (registry code does not include back_to_tcp).
-[[maybe_unused]] const bool closed_failover_set = (set_closed_failover(&fail_over_closed), true);
-
-transport::Status fail_over_closed(transport::RdmaStream* stream, int tcp) noexcept {
-  Failover f(stream, tcp);
-  // As the path watcher runs one (path_watcher.cpp), on this thread alone: poll for what the step
-  // waits for; a peer that holds all of ours and never answers is given up after kAnswerTimeout.
-  auto quiet_since = std::chrono::steady_clock::now();
-  uint64_t seen = f.received();
-  for (short wanted = f.step(); wanted != 0; wanted = f.step()) {
-    auto now = std::chrono::steady_clock::now();
-    if (!f.waiting_for_answer() || f.received() != seen) {
-      quiet_since = now;
-      seen = f.received();
-    } else if (now - quiet_since >= kAnswerTimeout) {
-      f.give_up_unanswered();
-      break;
-    }
-    pollfd p{f.tcp(), static_cast<short>(wanted & (POLLIN | POLLOUT)), 0};
-    int wait_ms = (wanted & POLLPRI) != 0 ? static_cast<int>(kConfirmLook.count()) : 1000;
-    (void)real().poll(&p, 1, wait_ms);
-  }
-  return f.succeeded() ? Status::kOk : Status::kReset;
+  reset_instead_of_failover(socket_.get(), s, why);
 }
 
 bool Failover::send_some(const uint8_t* data, size_t len, size_t* n) {

@@ -31,11 +31,6 @@ class Failover {
   // the application's descriptor number may name another socket by then). Stops the stream's path
   // (bounded by the stream's timeout).
   Failover(SocketHold socket, int tcp);
-  // The failover of a connection whose application has closed it (stream_closer.h): its stream's
-  // bytes not acknowledged and its end go on TCP, what the peer resends is dropped (as the kernel
-  // drops what reaches a closed socket), and `tcp` (the module's own descriptor, kept from the
-  // application's last close) is closed with the Failover, which ends the TCP connection.
-  Failover(transport::RdmaStream* closed, int tcp);
   ~Failover();
   Failover(const Failover&) = delete;
   Failover& operator=(const Failover&) = delete;
@@ -54,12 +49,8 @@ class Failover {
   uint64_t received() const { return theirs_got_ + (unread_.size() - kept_from_stream_); }
   // The peer's kernel has had everything of ours for too long without an answer: the stream is reset.
   void give_up_unanswered();
-  // The connection went on over TCP (false: it was reset).
-  bool succeeded() const { return phase_ == Phase::kOver && !gave_up_; }
 
  private:
-  // Stops the stream's path and makes our record (or gives up: the peer's word, not the path's).
-  void begin();
   // kConfirm: both resends are done; the connection is handed to the application only once the
   // peer's kernel has acknowledged all of ours (confirm()).
   enum class Phase { kExchange, kResend, kConfirm, kOver };
@@ -79,7 +70,7 @@ class Failover {
   bool send_some(const uint8_t* data, size_t len, size_t* n);
   bool receive_some(uint8_t* data, size_t len, size_t* n);
 
-  SocketHold socket_;  // empty for a closed connection's
+  SocketHold socket_;
   transport::RdmaStream* stream_;
   int tcp_;
   Phase phase_ = Phase::kExchange;
@@ -95,19 +86,6 @@ class Failover {
   std::vector<uint8_t> resend_;   // ours, from the peer's `received` on
   size_t resend_sent_ = 0;
   uint64_t coming_ = 0;           // bytes of the peer's resend still to read
-  bool gave_up_ = false;
 };
-
-// How long the peer's kernel may hold all of our failover (record, resend) while nothing of the
-// peer's comes. Its watcher answers within a round trip of seeing our record and resends at once;
-// this only ends a failover whose peer can never answer (its module has no watcher, or lost the
-// connection), as TCP ends a connection whose peer is gone.
-constexpr auto kAnswerTimeout = std::chrono::seconds(60);
-// How often a failover waiting for the peer's kernel to acknowledge the last of ours looks again.
-constexpr auto kConfirmLook = std::chrono::milliseconds(5);
-
-// Runs a closed connection's failover to its end on the calling thread (the closer's): kOk when its
-// bytes and its end went on over TCP, else the reset it ended with. Takes `tcp`.
-transport::Status fail_over_closed(transport::RdmaStream* stream, int tcp) noexcept;
 
 }  // namespace tcp2rdma::preload

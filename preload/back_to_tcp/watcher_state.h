@@ -26,7 +26,13 @@ constexpr uint64_t kWake = 0;
 constexpr uint64_t kJobBit = uint64_t{1} << 63;
 // A connection whose keepalive is off (0) is still looked at this often, to forget it once closed.
 constexpr auto kIdleLook = std::chrono::seconds(60);
-// kAnswerTimeout and kConfirmLook: failover.h.
+// How long the peer's kernel may hold all of our failover (record, resend) while nothing of the
+// peer's comes. Its watcher answers within a round trip of seeing our record and resends at once;
+// this only ends a failover whose peer can never answer (its module has no watcher, or lost the
+// connection), as TCP ends a connection whose peer is gone.
+constexpr auto kAnswerTimeout = std::chrono::seconds(60);
+// How often a failover waiting for the peer's kernel to acknowledge the last of ours looks again.
+constexpr auto kConfirmLook = std::chrono::milliseconds(5);
 
 struct Watched {
   int fd;

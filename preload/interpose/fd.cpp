@@ -16,7 +16,6 @@
 #include "readiness/epoll_sets.h"
 #include "registry/fd_table.h"
 #include "registry/socket_registry.h"
-#include "registry/stream_closer.h"
 #include "registry/upgrade_session.h"
 
 using tcp2rdma::preload::real;
@@ -85,7 +84,6 @@ T2R_INTERPOSE int close(int fd) {
   std::unique_lock<std::mutex> numbers;  // a watched number is freed under it (socket_registry.h)
   if (watched_number(fd)) numbers = tcp2rdma::preload::hold_descriptor_numbers();
   tcp2rdma::preload::TrackedSocket* socket = tcp2rdma::preload::untrack(fd);
-  if (socket != nullptr) tcp2rdma::preload::keep_tcp_for_end(socket, fd);
   int rc = real().close(fd);
   if (numbers) numbers.unlock();
   if (take_ups) take_ups.unlock();

@@ -1,11 +1,9 @@
 #include "registry/stream_closer.h"
 
-#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -13,15 +11,11 @@
 #include <system_error>
 #include <thread>
 #include <utility>
-#include <vector>
 
 #include "keep_forever.h"
-#include "own_descriptors.h"
-#include "libc/real_calls.h"
 #include "rdma_stream.h"
 #include "registry/lent_streams.h"
 #include "registry/tracked_socket.h"
-#include "util/log.h"
 #include "util/quiet_thread.h"
 
 namespace tcp2rdma::preload {
@@ -33,7 +27,6 @@ struct Closing {
   transport::RdmaStream* stream;
   Deadline deadline;
   uint64_t hand_back_serial = 0;  // not 0: handed back to the children that hold it, not ended
-  int tcp = -1;                   // the module's descriptor of its TCP socket, for a failover (or -1)
 };
 
 // Made on first use and never destroyed (exit handlers use them), anew in a forked child.
@@ -43,7 +36,6 @@ struct Closer {
   std::condition_variable idle;  // everything handed over has ended
   std::deque<Closing> queue;
   int busy = 0;  // streams taken off the queue and not yet ended
-  std::vector<int> tcp;  // the descriptors of every Closing handed over and not yet ended
   bool running = false;
   Deadline latest{Deadline::Clock::time_point{}};  // the last deadline of any stream handed over
 };
@@ -52,41 +44,11 @@ Closer*& closer_slot() {
   return closer;
 }
 
-// The failover of a closed stream (back_to_tcp/failover.h, fail_over_closed, sets it): the registry
-// does not depend on back_to_tcp.
-std::atomic<ClosedFailover> closed_failover{nullptr};
-
-// The end of a stream in order within its deadline, else a reset; or, when its path failed first,
-// its failover on TCP. Closes c.tcp either way.
-transport::Status end_in_order(const Closing& c) {
-  transport::Status closed = c.stream->close(c.deadline);
-  ClosedFailover fail_over = closed_failover.load(std::memory_order_acquire);
-  if (closed == transport::Status::kPathFailed && c.tcp >= 0 && fail_over != nullptr) return fail_over(c.stream, c.tcp);
-  if (c.tcp >= 0) real().close(c.tcp);
-  if (closed != transport::Status::kPathFailed) return closed;
-  c.stream->give_up_path(transport::Status::kReset, "no descriptor of its TCP socket was kept at its close");
-  log_line("a closed connection's rdma path failed (%s): no failover, the peer reads a reset",
-           c.stream->failure_detail().c_str());
-  return transport::Status::kReset;
-}
-
-void forget_tcp(int tcp) {
-  if (tcp < 0) return;
-  Closer* closer = closer_slot();
-  std::lock_guard lock(closer->mutex);
-  std::erase(closer->tcp, tcp);
-}
-
 void end_one(const Closing& c) {
-  // Off the list before it may be closed: a fork after that must not have the child close a number
-  // the parent may have given to another file meanwhile (a child that forks during a long failover
-  // keeps its copy open instead, until it exits).
-  forget_tcp(c.tcp);
   if (c.hand_back_serial != 0) {
     hand_back(c.stream, c.hand_back_serial);
-    if (c.tcp >= 0) real().close(c.tcp);
   } else {
-    log_unclean_end(c.stream, end_in_order(c));
+    log_unclean_end(c.stream, c.stream->close(c.deadline));  // in order within the deadline, else a reset
   }
   delete c.stream;
 }
@@ -118,7 +80,6 @@ bool queue(const Closing& c) {
   Closer* closer = closer_slot();
   std::lock_guard lock(closer->mutex);
   if (!closer->running && !(closer->running = start_thread(closer))) return false;
-  if (c.tcp >= 0) closer->tcp.push_back(c.tcp);
   closer->queue.push_back(c);
   closer->latest = Deadline::later(closer->latest, c.deadline);
   closer->work.notify_one();
@@ -127,34 +88,17 @@ bool queue(const Closing& c) {
 
 }  // namespace
 
-void keep_tcp_for_end(TrackedSocket* socket, int fd) noexcept {
-  // The caller holds the descriptor's reference: one left is the last descriptor and no holder. A
-  // holder that comes meanwhile (the path watcher's look) only delays the socket's end, which then
-  // finds this descriptor kept all the same; one there now means no descriptor is kept (the end is
-  // a reset should its path fail, as before).
-  if (socket->references() != 1 || !socket->path_is(Path::kRdma) || socket->own_stream() == nullptr ||
-      socket->linger_seconds.load() == 0 || socket->kept_tcp.load() >= 0) {
-    return;
-  }
-  transport::OwnDescriptors window;
-  int tcp = window.place(real().fcntl(fd, F_DUPFD_CLOEXEC, 0));
-  if (tcp >= 0 && socket->kept_tcp.exchange(tcp) >= 0) real().close(tcp);  // another close kept one first
-}
-
-void set_closed_failover(ClosedFailover run) noexcept { closed_failover.store(run, std::memory_order_release); }
-
-void close_later(transport::RdmaStream* stream, int linger_seconds, int tcp) noexcept {
+void close_later(transport::RdmaStream* stream, int linger_seconds) noexcept {
   if (ends_with_reset(stream, linger_seconds)) {
     stream->abort();  // nothing to wait for
     delete stream;
-    if (tcp >= 0) real().close(tcp);
     return;
   }
   // The peer must be able to read everything, then the end: the stream's own timeout bounds it, and
   // a linger time above zero, as the kernel's, makes this call wait (up to that time) itself.
   auto wait = std::chrono::milliseconds(stream->timeout_ms());
   if (linger_seconds > 0) wait = std::min<std::chrono::milliseconds>(wait, std::chrono::seconds(linger_seconds));
-  Closing c{stream, Deadline::in(wait), 0, tcp};
+  Closing c{stream, Deadline::in(wait)};
   if (linger_seconds > 0) {
     end_one(c);
     return;
@@ -177,11 +121,7 @@ void finish_closing() noexcept {
 }
 
 void forget_closing_after_fork() noexcept {
-  // The parent's streams, its lock; the descriptors it kept of their TCP sockets are copies here, and
-  // would keep those connections open after the parent's failover ended them.
-  Closer* parent = std::exchange(closer_slot(), new Closer);
-  for (int tcp : parent->tcp) real().close(tcp);
-  transport::keep_forever(parent);
+  transport::keep_forever(std::exchange(closer_slot(), new Closer));  // the parent's streams, its lock
 }
 
 }  // namespace tcp2rdma::preload

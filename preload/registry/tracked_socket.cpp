@@ -321,18 +321,16 @@ TrackedSocket::~TrackedSocket() {
     answer.outcome = HandBack::Outcome::kStaysTcp;
     keep_handed_back(serial_, std::move(answer));
   }
-  int tcp = kept_tcp.exchange(-1);
   if (transport::RdmaStream* s = own_stream()) {
     if (is_lent(serial_)) {
       hand_over_to_children(s);  // a child holds the connection still: it goes on there, on TCP
     } else {
       (void)logged_reset_at_close(this, s, linger_seconds.load());  // close_later decides again, alike
-      close_later(s, linger_seconds.load(), std::exchange(tcp, -1));  // stream_closer.h: close() returns at once
+      close_later(s, linger_seconds.load());  // stream_closer.h: close() returns at once, as the kernel's
     }
   } else {
     transport::keep_forever(stream_.load());
   }
-  if (tcp >= 0) real().close(tcp);
   delete listener_parts_.load();  // listener/listener_state.h
   delete session_.load();
   stats::close_slot(stats_slot.load(std::memory_order_relaxed));

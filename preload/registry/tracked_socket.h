@@ -223,7 +223,8 @@ class TrackedSocket {
   // connect() returned EINPROGRESS and no later connect() has reported the completion yet.
   std::atomic<bool> connect_in_progress{false};
   config::Decision pending_decision{};
-  // That upgrade failed unusably (required, or broken half-way): SO_ERROR reports it once, as a connect's.
+  // Set when that upgrade failed such that the connection must not be used (required, or broken
+  // half-way): getsockopt(SO_ERROR) reports it once, as the kernel reports a failed connect.
   std::atomic<int> pending_error{0};
   // The connection's slot in the process's stats segment (stats/stats_writer.h), from its decision
   // (decide_connection) until the socket goes; a forked child's inherited ones name nothing.
@@ -236,7 +237,6 @@ class TrackedSocket {
   std::atomic<bool> corked{false}, cork_unsynced{false};
   std::atomic<uint32_t> held_listed_by{0};  // the path watcher whose held list has it (0: none)
   std::atomic<bool> failure_logged{false};  // the log said why its stream failed (stream_calls.cpp)
-  std::atomic<int> kept_tcp{-1};  // for the stream's end (stream_closer.h: keep_tcp_for_end), or -1
 
   // What only a listener has (listener/listener_state.h), or null: made at its first listen() that a
   // rule may select RDMA for, ended with the socket.

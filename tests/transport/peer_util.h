@@ -14,7 +14,6 @@
 #include <random>
 #include <string>
 #include <thread>
-#include <vector>
 
 #include "rdma_stream.h"
 #include "stream_listener.h"
@@ -108,57 +107,6 @@ inline std::unique_ptr<RdmaStream> connect_on_link(const char* host, const char*
   }
   return s;
 }
-
-// Two streams to one server, B a channel on A's link (B from `client_port`). False, said on
-// standard error, when either is missing or B made a link of its own.
-inline bool connect_two_on_link(const char* host, const char* port, uint16_t client_port, const StreamOptions& options,
-                                std::unique_ptr<RdmaStream>* a, std::unique_ptr<RdmaStream>* b) {
-  *a = connect_to(host, port, options);
-  *b = *a ? connect_on_link(host, port, client_port, options) : nullptr;
-  if (!*b) return false;
-  if (!(*b)->opened_on_link()) {
-    std::fprintf(stderr, "client: B did not open as a channel on A's link: nothing shares a queue\n");
-    return false;
-  }
-  return true;
-}
-
-// The server's side of connect_two_on_link: A, then B.
-inline bool accept_two(StreamListener& listener, std::unique_ptr<RdmaStream>* a, std::unique_ptr<RdmaStream>* b) {
-  *a = accept_one(listener);
-  *b = *a ? accept_one(listener) : nullptr;
-  return *b != nullptr;
-}
-
-// One write of `bytes` on `stream` in a thread of its own, for a test that acts while it is under way.
-class BackgroundWrite {
- public:
-  BackgroundWrite(RdmaStream& stream, const std::vector<uint8_t>& bytes)
-      : stream_(stream), thread_([this, &bytes] {
-          iovec iov{const_cast<uint8_t*>(bytes.data()), bytes.size()};
-          status_ = stream_.write(&iov, 1, 0, &done_);
-        }) {}
-  ~BackgroundWrite() {
-    if (thread_.joinable()) thread_.join();
-  }
-  // Until a zero-copy message of the stream's is posted (its bytes counted), up to `ms`.
-  void wait_until_posted(int ms) const {
-    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
-    while (stream_.counters().zcopy_bytes == 0 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
-  }
-  // Waits for the write to return: its status, and *done what it took.
-  Status finish(size_t* done) {
-    thread_.join();
-    *done = done_;
-    return status_;
-  }
-
- private:
-  RdmaStream& stream_;
-  Status status_ = Status::kOk;
-  size_t done_ = 0;
-  std::thread thread_;
-};
 
 // The two ends of a test in a pair (or loop) of guests meet through files in the shared work
 // directory ($T2R_WORK).

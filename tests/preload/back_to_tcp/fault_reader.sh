@@ -6,16 +6,14 @@ here=$(dirname "$0")
 log=$T2R_WORK/shim-$T2R_HOST.log
 (
   case "$kind" in
-    wire|close) until [ -f "$T2R_WORK/outage" ]; do sleep 0.1; done
+    wire) until [ -f "$T2R_WORK/outage" ]; do sleep 0.1; done
           tc qdisc add dev "$T2R_NETDEV" root netem loss 100%; sleep 8; tc qdisc del dev "$T2R_NETDEV" root ;;
     device-a) until [ -f "$T2R_WORK/remove" ]; do sleep 0.1; done; rdma link delete rxe0 ;;
   esac
 ) &
-size=50331648
-[ "$kind" = close ] && size=4194304
 until [ -s "$T2R_WORK/data.sha" ]; do sleep 0.1; done
 env LD_PRELOAD="$shim" TCP2RDMA_RULES="$rules" TCP2RDMA_LOG="$log" \
-  timeout 150 python3 "$here/fault_reader.py" 5012 $size "$(cat "$T2R_WORK/data.sha")" > /tmp/end 2> "$T2R_WORK/reader.err"
+  timeout 150 python3 "$here/fault_reader.py" 5012 50331648 "$(cat "$T2R_WORK/data.sha")" > /tmp/end 2> "$T2R_WORK/reader.err"
 status=$?
 touch "$T2R_WORK/reader.done"
 cat /tmp/end
